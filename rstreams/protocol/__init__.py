@@ -1,0 +1,77 @@
+"""The rstreams wire protocol, sans-I/O.
+
+Bytes in, events out; calls in, bytes out. Nothing in this package imports
+trio, socket or logging (a test enforces it), so the same machine serves the
+trio runtime, tests that run without sockets, and any other I/O layer.
+"""
+
+from ._batch import ElementBatch
+from ._codec import MessageDecoder, encode, message_from_wire
+from ._connection import DEFAULT_WRITE_SIZE, Connection
+from ._demand import Demand, DemandWindow
+from ._errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError, RStreamsError
+from ._limits import DEFAULT_LIMITS, ProtocolLimits
+from ._messages import (
+    MAX_ID,
+    PROTOCOL_VERSION,
+    UNBOUNDED,
+    Cancel,
+    Elements,
+    Event,
+    Goodbye,
+    Hello,
+    InvalidRequest,
+    Message,
+    MessageType,
+    OnComplete,
+    OnError,
+    OnNext,
+    OnNextLastPart,
+    OnNextPacked,
+    OnNextPart,
+    Request,
+    Subscribe,
+    Subscribed,
+)
+from ._state import ConnectionState, PublicationState, SubscriptionState
+
+__all__ = [
+    "Cancel",
+    "Connection",
+    "ConnectionState",
+    "DEFAULT_LIMITS",
+    "DEFAULT_WRITE_SIZE",
+    "Demand",
+    "DemandWindow",
+    "ElementBatch",
+    "Elements",
+    "Event",
+    "Goodbye",
+    "HandshakeError",
+    "Hello",
+    "InvalidRequest",
+    "LocalProtocolError",
+    "MAX_ID",
+    "Message",
+    "MessageDecoder",
+    "MessageType",
+    "OnComplete",
+    "OnError",
+    "OnNext",
+    "OnNextLastPart",
+    "OnNextPacked",
+    "OnNextPart",
+    "PROTOCOL_VERSION",
+    "ProtocolError",
+    "ProtocolLimits",
+    "PublicationState",
+    "RStreamsError",
+    "RemoteProtocolError",
+    "Request",
+    "Subscribe",
+    "Subscribed",
+    "SubscriptionState",
+    "UNBOUNDED",
+    "encode",
+    "message_from_wire",
+]

@@ -1,0 +1,306 @@
+"""MessagePack framing: messages to bytes and back, with limits.
+
+Every message is one msgpack array ``[code, field, ...]``; on a byte stream
+they simply follow each other. Decoding is msgpack's C ``Unpacker`` (the
+fastest thing available to Python) configured with explicit limits, so no
+length prefix a peer writes can make us allocate more than the limits allow:
+
+* ``max_buffer_size`` bounds the unparsed bytes held at once (one message
+  plus one read);
+* ``max_str_len`` / ``max_bin_len`` bound each string and byte field;
+* ``max_array_len`` bounds arrays (a message has at most 5 items, a hello's
+  extension list ``max_extensions``); maps and ext types never occur in the
+  profile, so their limit is 0;
+* nesting is bounded twice: msgpack's own parser stack (it raises on deep
+  nesting) and the shape check below, which accepts nothing nested deeper
+  than a hello's extension list.
+
+Two paths exist on purpose. :func:`message_from_wire` validates one decoded
+array into a message object: used for control messages and by tools.
+The connection's receive loop handles onNext / onNextPacked inline without
+building message objects, and the outbound scheduler writes element runs with
+the ``*_header`` helpers here, a few byte-string appends per element.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+import msgpack
+
+from ._errors import LocalProtocolError, RemoteProtocolError
+from ._limits import DEFAULT_LIMITS, ProtocolLimits
+from ._messages import (
+    MAX_ID,
+    Cancel,
+    Goodbye,
+    Hello,
+    Message,
+    MessageType,
+    OnComplete,
+    OnError,
+    OnNext,
+    OnNextLastPart,
+    OnNextPacked,
+    OnNextPart,
+    Request,
+    Subscribe,
+    Subscribed,
+)
+
+__all__ = [
+    "encode",
+    "message_from_wire",
+    "new_unpacker",
+    "MessageDecoder",
+    "DecodeError",
+    "bin_header",
+    "int_bytes",
+]
+
+# The exceptions msgpack's Unpacker raises for malformed input: FormatError,
+# StackError, BufferFull and the limit checks are ValueError or
+# UnpackException subclasses; invalid UTF-8 in a str is a UnicodeDecodeError
+# (a ValueError).
+DecodeError = (ValueError, msgpack.UnpackException)
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def int_bytes(value: int) -> bytes:
+    """The msgpack encoding of one integer."""
+    return _packer.pack(value)
+
+
+_BIN8_HEADERS = tuple(bytes((0xC4, n)) for n in range(256))
+
+
+def bin_header(length: int) -> bytes:
+    """The msgpack ``bin`` header for ``length`` bytes of payload."""
+    if length < 256:
+        return _BIN8_HEADERS[length]
+    if length < 65536:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
+
+
+def encode(message: Message) -> bytes:
+    """Encode one message as its msgpack array.
+
+    Every field is written, defaults included (the golden vectors do so).
+    """
+    code: int
+    fields: tuple[object, ...]
+    if isinstance(message, OnNext):
+        code, fields = MessageType.ON_NEXT, (message.subscriber, message.element)
+    elif isinstance(message, Request):
+        code, fields = MessageType.REQUEST, (message.subscriber, message.demand)
+    elif isinstance(message, Hello):
+        code, fields = MessageType.HELLO, (message.version, list(message.extensions))
+    elif isinstance(message, Subscribe):
+        code, fields = MessageType.SUBSCRIBE, (message.publisher, message.subscriber, message.initial_demand)
+    elif isinstance(message, Cancel):
+        code, fields = MessageType.CANCEL, (message.subscriber,)
+    elif isinstance(message, Subscribed):
+        code, fields = MessageType.SUBSCRIBED, (message.subscriber, message.element_size)
+    elif isinstance(message, OnComplete):
+        code, fields = MessageType.ON_COMPLETE, (message.subscriber,)
+    elif isinstance(message, OnError):
+        code, fields = MessageType.ON_ERROR, (message.subscriber, message.error)
+    elif isinstance(message, OnNextPacked):
+        code, fields = MessageType.ON_NEXT_PACKED, (message.subscriber, message.count, message.messages)
+    elif isinstance(message, OnNextPart):
+        code, fields = MessageType.ON_NEXT_PART, (message.subscriber, message.element, message.data)
+    elif isinstance(message, OnNextLastPart):
+        code, fields = MessageType.ON_NEXT_LAST_PART, (message.subscriber, message.element, message.data)
+    elif isinstance(message, Goodbye):
+        code, fields = MessageType.GOODBYE, (message.reason,)
+    else:
+        raise LocalProtocolError(f"not a protocol message: {message!r}")
+    return _packer.pack((int(code), *fields))
+
+
+def new_unpacker(limits: ProtocolLimits = DEFAULT_LIMITS) -> msgpack.Unpacker:
+    """A streaming msgpack Unpacker configured with ``limits``."""
+    return msgpack.Unpacker(
+        raw=False,
+        use_list=False,
+        strict_map_key=True,
+        # One whole message plus one read can be buffered; the connection
+        # checks the size of an incomplete message itself (see Connection).
+        max_buffer_size=2 * limits.max_message_size,
+        max_str_len=limits.max_string_size,
+        max_bin_len=limits.max_message_size,
+        max_array_len=max(5, limits.max_extensions),
+        max_map_len=0,
+        max_ext_len=0,
+    )
+
+
+def _fail(message: str) -> RemoteProtocolError:
+    return RemoteProtocolError(message)
+
+
+def _id(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise _fail(f"{what} must be an Id (an int in [0, 2**63)), got {value!r:.40}")
+    return value
+
+
+def _int(value: object, what: str) -> int:
+    if type(value) is not int:
+        raise _fail(f"{what} must be an int, got {type(value).__name__}")
+    return value
+
+
+def _str(value: object, what: str) -> str:
+    if type(value) is not str:
+        raise _fail(f"{what} must be a str, got {type(value).__name__}")
+    return value
+
+
+def _bin(value: object, what: str) -> bytes:
+    if type(value) is not bytes:
+        raise _fail(f"{what} must be bin, got {type(value).__name__}")
+    return value
+
+
+# (minimum, maximum) number of fields after the code; trailing fields with a
+# default may be omitted by the sender.
+_ARITY: dict[int, tuple[int, int]] = {
+    MessageType.HELLO: (2, 2),
+    MessageType.SUBSCRIBE: (2, 3),
+    MessageType.REQUEST: (2, 2),
+    MessageType.CANCEL: (1, 1),
+    MessageType.SUBSCRIBED: (1, 2),
+    MessageType.ON_NEXT: (2, 2),
+    MessageType.ON_COMPLETE: (1, 1),
+    MessageType.ON_ERROR: (2, 2),
+    MessageType.ON_NEXT_PACKED: (3, 3),
+    MessageType.ON_NEXT_PART: (3, 3),
+    MessageType.ON_NEXT_LAST_PART: (3, 3),
+    MessageType.GOODBYE: (1, 1),
+}
+
+
+def message_from_wire(obj: object, limits: ProtocolLimits = DEFAULT_LIMITS) -> Message:
+    """Validate one decoded msgpack object into a message.
+
+    Raises:
+        RemoteProtocolError: the object is not a well-formed message of the
+            profile (not an array, unknown code, wrong field count or types).
+    """
+    try:
+        return _message_from_wire(obj, limits)
+    except LocalProtocolError as exc:
+        # A value the message classes refuse (an out-of-range count, say):
+        # coming from the wire, it is the peer's fault.
+        raise RemoteProtocolError(exc.message) from None
+
+
+def _message_from_wire(obj: object, limits: ProtocolLimits) -> Message:
+    if type(obj) is not tuple or not obj:
+        raise _fail(f"a message must be a non-empty array, got {type(obj).__name__}")
+    code = obj[0]
+    if type(code) is not int or code not in _ARITY:
+        raise _fail(f"unknown message code {code!r:.20}")
+    low, high = _ARITY[code]
+    if not low <= len(obj) - 1 <= high:
+        raise _fail(f"{MessageType(code).name} takes {low}..{high} fields, got {len(obj) - 1}")
+    if code == MessageType.ON_NEXT:
+        return OnNext(subscriber=_id(obj[1], "subscriber"), element=_bin(obj[2], "element"))
+    if code == MessageType.REQUEST:
+        demand = _int(obj[2], "demand")
+        return Request(subscriber=_id(obj[1], "subscriber"), demand=demand)
+    if code == MessageType.HELLO:
+        version = _int(obj[1], "version")
+        extensions = obj[2]
+        if type(extensions) is not tuple:
+            raise _fail("hello extensions must be an array")
+        if len(extensions) > limits.max_extensions:
+            raise _fail(f"hello lists {len(extensions)} extensions, limit {limits.max_extensions}")
+        for extension in extensions:
+            _int(extension, "extension id")
+        return Hello(version=version, extensions=extensions)
+    if code == MessageType.SUBSCRIBE:
+        initial = _int(obj[3], "initialDemand") if len(obj) > 3 else 0
+        return Subscribe(
+            publisher=_str(obj[1], "publisher"),
+            subscriber=_id(obj[2], "subscriber"),
+            initial_demand=initial,
+        )
+    if code == MessageType.CANCEL:
+        return Cancel(subscriber=_id(obj[1], "subscriber"))
+    if code == MessageType.SUBSCRIBED:
+        size = _int(obj[2], "elementSize") if len(obj) > 2 else 0
+        if not 0 <= size <= limits.max_message_size:
+            raise _fail(f"elementSize {size} out of range [0, {limits.max_message_size}]")
+        return Subscribed(subscriber=_id(obj[1], "subscriber"), element_size=size)
+    if code == MessageType.ON_COMPLETE:
+        return OnComplete(subscriber=_id(obj[1], "subscriber"))
+    if code == MessageType.ON_ERROR:
+        return OnError(subscriber=_id(obj[1], "subscriber"), error=_str(obj[2], "error"))
+    if code == MessageType.ON_NEXT_PACKED:
+        count = _int(obj[2], "count")
+        if count < 0:
+            raise _fail(f"onNextPacked count must not be negative, got {count}")
+        return OnNextPacked(subscriber=_id(obj[1], "subscriber"), count=count, messages=_bin(obj[3], "messages"))
+    if code == MessageType.ON_NEXT_PART:
+        return OnNextPart(subscriber=_id(obj[1], "subscriber"), element=_id(obj[2], "element"), data=_bin(obj[3], "data"))
+    if code == MessageType.ON_NEXT_LAST_PART:
+        return OnNextLastPart(
+            subscriber=_id(obj[1], "subscriber"), element=_id(obj[2], "element"), data=_bin(obj[3], "data")
+        )
+    # The only code left in _ARITY.
+    return Goodbye(reason=_str(obj[1], "reason"))
+
+
+class MessageDecoder:
+    """Bytes in, validated messages out: the codec without the state machine.
+
+    For tools and tests (a raw client, a protocol dump); a connection uses
+    :class:`~rstreams.protocol.Connection`, which also enforces the rules.
+    """
+
+    def __init__(self, limits: ProtocolLimits = DEFAULT_LIMITS) -> None:
+        self._limits = limits
+        self._unpacker = new_unpacker(limits)
+        self._waiting: deque[memoryview] = deque()
+        self._fed = 0
+
+    def feed(self, data: bytes) -> None:
+        """Add received bytes; they are parsed by iterating."""
+        view = memoryview(data)
+        limit = self._limits.max_message_size
+        # Hand the Unpacker at most one message-size at a time, and only once
+        # it has parsed what it holds, so its buffer limit can only trip on a
+        # message that really is too large.
+        for start in range(0, len(view), limit):
+            self._waiting.append(view[start : start + limit])
+
+    def __iter__(self) -> Iterator[Message]:
+        """Yield each complete message received so far.
+
+        Raises:
+            RemoteProtocolError: the bytes are not msgpack, not a message, or
+                a message is larger than ``max_message_size``.
+        """
+        while True:
+            try:
+                obj = self._unpacker.unpack()
+            except msgpack.OutOfData:
+                if self._fed - self._unpacker.tell() > self._limits.max_message_size:
+                    raise _fail(f"message larger than the limit of {self._limits.max_message_size} bytes") from None
+                if not self._waiting:
+                    return
+                chunk = self._waiting.popleft()
+                try:
+                    self._unpacker.feed(chunk)
+                except DecodeError as exc:
+                    raise _fail(f"undecodable bytes: {exc}") from exc
+                self._fed += len(chunk)
+                continue
+            except DecodeError as exc:
+                raise _fail(f"undecodable bytes: {exc}") from exc
+            yield message_from_wire(obj, self._limits)

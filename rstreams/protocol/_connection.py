@@ -1,0 +1,715 @@
+"""The connection state machine: bytes in, events out; calls in, bytes out.
+
+One :class:`Connection` plays publisher and subscriber at once, because the
+protocol is symmetric: either side may subscribe to the other's publishers on
+the same connection. It does no I/O. The trio layer feeds it received bytes
+(:meth:`Connection.receive_data`), takes the events (:meth:`Connection.events`),
+calls it to subscribe / request / cancel / publish, and writes whatever
+:meth:`Connection.data_to_send` returns.
+
+Whose fault
+-----------
+Local misuse (queueing beyond demand, using a finished Id, sending after
+goodbye) raises ``LocalProtocolError`` at once and changes nothing. A peer's
+violation queues a goodbye whose reason starts with ``protocol error:``,
+moves the connection to ``ERROR``, and surfaces as ``RemoteProtocolError``
+from :meth:`Connection.events`; events parsed before the bad message are
+returned first, and the error is raised on the next call. Nothing is
+swallowed here: what to do about an error is the session's decision.
+
+The receive hot path
+--------------------
+Runs of onNext for one stream are checked and collected inline (a dict
+lookup, a type check and a demand decrement per element) and handed over as
+one :class:`~rstreams.protocol.Elements` event; no message object is built
+per element. onNextPacked becomes one event whose batch slices lazily.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+import msgpack
+
+from ._batch import ElementBatch
+from ._codec import DecodeError, encode, message_from_wire, new_unpacker
+from ._demand import Demand
+from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
+from ._limits import DEFAULT_LIMITS, ProtocolLimits
+from ._messages import (
+    PROTOCOL_VERSION,
+    UNBOUNDED,
+    Cancel,
+    Elements,
+    Event,
+    Goodbye,
+    Hello,
+    InvalidRequest,
+    OnComplete,
+    OnError,
+    OnNext,
+    OnNextLastPart,
+    OnNextPacked,
+    OnNextPart,
+    Request,
+    Subscribe,
+    Subscribed,
+)
+from ._outbound import Outbound, Publication
+from ._split import Reassembler
+from ._state import (
+    CONNECTION_TRANSITIONS,
+    PUBLICATION_TRANSITIONS,
+    SUBSCRIPTION_TRANSITIONS,
+    ConnectionEvent,
+    ConnectionState,
+    PublicationEvent,
+    PublicationState,
+    SubscriptionEvent,
+    SubscriptionState,
+)
+
+__all__ = ["Connection", "DEFAULT_WRITE_SIZE"]
+
+#: Default upper bound on what one data_to_send() call returns (it may exceed
+#: it by at most one message).
+DEFAULT_WRITE_SIZE = 256 * 1024
+
+_ACTIVE = SubscriptionState.ACTIVE
+# Once the peer said goodbye (or the connection failed), nothing it sends matters.
+_DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, ConnectionState.ERROR)
+_ON_NEXT = 5
+_MAX_REASON = 1000  # characters of an error text repeated in a goodbye
+
+
+class _Subscription:
+    """Inbound state of one stream we subscribed to."""
+
+    __slots__ = ("subscriber", "publisher", "state", "demand", "element_size", "reassembler")
+
+    def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
+        self.subscriber = subscriber
+        self.publisher = publisher
+        self.state = SubscriptionState.SUBSCRIBING
+        self.demand = Demand(demand)
+        self.element_size = 0
+        self.reassembler: Reassembler | None = None
+
+
+def _remember(ids: dict[int, None], subscriber: int, limit: int) -> int | None:
+    """Add an Id to a bounded, insertion-ordered memory; return an evicted Id."""
+    ids.pop(subscriber, None)
+    ids[subscriber] = None
+    if len(ids) > limit:
+        oldest = next(iter(ids))
+        del ids[oldest]
+        return oldest
+    return None
+
+
+class Connection:
+    """A sans-I/O rstreams connection, playing publisher and subscriber at once.
+
+    Creating it queues our hello; send it (:meth:`data_to_send`) before or
+    together with anything else. Optimistic sends right after the hello are
+    allowed.
+
+    Args:
+        limits: what the peer may send and how we split what we send.
+        extensions: extension ids to announce in our hello.
+    """
+
+    def __init__(self, *, limits: ProtocolLimits = DEFAULT_LIMITS, extensions: Iterable[int] = ()) -> None:
+        self.limits = limits
+        self._state = ConnectionState.HANDSHAKING
+        self.peer_hello: Hello | None = None
+        self.goodbye_received: Goodbye | None = None
+        self._goodbye_sent = False
+        self._unpacker = new_unpacker(limits)
+        self._waiting: deque[memoryview] = deque()
+        self._fed = 0
+        self._deferred_error: RemoteProtocolError | None = None
+        self._subscriptions: dict[int, _Subscription] = {}
+        self._next_id = 1
+        self._cancelled: dict[int, None] = {}
+        self._forgotten_below = 0
+        self._publications: dict[int, Publication] = {}
+        self._finished_publications: dict[int, None] = {}
+        self._outbound = Outbound(limits.split_threshold)
+        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=tuple(extensions)))
+
+    # ---- state ---------------------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        """Where the connection is in its handshake / goodbye life cycle."""
+        return self._state
+
+    def _transition(self, event: ConnectionEvent) -> None:
+        try:
+            self._state = CONNECTION_TRANSITIONS[self._state, event]
+        except KeyError:
+            raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
+
+    def _check_can_send(self) -> None:
+        if self._state not in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+            raise LocalProtocolError(f"cannot send in state {self._state.name}")
+
+    # ---- receiving -----------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes received from the peer; :meth:`events` parses them.
+
+        Bytes received after the connection closed or failed are ignored.
+        End of file is the I/O layer's business, not the machine's: a
+        connection that ends before both goodbyes is a lost connection.
+        """
+        if self._state in _DEAF_STATES:
+            return
+        view = memoryview(data)
+        limit = self.limits.max_message_size
+        # Hand the Unpacker at most one message-size at a time, and only after
+        # it has parsed what it holds (see events), so its buffer limit can
+        # only trip on a message that really is too large.
+        if len(view) <= limit:
+            self._waiting.append(view)
+        else:
+            for start in range(0, len(view), limit):
+                self._waiting.append(view[start : start + limit])
+
+    def events(self) -> list[Event]:
+        """Parse what was received; return the events, in order.
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol (raised after the
+                events before the offending message have been returned).
+                Goodbye is already queued and the state is ``ERROR``.
+            HandshakeError: the peer's hello named a version we don't speak.
+        """
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
+        events: list[Event] = []
+        if self._state in _DEAF_STATES:
+            return events
+        try:
+            self._parse(events)
+        except RemoteProtocolError as exc:
+            self._fail(exc)
+            if events:
+                self._deferred_error = exc
+                return events
+            raise
+        return events
+
+    def _fail(self, error: RemoteProtocolError) -> None:
+        self._end_all_streams()
+        self._outbound.control.clear()
+        self._waiting.clear()
+        if not self._goodbye_sent:
+            self._goodbye_sent = True
+            self._outbound.control += encode(Goodbye(reason=error.goodbye_reason[:_MAX_REASON]))
+        self._state = ConnectionState.ERROR
+
+    def _end_all_streams(self) -> int:
+        dropped = 0
+        for publication in self._publications.values():
+            dropped += publication.discard()
+            publication.state = PublicationState.DONE
+        self._publications.clear()
+        self._outbound.ready.clear()
+        self._subscriptions.clear()
+        return dropped
+
+    def _parse(self, events: list[Event]) -> None:
+        unpacker = self._unpacker
+        subscriptions = self._subscriptions
+        run: list[bytes] | None = None
+        run_subscription: _Subscription | None = None
+        while True:
+            try:
+                for message in unpacker:
+                    if (
+                        type(message) is tuple
+                        and len(message) == 3
+                        and message[0] == _ON_NEXT
+                        and type(message[0]) is int
+                    ):
+                        # The hot path: one onNext, checked inline.
+                        subscriber = message[1]
+                        element = message[2]
+                        if run_subscription is None or subscriber != run_subscription.subscriber:
+                            if run:
+                                assert run_subscription is not None
+                                events.append(Elements(subscriber=run_subscription.subscriber, elements=ElementBatch(run)))
+                            run = []
+                            run_subscription = subscriptions.get(subscriber) if type(subscriber) is int else None
+                        sub = run_subscription
+                        if type(element) is not bytes:
+                            raise RemoteProtocolError(f"onNext element must be bin, got {type(element).__name__}")
+                        if sub is None or sub.state is not _ACTIVE:
+                            run_subscription = None
+                            self._orphan(subscriber, "onNext")
+                            continue
+                        if sub.reassembler is not None and sub.reassembler.in_progress:
+                            raise RemoteProtocolError("onNext in the middle of a split element")
+                        if sub.element_size and len(element) != sub.element_size:
+                            raise RemoteProtocolError(
+                                f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
+                            )
+                        demand = sub.demand
+                        if demand.outstanding < UNBOUNDED:
+                            if not demand.outstanding:
+                                raise RemoteProtocolError(f"onNext without demand on stream {subscriber}")
+                            demand.outstanding -= 1
+                        assert run is not None
+                        run.append(element)
+                        continue
+                    if run:
+                        assert run_subscription is not None
+                        events.append(Elements(subscriber=run_subscription.subscriber, elements=ElementBatch(run)))
+                    run = None
+                    run_subscription = None
+                    self._dispatch(message_from_wire(message, self.limits), events)
+                    if self._state in (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED):
+                        # Nothing the peer sends after its goodbye matters.
+                        self._waiting.clear()
+                        return
+            except DecodeError as exc:
+                raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
+            # The Unpacker ran out of complete messages.
+            if self._fed - unpacker.tell() > self.limits.max_message_size:
+                raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
+            if not self._waiting:
+                break
+            chunk = self._waiting.popleft()
+            try:
+                unpacker.feed(chunk)
+            except DecodeError as exc:  # pragma: no cover - feed only fails on BufferFull, prevented above
+                raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
+            self._fed += len(chunk)
+        if run:
+            assert run_subscription is not None
+            events.append(Elements(subscriber=run_subscription.subscriber, elements=ElementBatch(run)))
+
+    def _orphan(self, subscriber: object, what: str) -> None:
+        """A message for one of our subscriptions that is not active: late, or an error."""
+        if self._state is ConnectionState.HANDSHAKING:
+            raise RemoteProtocolError(f"expected hello as the first message, got {what}")
+        if self._state is not ConnectionState.OPEN:
+            return  # we said goodbye: every stream has ended, late messages are dropped
+        if type(subscriber) is not int:
+            raise RemoteProtocolError(f"{what} subscriber must be an Id, got {type(subscriber).__name__}")
+        if subscriber in self._cancelled:
+            return  # rule 6 / RS 2.8: in flight when we cancelled
+        sub = self._subscriptions.get(subscriber)
+        if sub is not None:
+            raise RemoteProtocolError(f"{what} before subscribed on stream {subscriber}")
+        if subscriber < self._forgotten_below:
+            return  # cancelled so long ago that we no longer remember it
+        raise RemoteProtocolError(f"{what} for unknown subscriber id {subscriber}")
+
+    def _subscription_event(self, subscriber: int, event: SubscriptionEvent, what: str) -> _Subscription | None:
+        """Apply an inbound event to one of our subscriptions; None means drop it."""
+        sub = self._subscriptions.get(subscriber)
+        if sub is None:
+            self._orphan(subscriber, what)
+            return None
+        try:
+            sub.state = SUBSCRIPTION_TRANSITIONS[sub.state, event]
+        except KeyError:
+            raise RemoteProtocolError(f"{what} not allowed on stream {subscriber} in state {sub.state.name}") from None
+        return sub
+
+    def _dispatch(self, message: object, events: list[Event]) -> None:
+        state = self._state
+        if state is ConnectionState.HANDSHAKING and not isinstance(message, (Hello, Goodbye)):
+            raise RemoteProtocolError(f"expected hello as the first message, got {type(message).__name__}")
+        if isinstance(message, Hello):
+            self._receive_hello(message, events)
+        elif isinstance(message, Goodbye):
+            self.goodbye_received = message
+            self._transition(ConnectionEvent.RECEIVE_GOODBYE)
+            self._end_all_streams()
+            events.append(message)
+        elif state is not ConnectionState.OPEN:
+            return  # after our goodbye, every stream has ended; drop the rest
+        elif isinstance(message, (Subscribe, Request, Cancel)):
+            self._receive_publication_message(message, events)
+        else:
+            self._receive_subscription_message(message, events)
+
+    def _receive_hello(self, hello: Hello, events: list[Event]) -> None:
+        if self.peer_hello is not None:
+            raise RemoteProtocolError("hello received twice")
+        self.peer_hello = hello
+        if hello.version != PROTOCOL_VERSION:
+            reason = f"unsupported protocol version {hello.version}: this peer speaks version {PROTOCOL_VERSION}"
+            raise HandshakeError(reason, peer_version=hello.version, goodbye_reason=reason)
+        self._transition(ConnectionEvent.RECEIVE_HELLO)
+        events.append(hello)
+
+    def _receive_publication_message(self, message: Subscribe | Request | Cancel, events: list[Event]) -> None:
+        subscriber = message.subscriber
+        if isinstance(message, Subscribe):
+            if subscriber in self._publications:
+                raise RemoteProtocolError(f"subscribe with subscriber id {subscriber}, which is still in use")
+            self._finished_publications.pop(subscriber, None)
+            publication = Publication(subscriber, message.publisher, max(0, message.initial_demand))
+            if message.initial_demand < 0:
+                # As request(n <= 0): this stream fails, the connection stays.
+                self._remember_finished(subscriber)
+                self._outbound.control += encode(
+                    OnError(subscriber=subscriber, error=f"initialDemand must not be negative (rule 3.9), got {message.initial_demand}")
+                )
+                return
+            self._publications[subscriber] = publication
+            events.append(message)
+            return
+        publication_or_none = self._publications.get(subscriber)
+        if publication_or_none is None:
+            if subscriber in self._finished_publications:
+                return  # crossed our onComplete/onError: harmless
+            raise RemoteProtocolError(f"{type(message).__name__.lower()} for unknown subscriber id {subscriber}")
+        publication = publication_or_none
+        if isinstance(message, Cancel):
+            self._publication_transition(publication, PublicationEvent.RECEIVE_CANCEL)
+            self._forget_publication(publication)
+            events.append(message)
+            return
+        if message.demand <= 0:
+            if publication.state is PublicationState.TERMINATING:
+                return  # already ending; its terminal signal is queued
+            publication.discard()
+            publication.state = PublicationState.DONE
+            self._forget_publication(publication)
+            self._outbound.control += encode(
+                OnError(subscriber=subscriber, error=f"request({message.demand}): demand must be positive (rule 3.9)")
+            )
+            events.append(InvalidRequest(subscriber=subscriber, demand=message.demand))
+            return
+        self._publication_transition(publication, PublicationEvent.RECEIVE_REQUEST)
+        publication.demand.add(message.demand)
+        events.append(message)
+
+    def _receive_subscription_message(self, message: object, events: list[Event]) -> None:
+        if isinstance(message, Subscribed):
+            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_SUBSCRIBED, "subscribed")
+            if sub is not None and sub.state is _ACTIVE:
+                sub.element_size = message.element_size
+                events.append(message)
+        elif isinstance(message, OnNextPacked):
+            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
+            if sub is None or sub.state is not _ACTIVE:
+                return
+            size = sub.element_size
+            if not size:
+                raise RemoteProtocolError(f"onNextPacked on stream {sub.subscriber}, which has no elementSize")
+            if len(message.messages) != message.count * size:
+                raise RemoteProtocolError(
+                    f"onNextPacked carries {len(message.messages)} bytes, not count {message.count} x elementSize {size}"
+                )
+            self._check_not_splitting(sub, "onNextPacked")
+            if not sub.demand.take(message.count):
+                raise RemoteProtocolError(
+                    f"onNextPacked of {message.count} elements exceeds demand {sub.demand.outstanding} on stream {sub.subscriber}"
+                )
+            if message.count:
+                batch = ElementBatch(packed=message.messages, element_size=size)
+                events.append(Elements(subscriber=sub.subscriber, elements=batch))
+        elif isinstance(message, (OnNextPart, OnNextLastPart)):
+            last = isinstance(message, OnNextLastPart)
+            what = "onNextLastPart" if last else "onNextPart"
+            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
+            if sub is None or sub.state is not _ACTIVE:
+                return
+            if sub.reassembler is None:
+                sub.reassembler = Reassembler(self.limits.max_element_size)
+            element = sub.reassembler.add(message.element, message.data, last)
+            if element is None:
+                return
+            if sub.element_size and len(element) != sub.element_size:
+                raise RemoteProtocolError(
+                    f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
+                )
+            if not sub.demand.take(1):
+                raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
+            events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
+        elif isinstance(message, OnNext):
+            # Only reached when the hot path did not take it (never, today),
+            # kept so that every message has exactly one meaning here.
+            raise RemoteProtocolError("onNext with the wrong number of fields")  # pragma: no cover
+        elif isinstance(message, (OnComplete, OnError)):
+            event = SubscriptionEvent.RECEIVE_COMPLETE if isinstance(message, OnComplete) else SubscriptionEvent.RECEIVE_ERROR
+            what = "onComplete" if isinstance(message, OnComplete) else "onError"
+            sub = self._subscriptions.get(message.subscriber)
+            if sub is not None and sub.state is _ACTIVE and isinstance(message, OnComplete):
+                self._check_not_splitting(sub, what)
+            sub = self._subscription_event(message.subscriber, event, what)
+            if sub is None:
+                # A late terminal for a cancelled stream: nothing more can come.
+                self._cancelled.pop(message.subscriber, None)
+                return
+            del self._subscriptions[sub.subscriber]
+            events.append(message)
+
+    @staticmethod
+    def _check_not_splitting(sub: _Subscription, what: str) -> None:
+        if sub.reassembler is not None and sub.reassembler.in_progress:
+            raise RemoteProtocolError(f"{what} in the middle of a split element on stream {sub.subscriber}")
+
+    # ---- our subscriptions (we subscribe to the peer) -------------------
+
+    def subscribe(self, publisher: str, initial_demand: int = 0) -> int:
+        """Subscribe to the peer's ``publisher``; return the new stream's Id.
+
+        Ids come from a counter that never goes back, so an Id that was
+        cancelled is never reused while late messages for it may arrive.
+
+        Raises:
+            LocalProtocolError: negative demand, or the connection is closing.
+        """
+        self._check_can_send()
+        if type(initial_demand) is not int or initial_demand < 0:
+            raise LocalProtocolError(f"initial_demand must be an int >= 0, got {initial_demand!r}")
+        subscriber = self._next_id
+        message = Subscribe(publisher=publisher, subscriber=subscriber, initial_demand=min(initial_demand, UNBOUNDED))
+        self._outbound.control += encode(message)
+        self._next_id += 1
+        self._subscriptions[subscriber] = _Subscription(subscriber, publisher, initial_demand)
+        return subscriber
+
+    def request(self, subscriber: int, n: int) -> None:
+        """Ask for ``n`` more elements on our subscription ``subscriber``.
+
+        A request for a stream that already ended or was cancelled is a
+        no-op (RS 3.6).
+
+        Raises:
+            LocalProtocolError: ``n <= 0`` (RS 3.9), or an Id we never issued.
+        """
+        if type(n) is not int or n <= 0:
+            raise LocalProtocolError(f"request(n) needs n > 0 (RS 3.9), got {n!r}")
+        sub = self._subscriptions.get(subscriber)
+        if sub is None or sub.state is SubscriptionState.CANCELLED:
+            if not 0 < subscriber < self._next_id:
+                raise LocalProtocolError(f"request for subscriber id {subscriber}, which was never subscribed")
+            return
+        if self._state not in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+            return
+        if sub.demand.unbounded:
+            return
+        sub.demand.add(n)
+        self._outbound.control += encode(Request(subscriber=subscriber, demand=min(n, UNBOUNDED)))
+
+    def cancel(self, subscriber: int) -> None:
+        """Cancel our subscription ``subscriber``; a no-op if it already ended."""
+        sub = self._subscriptions.get(subscriber)
+        if sub is None or sub.state is SubscriptionState.CANCELLED:
+            return
+        sub.state = SUBSCRIPTION_TRANSITIONS[sub.state, SubscriptionEvent.SEND_CANCEL]
+        del self._subscriptions[subscriber]
+        evicted = _remember(self._cancelled, subscriber, self.limits.max_remembered_ids)
+        if evicted is not None:
+            self._forgotten_below = max(self._forgotten_below, evicted + 1)
+        if self._state in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+            self._outbound.control += encode(Cancel(subscriber=subscriber))
+
+    def outstanding_demand(self, subscriber: int) -> int:
+        """Demand we granted on our subscription and the peer has not yet used."""
+        sub = self._subscriptions.get(subscriber)
+        return sub.demand.outstanding if sub is not None else 0
+
+    def element_size(self, subscriber: int) -> int:
+        """The elementSize the peer announced for our subscription (0: variable)."""
+        sub = self._subscriptions.get(subscriber)
+        return sub.element_size if sub is not None else 0
+
+    # ---- our publications (the peer subscribed to us) -------------------
+
+    def _publication(self, subscriber: int) -> Publication:
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            raise LocalProtocolError(f"no open publication with subscriber id {subscriber}")
+        return publication
+
+    def _publication_transition(self, publication: Publication, event: PublicationEvent) -> None:
+        try:
+            publication.state = PUBLICATION_TRANSITIONS[publication.state, event]
+        except KeyError:
+            error = RemoteProtocolError if event.value.startswith("receive") else LocalProtocolError
+            raise error(f"cannot {event.value} on publication {publication.subscriber} in state {publication.state.name}") from None
+
+    def _forget_publication(self, publication: Publication) -> None:
+        publication.discard()
+        self._publications.pop(publication.subscriber, None)
+        self._remember_finished(publication.subscriber)
+
+    def _remember_finished(self, subscriber: int) -> None:
+        _remember(self._finished_publications, subscriber, self.limits.max_remembered_ids)
+
+    def accept(self, subscriber: int, element_size: int = 0) -> None:
+        """Answer the peer's subscribe with subscribed.
+
+        Args:
+            element_size: if > 0, every element of the stream has exactly this
+                many bytes, and runs of them go out packed.
+        """
+        self._check_can_send()
+        publication = self._publication(subscriber)
+        if type(element_size) is not int or element_size < 0:
+            raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
+        self._publication_transition(publication, PublicationEvent.SEND_SUBSCRIBED)
+        publication.element_size = element_size
+        self._outbound.control += encode(Subscribed(subscriber=subscriber, element_size=element_size))
+
+    def publication_demand(self, subscriber: int) -> int:
+        """How many more elements may be queued on ``subscriber`` (0 if it ended)."""
+        publication = self._publications.get(subscriber)
+        if publication is None or publication.state is not PublicationState.ACTIVE:
+            return 0
+        return publication.demand.outstanding
+
+    def queued_bytes(self, subscriber: int) -> int:
+        """Bytes queued on the publication and not yet handed out."""
+        publication = self._publications.get(subscriber)
+        return publication.pending_bytes if publication is not None else 0
+
+    def is_publishing(self, subscriber: int) -> bool:
+        """True while the publication exists and may still queue elements."""
+        publication = self._publications.get(subscriber)
+        return publication is not None and publication.state is PublicationState.ACTIVE
+
+    def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
+        """Queue elements on a publication, within the peer's demand.
+
+        The elements are written by :meth:`data_to_send`, packed, split and
+        interleaved with other streams as the scheduler decides.
+
+        Raises:
+            LocalProtocolError: more elements than demand, a wrong element size
+                on a fixed-size stream, or a publication that is not active.
+        """
+        count = len(elements)
+        if not count:
+            return
+        publication = self._publication(subscriber)
+        if publication.state is not PublicationState.ACTIVE:
+            self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
+        self._check_can_send()
+        chunk = elements if type(elements) is list else list(elements)
+        size = publication.element_size
+        if size:
+            lengths = set(map(len, chunk))
+            if lengths != {size}:
+                raise LocalProtocolError(f"elements of {sorted(lengths)} bytes on a stream with element_size {size}")
+            nbytes = size * count
+        else:
+            for element in chunk:
+                if type(element) is not bytes:
+                    raise LocalProtocolError(f"elements must be bytes, got {type(element).__name__}")
+            nbytes = sum(map(len, chunk))
+        if not publication.demand.take(count):
+            raise LocalProtocolError(
+                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
+            )
+        self._outbound.enqueue(publication, chunk, count, nbytes)
+
+    def send_packed(self, subscriber: int, packed: bytes) -> None:
+        """Queue ``len(packed) // element_size`` fixed-size elements at once.
+
+        The fastest way to publish fixed-size elements: no per-element object
+        is ever built. Same errors as :meth:`send_elements`.
+        """
+        publication = self._publication(subscriber)
+        size = publication.element_size
+        if not size:
+            raise LocalProtocolError("send_packed needs a stream accepted with element_size > 0")
+        if type(packed) is not bytes or len(packed) % size:
+            raise LocalProtocolError(f"packed data must be bytes, a multiple of element_size {size}")
+        if not packed:
+            return
+        if publication.state is not PublicationState.ACTIVE:
+            self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
+        self._check_can_send()
+        count = len(packed) // size
+        if not publication.demand.take(count):
+            raise LocalProtocolError(
+                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
+            )
+        self._outbound.enqueue(publication, packed, count, len(packed))
+
+    def complete(self, subscriber: int) -> None:
+        """End a publication normally, after its queued elements."""
+        self._check_can_send()
+        publication = self._publication(subscriber)
+        self._publication_transition(publication, PublicationEvent.SEND_COMPLETE)
+        publication.terminal = encode(OnComplete(subscriber=subscriber))
+        self._outbound.schedule(publication)
+
+    def fail(self, subscriber: int, error: str) -> None:
+        """End a publication with onError.
+
+        Before :meth:`accept` this refuses the subscribe and goes out at once
+        (as control); afterwards it follows the queued elements.
+        """
+        self._check_can_send()
+        publication = self._publication(subscriber)
+        message = encode(OnError(subscriber=subscriber, error=error))
+        self._publication_transition(publication, PublicationEvent.SEND_ERROR)
+        if publication.state is PublicationState.DONE:
+            self._forget_publication(publication)
+            self._outbound.control += message
+        else:
+            publication.terminal = message
+            self._outbound.schedule(publication)
+
+    # ---- goodbye and output -------------------------------------------
+
+    def send_goodbye(self, reason: str = "goodbye") -> int:
+        """Queue goodbye; every stream ends. Returns the elements dropped.
+
+        Control messages queued earlier still go out before the goodbye; data
+        still queued is dropped (drain it first for a graceful close: wait for
+        :attr:`has_data_to_send` to turn false).
+        """
+        if self._goodbye_sent:
+            raise LocalProtocolError("goodbye was already sent")
+        self._transition(ConnectionEvent.SEND_GOODBYE)
+        self._goodbye_sent = True
+        dropped = self._end_all_streams()
+        self._outbound.control += encode(Goodbye(reason=reason))
+        return dropped
+
+    @property
+    def goodbye_sent(self) -> bool:
+        """True once our goodbye is queued."""
+        return self._goodbye_sent
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """True while control messages or queued elements wait to be written."""
+        return self._outbound.has_data
+
+    def data_to_send(self, max_bytes: int = DEFAULT_WRITE_SIZE) -> bytearray:
+        """Take the next bytes to write: control messages, then data.
+
+        Returns about ``max_bytes`` at most (one message may go past it);
+        the caller owns the returned buffer.
+        """
+        outbound = self._outbound
+        data = outbound.data_to_send(max_bytes)
+        if outbound.finished:
+            for publication in outbound.finished:
+                if self._publications.get(publication.subscriber) is publication:
+                    del self._publications[publication.subscriber]
+                    self._remember_finished(publication.subscriber)
+            outbound.finished.clear()
+        return data
+
+    def __repr__(self) -> str:
+        return (
+            f"<Connection {self._state.name}: {len(self._subscriptions)} subscriptions,"
+            f" {len(self._publications)} publications>"
+        )

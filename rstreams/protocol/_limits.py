@@ -1,0 +1,61 @@
+"""The limits every connection enforces, in one place.
+
+A peer decides how many bytes it sends; this side decides how many it will
+hold. Each limit below bounds one buffer or one value that a peer controls,
+so a hostile or broken peer costs at most a known amount of memory before it
+is told ``protocol error`` and dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ProtocolLimits", "DEFAULT_LIMITS"]
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtocolLimits:
+    """Limits on what a peer may send, and how this side splits what it sends.
+
+    Attributes:
+        max_message_size: largest single protocol message accepted, in bytes.
+            Also bounds an unsplit onNext element. Default 16 MiB.
+        max_element_size: largest element accepted after joining split parts.
+            Default 64 MiB.
+        max_string_size: largest str field (publisher names, error texts,
+            goodbye reasons), in UTF-8 bytes. Default 64 KiB.
+        max_extensions: most extension ids accepted in a hello. Default 64.
+        split_threshold: elements larger than this are sent as onNextPart ...
+            onNextLastPart; also the size of each part. Default 64 KiB.
+        max_remembered_ids: how many cancelled or finished stream Ids are
+            remembered so that late messages for them are recognised (and
+            dropped) rather than taken for unknown Ids. Default 65536.
+    """
+
+    max_message_size: int = 16 * MiB
+    max_element_size: int = 64 * MiB
+    max_string_size: int = 64 * KiB
+    max_extensions: int = 64
+    split_threshold: int = 64 * KiB
+    max_remembered_ids: int = 65536
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_message_size",
+            "max_element_size",
+            "max_string_size",
+            "max_extensions",
+            "split_threshold",
+            "max_remembered_ids",
+        ):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.split_threshold > self.max_message_size - 64:
+            raise ValueError("split_threshold must leave room for a message header under max_message_size")
+
+
+DEFAULT_LIMITS = ProtocolLimits()

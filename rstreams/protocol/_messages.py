@@ -1,0 +1,307 @@
+"""The wire messages of rstreams wire profile v0, as values.
+
+Each class is one message of the profile (``docs/PROTOCOL.md``), named after
+the draft's message in CamelCase. They are what the codec turns into bytes and
+back, and what :class:`~rstreams.protocol.Connection` hands to the application
+for control traffic. Elements are the exception: on the hot path the
+connection never builds one object per element; it delivers runs of them as
+:class:`Elements` (see ``_batch.py``).
+
+Validation happens in ``__post_init__`` so an invalid message cannot exist: a
+local caller gets ``LocalProtocolError`` at construction; the decoder turns the
+same failure into ``RemoteProtocolError``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+from ._errors import LocalProtocolError
+
+if TYPE_CHECKING:
+    from ._batch import ElementBatch
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "MAX_ID",
+    "UNBOUNDED",
+    "MessageType",
+    "Hello",
+    "Subscribe",
+    "Request",
+    "Cancel",
+    "Subscribed",
+    "OnNext",
+    "OnComplete",
+    "OnError",
+    "OnNextPacked",
+    "OnNextPart",
+    "OnNextLastPart",
+    "Goodbye",
+    "Elements",
+    "InvalidRequest",
+    "Message",
+    "Event",
+]
+
+#: The only protocol version this implementation speaks.
+PROTOCOL_VERSION = 0
+#: Ids (subscriber and split-element ids) are unsigned and below 2**63.
+MAX_ID = 2**63 - 1
+#: Cumulative demand saturates here; a stream with this much demand is unbounded.
+UNBOUNDED = 2**63 - 1
+# The largest integer msgpack can carry; demand up to here is accepted and
+# saturates to UNBOUNDED (Reactive Streams rule 3.17).
+_MAX_WIRE_INT = 2**64 - 1
+_MIN_WIRE_INT = -(2**63)
+
+
+class MessageType(enum.IntEnum):
+    """Message codes: item 0 of every message array."""
+
+    HELLO = 0
+    SUBSCRIBE = 1
+    REQUEST = 2
+    CANCEL = 3
+    SUBSCRIBED = 4
+    ON_NEXT = 5
+    ON_COMPLETE = 6
+    ON_ERROR = 7
+    ON_NEXT_PACKED = 8
+    ON_NEXT_PART = 9
+    ON_NEXT_LAST_PART = 10
+    GOODBYE = 11
+
+
+def _check_id(name: str, value: object) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise LocalProtocolError(f"{name} must be an int in [0, 2**63), got {value!r}")
+
+
+def _check_int(name: str, value: object, low: int = _MIN_WIRE_INT, high: int = _MAX_WIRE_INT) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise LocalProtocolError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+
+
+def _check_str(name: str, value: object) -> None:
+    if type(value) is not str:
+        raise LocalProtocolError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def _check_bytes(name: str, value: object) -> None:
+    if type(value) is not bytes:
+        raise LocalProtocolError(f"{name} must be bytes, got {type(value).__name__}")
+
+
+_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_frozen
+class Hello:
+    """First message in each direction: the protocol version and extensions."""
+
+    version: int = PROTOCOL_VERSION
+    extensions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_int("version", self.version)
+        if type(self.extensions) is not tuple:
+            raise LocalProtocolError("extensions must be a tuple of ints")
+        for extension in self.extensions:
+            _check_int("extension id", extension)
+
+
+@_frozen
+class Subscribe:
+    """Ask the peer's publisher ``publisher`` for a stream with our Id ``subscriber``."""
+
+    publisher: str
+    subscriber: int
+    initial_demand: int = 0
+
+    def __post_init__(self) -> None:
+        _check_str("publisher", self.publisher)
+        _check_id("subscriber", self.subscriber)
+        _check_int("initial_demand", self.initial_demand)
+
+
+@_frozen
+class Request:
+    """Add ``demand`` to the stream ``subscriber`` (values <= 0 are a stream error, rule 3.9)."""
+
+    subscriber: int
+    demand: int
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_int("demand", self.demand)
+
+
+@_frozen
+class Cancel:
+    """Stop the stream ``subscriber``; needs no reply."""
+
+    subscriber: int
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+
+
+@_frozen
+class Subscribed:
+    """The publisher accepted; ``element_size > 0`` fixes every element's size."""
+
+    subscriber: int
+    element_size: int = 0
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_int("element_size", self.element_size, 0, MAX_ID)
+
+
+@_frozen
+class OnNext:
+    """One element."""
+
+    subscriber: int
+    element: bytes
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_bytes("element", self.element)
+
+
+@_frozen
+class OnComplete:
+    """The stream ended normally; nothing follows for this Id."""
+
+    subscriber: int
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+
+
+@_frozen
+class OnError:
+    """The stream failed with ``error``; nothing follows for this Id."""
+
+    subscriber: int
+    error: str
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_str("error", self.error)
+
+
+@_frozen
+class OnNextPacked:
+    """``count`` fixed-size elements back to back in ``messages``."""
+
+    subscriber: int
+    count: int
+    messages: bytes
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_int("count", self.count, 0, MAX_ID)
+        _check_bytes("messages", self.messages)
+
+
+@_frozen
+class OnNextPart:
+    """A non-final part of the split element ``element``."""
+
+    subscriber: int
+    element: int
+    data: bytes
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_id("element", self.element)
+        _check_bytes("data", self.data)
+
+
+@_frozen
+class OnNextLastPart:
+    """The final part of the split element ``element``; the element counts now."""
+
+    subscriber: int
+    element: int
+    data: bytes
+
+    def __post_init__(self) -> None:
+        _check_id("subscriber", self.subscriber)
+        _check_id("element", self.element)
+        _check_bytes("data", self.data)
+
+
+@_frozen
+class Goodbye:
+    """The last message in a direction; ends every stream of the connection."""
+
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        _check_str("reason", self.reason)
+
+    def response(self) -> Goodbye:
+        """The goodbye that answers this one (rule 10)."""
+        return Goodbye(reason="goodbye")
+
+
+# Connection-level events that are not single wire messages.
+
+
+@_frozen
+class Elements:
+    """A run of elements received for our subscription ``subscriber``.
+
+    Consecutive onNext, onNextPacked and joined split messages of one stream
+    arrive as one event, so the cost per element stays a few list operations.
+    """
+
+    subscriber: int
+    elements: ElementBatch
+
+
+@_frozen
+class InvalidRequest:
+    """The peer sent request(n <= 0) for our publication ``subscriber``.
+
+    The connection has already queued onError for that stream (rule 3.9) and
+    forgotten it; the application should stop the publisher.
+    """
+
+    subscriber: int
+    demand: int
+
+
+Message = Union[
+    Hello,
+    Subscribe,
+    Request,
+    Cancel,
+    Subscribed,
+    OnNext,
+    OnComplete,
+    OnError,
+    OnNextPacked,
+    OnNextPart,
+    OnNextLastPart,
+    Goodbye,
+]
+
+Event = Union[
+    Hello,
+    Subscribe,
+    Request,
+    Cancel,
+    Subscribed,
+    Elements,
+    OnComplete,
+    OnError,
+    Goodbye,
+    InvalidRequest,
+]

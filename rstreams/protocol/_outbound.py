@@ -1,0 +1,257 @@
+"""What goes out next: control first, then data fairly across streams.
+
+The draft leaves scheduling to implementations; these decisions belong to the
+protocol rather than to I/O, so they live here, deterministic and testable
+without sockets:
+
+1. **Control first.** hello, subscribe, request, cancel, subscribed, and the
+   onError that refuses a subscribe are written to a control buffer that is
+   always emitted before any data. Demand and cancellation then never wait
+   behind bulk data.
+2. **Terminal signals are not control.** A stream's onComplete / onError is
+   queued *behind* that stream's elements, so the last elements of a stream
+   are never overtaken by its end.
+3. **Deficit round-robin across streams.** Streams with queued work form a
+   ring; each visit emits up to one quantum (``split_threshold`` bytes, at
+   least one message) of that stream, then moves on. One busy stream cannot
+   starve the others.
+4. **Split large elements.** An element larger than ``split_threshold`` goes
+   out as onNextPart ... onNextLastPart, one part per visit, so other streams
+   interleave between its parts (wire-v0 rule 8).
+5. **Pack fixed-size elements.** On a stream with ``elementSize > 0``, when
+   two or more elements are queued they go out as one onNextPacked.
+
+Demand is *not* checked here: the connection takes an element's demand when
+the element is queued, so whatever sits in a queue is already allowed.
+
+Elements are queued in chunks exactly as the application handed them over
+(a list of bytes, or one packed buffer of fixed-size elements), so queueing a
+batch costs one append, and writing it costs a few byte appends per element.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ._codec import bin_header, int_bytes
+from ._demand import Demand
+from ._messages import MessageType
+from ._state import PublicationState
+
+__all__ = ["Publication", "Outbound"]
+
+_MAX_CACHED_HEADERS = 64
+
+
+class Publication:
+    """Outbound state of one stream that the peer subscribed to."""
+
+    __slots__ = (
+        "subscriber",
+        "publisher",
+        "state",
+        "demand",
+        "element_size",
+        "chunks",
+        "head",
+        "queued_count",
+        "queued_bytes",
+        "splitting",
+        "split_offset",
+        "split_id",
+        "next_element_id",
+        "terminal",
+        "scheduled",
+        "_id_bytes",
+        "_on_next_headers",
+    )
+
+    def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
+        self.subscriber = subscriber
+        self.publisher = publisher
+        self.state = PublicationState.REQUESTED
+        self.demand = Demand()
+        if demand > 0:
+            self.demand.add(demand)
+        self.element_size = 0
+        # Queued elements in the chunks the application handed over: a list of
+        # bytes, or one bytes object packing elements of element_size bytes.
+        self.chunks: deque[list[bytes] | bytes] = deque()
+        self.head = 0  # index of the next element in chunks[0]
+        self.queued_count = 0
+        self.queued_bytes = 0
+        self.splitting: memoryview | None = None  # the element being split
+        self.split_offset = 0
+        self.split_id = 0
+        self.next_element_id = 0
+        self.terminal: bytes | None = None  # onComplete/onError, after the queue
+        self.scheduled = False  # in the ready ring
+        self._id_bytes = int_bytes(subscriber)
+        self._on_next_headers: dict[int, bytes] = {}
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.queued_count or self.splitting is not None or self.terminal is not None)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued, including what is left of an element being split."""
+        split = len(self.splitting) - self.split_offset if self.splitting is not None else 0
+        return self.queued_bytes + split
+
+    def discard(self) -> int:
+        """Drop everything queued; return how many elements were dropped."""
+        dropped = self.queued_count + (1 if self.splitting is not None else 0)
+        self.chunks.clear()
+        self.head = self.queued_count = self.queued_bytes = 0
+        self.splitting = None
+        self.terminal = None
+        return dropped
+
+    def on_next_header(self, length: int) -> bytes:
+        header = self._on_next_headers.get(length)
+        if header is None:
+            header = b"\x93\x05" + self._id_bytes + bin_header(length)
+            if len(self._on_next_headers) < _MAX_CACHED_HEADERS:
+                self._on_next_headers[length] = header
+        return header
+
+    def part_header(self, code: int, element_id: int, length: int) -> bytes:
+        return b"\x94" + bytes((code,)) + self._id_bytes + int_bytes(element_id) + bin_header(length)
+
+    def packed_header(self, count: int, length: int) -> bytes:
+        return b"\x94\x08" + self._id_bytes + int_bytes(count) + bin_header(length)
+
+
+class Outbound:
+    """The outgoing side of a connection: control buffer plus the data ring."""
+
+    def __init__(self, split_threshold: int) -> None:
+        self.split_threshold = split_threshold
+        self.control = bytearray()
+        self.ready: deque[Publication] = deque()
+        # Ids whose terminal message was written since the last call.
+        self.finished: list[Publication] = []
+
+    def schedule(self, publication: Publication) -> None:
+        if not publication.scheduled:
+            publication.scheduled = True
+            self.ready.append(publication)
+
+    def enqueue(self, publication: Publication, chunk: list[bytes] | bytes, count: int, nbytes: int) -> None:
+        publication.chunks.append(chunk)
+        publication.queued_count += count
+        publication.queued_bytes += nbytes
+        self.schedule(publication)
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.control or self.ready)
+
+    def data_to_send(self, max_bytes: int) -> bytearray:
+        out = self.control
+        self.control = bytearray()
+        ready = self.ready
+        quantum = self.split_threshold
+        while ready and len(out) < max_bytes:
+            publication = ready.popleft()
+            self._emit(publication, out, len(out) + quantum)
+            if publication.has_work and publication.state is not PublicationState.DONE:
+                ready.append(publication)
+            else:
+                publication.scheduled = False
+        return out
+
+    def _emit(self, pub: Publication, out: bytearray, limit: int) -> None:
+        threshold = self.split_threshold
+        while len(out) < limit:
+            if pub.splitting is not None:
+                self._emit_part(pub, out)
+                continue
+            if not pub.queued_count:
+                if pub.terminal is not None:
+                    out += pub.terminal
+                    pub.terminal = None
+                    pub.state = PublicationState.DONE
+                    self.finished.append(pub)
+                return
+            chunk = pub.chunks[0]
+            head = pub.head
+            size = pub.element_size
+            if type(chunk) is bytes:
+                # A packed chunk: emit as many elements as fit in one message.
+                available = len(chunk) // size - head
+                fit = max(1, (limit - len(out)) // size)
+                count = min(available, fit)
+                if count == 1:
+                    element = chunk[head * size : (head + 1) * size]
+                    out += pub.on_next_header(size)
+                    out += element
+                else:
+                    data = chunk[head * size : (head + count) * size]
+                    out += pub.packed_header(count, len(data))
+                    out += data
+                taken, nbytes = count, count * size
+                head += count
+                exhausted = head * size >= len(chunk)
+            else:
+                assert isinstance(chunk, list)
+                end = len(chunk)
+                if size and pub.queued_count >= 2 and end - head >= 2:
+                    count = min(end - head, max(2, (limit - len(out)) // size))
+                    data = b"".join(chunk[head : head + count])
+                    out += pub.packed_header(count, len(data))
+                    out += data
+                    taken, nbytes = count, len(data)
+                    head += count
+                else:
+                    nbytes = 0
+                    start = head
+                    headers = pub._on_next_headers
+                    while head < end:
+                        element = chunk[head]
+                        length = len(element)
+                        if length > threshold:
+                            if head == start:
+                                # Start splitting this element; it leaves the
+                                # queue now and goes out part by part.
+                                pub.splitting = memoryview(element)
+                                pub.split_offset = 0
+                                pub.split_id = pub.next_element_id
+                                pub.next_element_id += 1
+                                head += 1
+                                nbytes += length
+                            break
+                        header = headers.get(length)
+                        if header is None:
+                            header = pub.on_next_header(length)
+                        out += header
+                        out += element
+                        nbytes += length
+                        head += 1
+                        if len(out) >= limit:
+                            break
+                    taken = head - start
+                exhausted = head >= end
+            pub.queued_count -= taken
+            pub.queued_bytes -= nbytes
+            if exhausted:
+                pub.chunks.popleft()
+                pub.head = 0
+            else:
+                pub.head = head
+
+    def _emit_part(self, pub: Publication, out: bytearray) -> None:
+        element = pub.splitting
+        assert element is not None
+        offset = pub.split_offset
+        end = offset + self.split_threshold
+        if end >= len(element):
+            code = MessageType.ON_NEXT_LAST_PART
+            end = len(element)
+            pub.splitting = None
+        else:
+            code = MessageType.ON_NEXT_PART
+            pub.split_offset = end
+        out += pub.part_header(code, pub.split_id, end - offset)
+        out += element[offset:end]
