@@ -51,6 +51,11 @@ class ElementBatch(Sequence[bytes]):
         return self._packed
 
     @property
+    def items(self) -> list[bytes] | None:
+        """The list of elements (do not modify), or None for a packed batch."""
+        return self._items
+
+    @property
     def element_size(self) -> int:
         """Size of each element of a packed batch (0 for a list batch)."""
         return self._element_size

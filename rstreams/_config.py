@@ -1,0 +1,50 @@
+"""Session settings: every limit and timeout, named and explained, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .protocol import DEFAULT_LIMITS, ProtocolLimits
+
+__all__ = ["SessionConfig", "DEFAULT_CONFIG"]
+
+KiB = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionConfig:
+    """How a session reads, writes, buffers and gives up.
+
+    Attributes:
+        limits: what the peer may send, and how elements are split.
+        handshake_timeout: seconds to wait for the peer's hello; a peer that
+            stays silent longer is sent goodbye and dropped.
+        drain_timeout: on a graceful close, seconds to keep writing queued
+            elements before the goodbye (what is still queued then is
+            dropped and counted in ``statistics().elements_dropped``).
+        goodbye_timeout: seconds to wait for the peer's goodbye after ours.
+        read_size: bytes asked of the transport per receive.
+        write_size: about how many bytes the writer coalesces per send.
+        max_queued_bytes: per publication, bytes queued but not yet written
+            before ``sink.send`` waits: with demand, this bounds the memory a
+            fast publisher can pin behind a slow connection.
+    """
+
+    limits: ProtocolLimits = field(default_factory=lambda: DEFAULT_LIMITS)
+    handshake_timeout: float = 10.0
+    drain_timeout: float = 5.0
+    goodbye_timeout: float = 5.0
+    read_size: int = 256 * KiB
+    write_size: int = 256 * KiB
+    max_queued_bytes: int = 256 * KiB
+
+    def __post_init__(self) -> None:
+        for name in ("handshake_timeout", "drain_timeout", "goodbye_timeout"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        for name in ("read_size", "write_size", "max_queued_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+
+DEFAULT_CONFIG = SessionConfig()

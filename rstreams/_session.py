@@ -1,0 +1,555 @@
+"""A session: one protocol connection over one trio stream, and its tasks.
+
+Who owns what
+-------------
+A session owns a nursery holding exactly these tasks:
+
+* the **reader**: receives bytes, feeds the sans-I/O ``Connection``, and
+  dispatches its events *synchronously* (append to a subscription's buffer,
+  set an event, cancel a scope). It never waits on application code.
+* the **writer**: the only task that writes. It sleeps until something is
+  queued, then writes what ``Connection.data_to_send`` chooses (control
+  first, then data round-robin across streams, split and packed), many
+  messages per ``send_all``.
+* one task per **publication** (a peer's subscription to one of our
+  publishers), each in its own cancel scope, so a cancel from the peer is
+  ``scope.cancel()``.
+* the **manager**, which waits for a reason to close and then runs the close
+  sequence. Every way a session can end (our ``aclose``, the peer's goodbye,
+  a protocol error, a lost connection, a handshake timeout) is a request to
+  the manager, so the policy lives in one place: :meth:`Session._close_sequence`.
+
+Nothing here blocks on the peer without a bound: the handshake, the drain
+before goodbye, and the wait for the peer's goodbye all have timeouts.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from ._codecs import CodecLike, resolve_codec
+from ._config import DEFAULT_CONFIG, SessionConfig
+from ._errors import (
+    PublisherError,
+    RemoteProtocolError,
+    SessionBroken,
+    SessionClosed,
+    UnknownPublisher,
+)
+from ._publish import Route, Router, Sink, SubscribeRequest
+from ._subscribe import Subscription
+from .protocol import (
+    Cancel,
+    Connection,
+    Elements,
+    Goodbye,
+    Hello,
+    InvalidRequest,
+    OnComplete,
+    OnError,
+    Request,
+    Subscribe,
+    Subscribed,
+)
+
+__all__ = ["Session", "SessionStatistics", "open_stream_session"]
+
+logger = logging.getLogger("rstreams")
+
+_TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
+# How long a forced close may spend saying goodbye on its way out.
+_CLOSE_TRANSPORT_TIMEOUT = 1.0
+
+
+class _CloseKind(enum.Enum):
+    LOCAL = "local"  # aclose(): drain, goodbye, wait for the peer's goodbye
+    PEER_GOODBYE = "peer goodbye"  # answer goodbye and close
+    PROTOCOL_ERROR = "protocol error"  # goodbye is queued; flush it and close
+    HANDSHAKE_TIMEOUT = "handshake timeout"
+    LOST = "lost"  # the transport failed: nothing more can be written
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatistics:
+    """A snapshot of one session.
+
+    Attributes:
+        state: the protocol connection's state name.
+        subscriptions: our open subscriptions to the peer.
+        publications: the peer's open subscriptions to our publishers.
+        bytes_received / bytes_sent: transport bytes so far.
+        elements_dropped: queued elements a goodbye discarded.
+        close_reason: why the session closed (None while open).
+    """
+
+    state: str
+    subscriptions: int
+    publications: int
+    bytes_received: int
+    bytes_sent: int
+    elements_dropped: int
+    close_reason: str | None
+
+
+class _PublicationHandle:
+    """The session's side of one publication: its task's scope and waiter."""
+
+    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "_waiter")
+
+    def __init__(self, session: Session, subscriber: int, element_size: int) -> None:
+        self.session = session
+        self.subscriber = subscriber
+        self.element_size = element_size
+        self.scope = trio.CancelScope()
+        self.closed = False
+        self._waiter: trio.Event | None = None
+
+    async def wait_for_room(self) -> None:
+        waiter = self._waiter = trio.Event()
+        self.session._room_waiters.add(self)
+        try:
+            await waiter.wait()
+        finally:
+            self.session._room_waiters.discard(self)
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            waiter.set()
+
+    def stop(self) -> None:
+        self.closed = True
+        self.scope.cancel()
+        self.wake()
+
+
+class Session(trio.abc.AsyncResource):
+    """One rstreams connection: subscribe to the peer, serve it publishers.
+
+    Create one with :func:`rstreams.open_session` (client),
+    :func:`open_stream_session` (any ``trio.abc.Stream``), or let
+    :func:`rstreams.serve_tcp` create one per connection (server).
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        app: Router | None = None,
+        config: SessionConfig = DEFAULT_CONFIG,
+    ) -> None:
+        self.config = config
+        self.app = app
+        self._stream = stream
+        self._conn = Connection(limits=config.limits)
+        self._nursery: trio.Nursery | None = None
+        self._subscriptions: dict[int, Subscription] = {}
+        self._publications: dict[int, _PublicationHandle] = {}
+        self._room_waiters: set[_PublicationHandle] = set()
+        self._writer_wakeup = trio.Event()
+        self._writer_idle: trio.Event | None = None
+        self._writing = False
+        self._close_requested = trio.Event()
+        self._close_kind: _CloseKind | None = None
+        self._close_reason: str | None = None
+        self._stream_error: BaseException | None = None
+        self._reader_done = trio.Event()
+        self._writer_done = trio.Event()
+        self._closed = trio.Event()
+        self._stream_closed = False
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._dropped = 0
+
+    # ---- life cycle --------------------------------------------------
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # The session's own nursery, one level below the caller's: the
+        # manager cancels it to stop the session's tasks without touching the
+        # code in the caller's ``async with`` block.
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._manager)
+            nursery.start_soon(self._reader)
+            nursery.start_soon(self._writer)
+            task_status.started()
+
+    @property
+    def closed(self) -> bool:
+        """True once the session has fully closed."""
+        return self._closed.is_set()
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the session closed or is closing (None while open)."""
+        return self._close_reason
+
+    async def wait_closed(self) -> None:
+        """Wait until the session has closed, for whatever reason."""
+        await self._closed.wait()
+
+    async def aclose(self, reason: str = "goodbye") -> None:
+        """Close gracefully: drain queued elements, say goodbye, close.
+
+        Queued elements are written for up to ``config.drain_timeout``
+        seconds (what is left then is dropped and counted in
+        ``statistics().elements_dropped``); then goodbye goes out, every
+        stream ends, and the peer's goodbye is awaited for up to
+        ``config.goodbye_timeout``. Idempotent.
+
+        Cancellation: if cancelled, the transport is closed forcefully at
+        once. Always checkpoints.
+        """
+        self._request_close(_CloseKind.LOCAL, reason)
+        try:
+            await self._closed.wait()
+        except BaseException:
+            self._force_close()
+            raise
+
+    def _force_close(self) -> None:
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def _request_close(self, kind: _CloseKind, reason: str, error: BaseException | None = None) -> None:
+        if self._close_kind is not None:
+            return
+        self._close_kind = kind
+        self._close_reason = reason
+        self._stream_error = error
+        self._close_requested.set()
+
+    async def _manager(self) -> None:
+        try:
+            await self._close_requested.wait()
+            await self._close_sequence()
+        finally:
+            # Also reached when the session's nursery is cancelled from
+            # outside: then the close is forced, but still complete.
+            if not self._stream_closed:
+                self._stream_closed = True
+                await trio.aclose_forcefully(self._stream)
+            if self._close_reason is None:
+                self._close_reason = "session cancelled"
+            self._end_streams(SessionClosed(self._close_reason, by_peer=False))
+            self._closed.set()
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
+
+    async def _close_sequence(self) -> None:
+        kind = self._close_kind
+        reason = self._close_reason or ""
+        conn = self._conn
+        if kind is _CloseKind.LOCAL:
+            for handle in self._publications.values():
+                handle.closed = True  # no new elements; what is queued drains
+            with trio.move_on_after(self.config.drain_timeout):
+                await self._wait_drained()
+        stream_error: BaseException
+        if kind is _CloseKind.LOCAL:
+            stream_error = SessionClosed(reason, by_peer=False)
+        elif kind is _CloseKind.PEER_GOODBYE:
+            stream_error = SessionClosed(reason, by_peer=True)
+        elif kind is _CloseKind.LOST:
+            stream_error = SessionBroken(reason)
+            stream_error.__cause__ = self._stream_error
+        else:
+            stream_error = SessionClosed(reason, by_peer=False)
+            stream_error.__cause__ = self._stream_error
+        if kind is not _CloseKind.LOST and not conn.goodbye_sent:
+            goodbye = reason if kind is not _CloseKind.PEER_GOODBYE else "goodbye"
+            dropped = conn.send_goodbye(goodbye)
+            if dropped:
+                logger.warning("session closing: %d queued elements dropped after the drain timeout", dropped)
+            self._dropped += dropped
+        self._end_streams(stream_error)
+        self._wake_writer()
+        if kind is not _CloseKind.LOST:
+            with trio.move_on_after(self.config.goodbye_timeout):
+                await self._writer_done.wait()
+                if kind is _CloseKind.LOCAL:
+                    await self._reader_done.wait()  # the peer's goodbye, or EOF
+        with trio.move_on_after(_CLOSE_TRANSPORT_TIMEOUT):
+            try:
+                await self._stream.aclose()
+                self._stream_closed = True
+            except _TRANSPORT_ERRORS:
+                pass
+
+    def _end_streams(self, error: BaseException) -> None:
+        for subscription in list(self._subscriptions.values()):
+            subscription._on_end(error)
+        self._subscriptions.clear()
+        for handle in list(self._publications.values()):
+            handle.stop()
+        self._publications.clear()
+        for handle in list(self._room_waiters):
+            handle.wake()
+
+    # ---- writer ---------------------------------------------------------
+
+    def _wake_writer(self) -> None:
+        self._writer_wakeup.set()
+
+    async def _wait_drained(self) -> None:
+        while (self._conn.has_data_to_send or self._writing) and not self._writer_done.is_set():
+            idle = self._writer_idle = trio.Event()
+            self._wake_writer()
+            await idle.wait()
+
+    async def _writer(self) -> None:
+        conn = self._conn
+        stream = self._stream
+        write_size = self.config.write_size
+        max_queued = self.config.max_queued_bytes
+        try:
+            while True:
+                while not conn.has_data_to_send:
+                    if conn.goodbye_sent:
+                        return
+                    idle = self._writer_idle
+                    if idle is not None:
+                        self._writer_idle = None
+                        idle.set()
+                    await self._writer_wakeup.wait()
+                    self._writer_wakeup = trio.Event()
+                # Choose what to send as late as possible (trio's advice for
+                # protocols that decide late), then send it all at once.
+                await stream.wait_send_all_might_not_block()
+                data = conn.data_to_send(write_size)
+                if not data:
+                    continue
+                self._writing = True
+                await stream.send_all(data)
+                self._writing = False
+                self._bytes_out += len(data)
+                if self._room_waiters:
+                    for handle in list(self._room_waiters):
+                        if conn.queued_bytes(handle.subscriber) < max_queued:
+                            handle.wake()
+        except _TRANSPORT_ERRORS as exc:
+            self._request_close(_CloseKind.LOST, f"connection lost while writing: {exc or type(exc).__name__}", exc)
+        finally:
+            self._writing = False
+            self._writer_done.set()
+            idle = self._writer_idle
+            if idle is not None:
+                idle.set()
+
+    # ---- reader ---------------------------------------------------------
+
+    async def _reader(self) -> None:
+        try:
+            with trio.move_on_after(self.config.handshake_timeout):
+                while self._conn.peer_hello is None:
+                    if not await self._receive_once():
+                        return
+            if self._conn.peer_hello is None:
+                timeout = self.config.handshake_timeout
+                self._request_close(_CloseKind.HANDSHAKE_TIMEOUT, f"handshake timeout: no hello within {timeout:g} s")
+                return
+            while await self._receive_once():
+                pass
+        except _TRANSPORT_ERRORS as exc:
+            if self._close_kind is None:
+                self._request_close(_CloseKind.LOST, f"connection lost: {exc or type(exc).__name__}", exc)
+        finally:
+            self._reader_done.set()
+
+    async def _receive_once(self) -> bool:
+        """Receive and dispatch one read; False when reading is over."""
+        data = await self._stream.receive_some(self.config.read_size)
+        if not data:
+            if self._close_kind is None:
+                self._request_close(_CloseKind.LOST, "connection closed by the peer without goodbye")
+            return False
+        self._bytes_in += len(data)
+        conn = self._conn
+        conn.receive_data(data)
+        try:
+            while True:
+                events = conn.events()
+                if not events:
+                    break
+                self._dispatch(events)
+        except RemoteProtocolError as exc:
+            logger.warning("closing the session: %s", exc.goodbye_reason)
+            self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
+            self._wake_writer()
+            return False
+        if conn.has_data_to_send:
+            self._wake_writer()
+        return conn.goodbye_received is None
+
+    def _dispatch(self, events: list[Any]) -> None:
+        subscriptions = self._subscriptions
+        for event in events:
+            if type(event) is Elements:
+                subscription = subscriptions.get(event.subscriber)
+                if subscription is not None:
+                    subscription._on_elements(event.elements)
+            elif type(event) is Request:
+                handle = self._publications.get(event.subscriber)
+                if handle is not None:
+                    handle.wake()
+            elif type(event) is Subscribed:
+                subscription = subscriptions.get(event.subscriber)
+                if subscription is not None:
+                    subscription._on_subscribed(event.element_size)
+            elif type(event) is OnComplete:
+                subscription = subscriptions.pop(event.subscriber, None)
+                if subscription is not None:
+                    subscription._on_end(None)
+            elif type(event) is OnError:
+                subscription = subscriptions.pop(event.subscriber, None)
+                if subscription is not None:
+                    subscription._on_end(self._publisher_error(subscription, event.error))
+            elif type(event) is Subscribe:
+                self._start_publication(event)
+            elif type(event) is Cancel or type(event) is InvalidRequest:
+                handle = self._publications.pop(event.subscriber, None)
+                if handle is not None:
+                    handle.stop()
+            elif type(event) is Goodbye:
+                self._request_close(_CloseKind.PEER_GOODBYE, event.reason or "goodbye")
+            elif type(event) is Hello:
+                pass
+
+    @staticmethod
+    def _publisher_error(subscription: Subscription, message: str) -> PublisherError:
+        if not subscription._subscribed and message.startswith("no such publisher"):
+            return UnknownPublisher(subscription.name, message)
+        return PublisherError(message)
+
+    # ---- publications -----------------------------------------------
+
+    def _start_publication(self, event: Subscribe) -> None:
+        conn = self._conn
+        name = event.publisher
+        subscriber = event.subscriber
+        route: Route | None = None
+        try:
+            path, params = SubscribeRequest.parse_name(name)
+        except ValueError:
+            conn.fail(subscriber, f"bad publisher name: {name}")
+            return
+        if self._close_kind is not None:
+            conn.fail(subscriber, "session closing")
+            return
+        if self.app is not None:
+            route = self.app.resolve(path)
+        if route is None:
+            conn.fail(subscriber, f"no such publisher: {name}")
+            return
+        handle = _PublicationHandle(self, subscriber, route.element_size)
+        self._publications[subscriber] = handle
+        conn.accept(subscriber, route.element_size)
+        request = SubscribeRequest(name=name, path=path, params=params, session=self, subscriber=subscriber)
+        sink = Sink(handle, resolve_codec(route.codec))
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_publication, handle, route, sink, request, name=f"publisher {name}")
+
+    async def _run_publication(self, handle: _PublicationHandle, route: Route, sink: Sink, request: SubscribeRequest) -> None:
+        conn = self._conn
+        subscriber = handle.subscriber
+        with handle.scope:
+            try:
+                await route.run(sink, request)
+            except Exception as exc:
+                logger.warning("publisher %r failed; sending onError", request.name, exc_info=True)
+                if conn.is_publishing(subscriber) and self._publications.get(subscriber) is handle:
+                    conn.fail(subscriber, str(exc) or type(exc).__name__)
+            else:
+                if conn.is_publishing(subscriber) and self._publications.get(subscriber) is handle:
+                    conn.complete(subscriber)
+            finally:
+                if self._publications.get(subscriber) is handle:
+                    del self._publications[subscriber]
+                self._wake_writer()
+
+    # ---- subscriptions ----------------------------------------------
+
+    def subscribe(self, name: str, *, prefetch: int = 32, codec: CodecLike = None) -> Subscription:
+        """Subscribe to the peer's publisher ``name`` (use with ``async with``).
+
+        Args:
+            name: the publisher name, e.g. ``"range?count=100"``.
+            prefetch: elements kept requested ahead of the application, topped
+                up automatically; 0 for manual demand with ``sub.request(n)``.
+            codec: how to decode elements ("raw", "msgpack", "json", a Codec).
+
+        Entering the returned subscription sends subscribe and waits for the
+        answer; it raises ``UnknownPublisher`` / ``PublisherError`` if the
+        publisher refuses, and ``SessionClosed`` if the session ends first.
+        """
+        return Subscription(self, name, prefetch=prefetch, codec=codec)
+
+    def _open_subscription(self, subscription: Subscription, initial_demand: int) -> int:
+        if self._close_kind is not None:
+            raise SessionClosed(self._close_reason or "closed", by_peer=self._close_kind is not _CloseKind.LOCAL)
+        subscriber = self._conn.subscribe(subscription.name, initial_demand)
+        self._subscriptions[subscriber] = subscription
+        self._wake_writer()
+        return subscriber
+
+    def _cancel_subscription(self, subscription: Subscription) -> None:
+        assert subscription.subscriber is not None
+        if self._subscriptions.pop(subscription.subscriber, None) is not None:
+            self._conn.cancel(subscription.subscriber)
+            self._wake_writer()
+
+    def _request(self, subscriber: int, n: int) -> None:
+        if subscriber in self._subscriptions:
+            self._conn.request(subscriber, n)
+            self._wake_writer()
+
+    # ---- introspection --------------------------------------------------
+
+    def statistics(self) -> SessionStatistics:
+        """A snapshot of this session."""
+        return SessionStatistics(
+            state=self._conn.state.name,
+            subscriptions=len(self._subscriptions),
+            publications=len(self._publications),
+            bytes_received=self._bytes_in,
+            bytes_sent=self._bytes_out,
+            elements_dropped=self._dropped,
+            close_reason=self._close_reason,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Session {self._conn.state.name}>"
+
+
+@asynccontextmanager
+async def open_stream_session(
+    stream: trio.abc.Stream,
+    *,
+    app: Router | None = None,
+    config: SessionConfig = DEFAULT_CONFIG,
+) -> AsyncIterator[Session]:
+    """Run a session over an already connected ``trio.abc.Stream``.
+
+    The session owns the stream and closes it on exit: gracefully (goodbye)
+    when the block ends normally or with an exception, forcefully when the
+    block is cancelled.
+
+    Args:
+        app: publishers to serve to the peer (the protocol is symmetric: a
+            client may publish too).
+    """
+    session = Session(stream, app=app, config=config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(session._run)
+        try:
+            yield session
+        finally:
+            await session.aclose()
