@@ -21,7 +21,7 @@ from ._errors import (
     UnknownPublisher,
 )
 from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, publisher_from_async_gen
-from ._serve import serve_stream, serve_tcp
+from ._serve import Server, listener_port, serve_stream, serve_tcp
 from ._session import Session, SessionStatistics, open_stream_session
 from ._subscribe import Subscription, SubscriptionStatistics
 from ._transport import Endpoint, parse_url
@@ -45,6 +45,7 @@ __all__ = [
     "Route",
     "Router",
     "Session",
+    "Server",
     "SessionBroken",
     "SessionClosed",
     "SessionConfig",
@@ -58,6 +59,7 @@ __all__ = [
     "UnknownPublisher",
     "__version__",
     "open_session",
+    "listener_port",
     "open_stream_session",
     "parse_url",
     "publisher_from_async_gen",

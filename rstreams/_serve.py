@@ -1,4 +1,10 @@
-"""Server entry points: serve an app over any stream, or over TCP / TLS."""
+"""Server entry points: serve an app over any stream, or over TCP / TLS.
+
+A :class:`Server` keeps track of its live sessions so that shutting down is
+graceful: stop accepting, say goodbye on every session (each drains what it
+has queued first, within its drain timeout), then close. ``serve_tcp`` is the
+one-call form for when no graceful shutdown is needed beyond cancellation.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +16,118 @@ import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._publish import Router
-from ._session import open_stream_session
+from ._session import Session, open_stream_session
 from .protocol import Connection
 
-__all__ = ["serve_stream", "serve_tcp"]
+__all__ = ["Server", "serve_stream", "serve_tcp"]
 
 logger = logging.getLogger("rstreams")
 
+Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
 
-async def serve_stream(app: Router, stream: trio.abc.Stream, *, config: SessionConfig = DEFAULT_CONFIG) -> None:
-    """Serve ``app`` over one connected stream until the session closes.
 
-    A misbehaving peer ends only this session; nothing escapes from here but
-    cancellation.
+class Server:
+    """Serves an app to every connection, and can close them all gracefully.
+
+    Example::
+
+        server = rstreams.Server(app)
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 9000)
+            ...
+            await server.aclose()       # goodbye to every session
+            nursery.cancel_scope.cancel()
+
+    Args:
+        app: the publishers to serve.
+        config: settings of each session.
+        max_connections: at most this many sessions at once; a connection
+            beyond it is answered hello + goodbye ("server busy") and closed.
     """
-    try:
-        async with open_stream_session(stream, app=app, config=config) as session:
-            await session.wait_closed()
-    except Exception:
-        logger.exception("session ended with an unexpected error")
+
+    def __init__(
+        self,
+        app: Router,
+        *,
+        config: SessionConfig = DEFAULT_CONFIG,
+        max_connections: int | None = None,
+    ) -> None:
+        if max_connections is not None and max_connections <= 0:
+            raise ValueError("max_connections must be positive")
+        self.app = app
+        self.config = config
+        self.max_connections = max_connections
+        self._sessions: set[Session] = set()
+        self._closing = False
+
+    @property
+    def sessions(self) -> frozenset[Session]:
+        """The sessions open right now."""
+        return frozenset(self._sessions)
+
+    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        """Serve one connected stream until its session closes.
+
+        A misbehaving peer ends only this session; nothing escapes from here
+        but cancellation.
+        """
+        if self._closing:
+            await _refuse(stream, "server shutting down")
+            return
+        if self.max_connections is not None and len(self._sessions) >= self.max_connections:
+            await _refuse(stream, f"server busy: {self.max_connections} connections already open")
+            return
+        try:
+            async with open_stream_session(stream, app=self.app, config=self.config) as session:
+                self._sessions.add(session)
+                try:
+                    await session.wait_closed()
+                finally:
+                    self._sessions.discard(session)
+        except Exception:
+            logger.exception("session ended with an unexpected error")
+
+    async def serve_tcp(
+        self,
+        host: str | None,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        handler_nursery: trio.Nursery | None = None,
+        task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Accept TCP (or TLS, with ``ssl_context``) connections until cancelled.
+
+        Use ``await nursery.start(server.serve_tcp, "127.0.0.1", 0)``: it
+        returns the listeners, so port 0 lets the kernel pick (read it with
+        :func:`listener_port`).
+        """
+        tcp_listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners: list[Listener]
+        if ssl_context is not None:
+            listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
+        else:
+            listeners = list(tcp_listeners)
+        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)  # type: ignore[arg-type]
+
+    async def aclose(self, reason: str = "server shutting down") -> None:
+        """Say goodbye on every session and wait until they have closed.
+
+        New connections are refused from now on. Each session drains its
+        queued elements first (bounded by its drain timeout). Cancellation:
+        the sessions still open are closed forcefully.
+        """
+        self._closing = True
+        async with trio.open_nursery() as nursery:
+            for session in list(self._sessions):
+                nursery.start_soon(session.aclose, reason)
+
+
+def listener_port(listener: Listener) -> int:
+    """The TCP port a listener returned by ``serve_tcp`` is bound to."""
+    if isinstance(listener, trio.SSLListener):
+        listener = listener.transport_listener
+    return int(listener.socket.getsockname()[1])
 
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
@@ -43,6 +142,11 @@ async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
     await trio.aclose_forcefully(stream)
 
 
+async def serve_stream(app: Router, stream: trio.abc.Stream, *, config: SessionConfig = DEFAULT_CONFIG) -> None:
+    """Serve ``app`` over one connected stream until the session closes."""
+    await Server(app, config=config).serve_stream(stream)
+
+
 async def serve_tcp(
     app: Router,
     host: str | None,
@@ -52,14 +156,13 @@ async def serve_tcp(
     config: SessionConfig = DEFAULT_CONFIG,
     max_connections: int | None = None,
     handler_nursery: trio.Nursery | None = None,
-    task_status: trio.TaskStatus[list[trio.SocketListener | trio.SSLListener[trio.SocketStream]]] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve ``app`` on TCP (or TLS, with ``ssl_context``) until cancelled.
 
     Use ``await nursery.start(serve_tcp, app, "127.0.0.1", 0)``: it returns
-    the listeners, so port 0 lets the kernel pick (read it from
-    ``listeners[0].socket.getsockname()``, or ``.transport_listener.socket``
-    for TLS).
+    the listeners (see :func:`listener_port`). For a graceful shutdown with
+    goodbye to every session, use :class:`Server`.
 
     Args:
         host: the address to bind (None: all interfaces).
@@ -67,26 +170,5 @@ async def serve_tcp(
             beyond it is answered hello + goodbye ("server busy") and closed.
         handler_nursery: where per-connection tasks run (default: inside).
     """
-    tcp_listeners = await trio.open_tcp_listeners(port, host=host)
-    listeners: list[trio.SocketListener | trio.SSLListener[trio.SocketStream]]
-    if ssl_context is not None:
-        listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
-    else:
-        listeners = list(tcp_listeners)
-    limiter = trio.CapacityLimiter(max_connections) if max_connections else None
-
-    async def handle(stream: trio.abc.Stream) -> None:
-        if limiter is None:
-            await serve_stream(app, stream, config=config)
-            return
-        try:
-            limiter.acquire_nowait()
-        except trio.WouldBlock:
-            await _refuse(stream, f"server busy: {max_connections} connections already open")
-            return
-        try:
-            await serve_stream(app, stream, config=config)
-        finally:
-            limiter.release()
-
-    await trio.serve_listeners(handle, listeners, handler_nursery=handler_nursery, task_status=task_status)  # type: ignore[arg-type]
+    server = Server(app, config=config, max_connections=max_connections)
+    await server.serve_tcp(host, port, ssl_context, handler_nursery=handler_nursery, task_status=task_status)
