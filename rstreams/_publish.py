@@ -296,9 +296,15 @@ class Route:
     publisher: PublisherFunction
     element_size: int = 0
     codec: CodecLike = None
+    # Whether the publisher takes the request: looked up once here, because
+    # inspect.signature costs more than a whole subscribe round trip.
+    takes_request: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "takes_request", _takes_request(self.publisher))
 
     async def run(self, sink: Sink, request: SubscribeRequest) -> None:
-        if _takes_request(self.publisher):
+        if self.takes_request:
             await self.publisher(sink, request)
         else:
             await self.publisher(sink)

@@ -108,7 +108,7 @@ class Server:
             listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
         else:
             listeners = list(tcp_listeners)
-        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)  # type: ignore[arg-type]
+        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def aclose(self, reason: str = "server shutting down") -> None:
         """Say goodbye on every session and wait until they have closed.
@@ -125,9 +125,9 @@ class Server:
 
 def listener_port(listener: Listener) -> int:
     """The TCP port a listener returned by ``serve_tcp`` is bound to."""
-    if isinstance(listener, trio.SSLListener):
-        listener = listener.transport_listener
-    return int(listener.socket.getsockname()[1])
+    transport = listener.transport_listener if isinstance(listener, trio.SSLListener) else listener
+    assert isinstance(transport, trio.SocketListener)
+    return int(transport.socket.getsockname()[1])
 
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:

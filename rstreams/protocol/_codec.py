@@ -70,7 +70,8 @@ _packer = msgpack.Packer(use_bin_type=True)
 
 def int_bytes(value: int) -> bytes:
     """The msgpack encoding of one integer."""
-    return _packer.pack(value)
+    encoded: bytes = _packer.pack(value)
+    return encoded
 
 
 _BIN8_HEADERS = tuple(bytes((0xC4, n)) for n in range(256))
@@ -118,7 +119,8 @@ def encode(message: Message) -> bytes:
         code, fields = MessageType.GOODBYE, (message.reason,)
     else:
         raise LocalProtocolError(f"not a protocol message: {message!r}")
-    return _packer.pack((int(code), *fields))
+    encoded: bytes = _packer.pack((int(code), *fields))
+    return encoded
 
 
 def new_unpacker(limits: ProtocolLimits = DEFAULT_LIMITS) -> msgpack.Unpacker:

@@ -95,10 +95,9 @@ def _check_bytes(name: str, value: object) -> None:
         raise LocalProtocolError(f"{name} must be bytes, got {type(value).__name__}")
 
 
-_frozen = dataclass(frozen=True, slots=True, kw_only=True)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Hello:
     """First message in each direction: the protocol version and extensions."""
 
@@ -113,7 +112,7 @@ class Hello:
             _check_int("extension id", extension)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Subscribe:
     """Ask the peer's publisher ``publisher`` for a stream with our Id ``subscriber``."""
 
@@ -127,7 +126,7 @@ class Subscribe:
         _check_int("initial_demand", self.initial_demand)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Request:
     """Add ``demand`` to the stream ``subscriber`` (values <= 0 are a stream error, rule 3.9)."""
 
@@ -139,7 +138,7 @@ class Request:
         _check_int("demand", self.demand)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel:
     """Stop the stream ``subscriber``; needs no reply."""
 
@@ -149,7 +148,7 @@ class Cancel:
         _check_id("subscriber", self.subscriber)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Subscribed:
     """The publisher accepted; ``element_size > 0`` fixes every element's size."""
 
@@ -161,7 +160,7 @@ class Subscribed:
         _check_int("element_size", self.element_size, 0, MAX_ID)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OnNext:
     """One element."""
 
@@ -173,7 +172,7 @@ class OnNext:
         _check_bytes("element", self.element)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OnComplete:
     """The stream ended normally; nothing follows for this Id."""
 
@@ -183,7 +182,7 @@ class OnComplete:
         _check_id("subscriber", self.subscriber)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OnError:
     """The stream failed with ``error``; nothing follows for this Id."""
 
@@ -195,7 +194,7 @@ class OnError:
         _check_str("error", self.error)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OnNextPacked:
     """``count`` fixed-size elements back to back in ``messages``."""
 
@@ -209,7 +208,7 @@ class OnNextPacked:
         _check_bytes("messages", self.messages)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OnNextPart:
     """A non-final part of the split element ``element``."""
 
@@ -223,7 +222,7 @@ class OnNextPart:
         _check_bytes("data", self.data)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OnNextLastPart:
     """The final part of the split element ``element``; the element counts now."""
 
@@ -237,7 +236,7 @@ class OnNextLastPart:
         _check_bytes("data", self.data)
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Goodbye:
     """The last message in a direction; ends every stream of the connection."""
 
@@ -254,7 +253,7 @@ class Goodbye:
 # Connection-level events that are not single wire messages.
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Elements:
     """A run of elements received for our subscription ``subscriber``.
 
@@ -266,7 +265,7 @@ class Elements:
     elements: ElementBatch
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InvalidRequest:
     """The peer sent request(n <= 0) for our publication ``subscriber``.
 
