@@ -210,7 +210,8 @@ class Sink:
             return 0
         await self.wait_demand()
         count = min(len(values), self._room())
-        batch = list(values[:count]) if count < len(values) or type(values) is not list else values
+        # The connection copies what it queues, so the whole list can go as is.
+        batch = values if count == len(values) else values[:count]
         if self._codec is not None:
             encode = self._codec.encode
             batch = [encode(value) for value in batch]

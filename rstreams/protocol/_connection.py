@@ -598,14 +598,21 @@ class Connection:
         if publication.state is not PublicationState.ACTIVE:
             self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
         self._check_can_send()
-        chunk = elements if type(elements) is list else list(elements)
         size = publication.element_size
+        chunk: list[bytes] | bytes
         if size:
-            lengths = set(map(len, chunk))
-            if lengths != {size}:
-                raise LocalProtocolError(f"elements of {sorted(lengths)} bytes on a stream with element_size {size}")
-            nbytes = size * count
+            # Fixed-size elements are joined now: one type and size check for
+            # the whole run, and the scheduler then sends them packed.
+            try:
+                chunk = b"".join(elements)
+            except TypeError:
+                raise LocalProtocolError("elements must be bytes") from None
+            if len(chunk) != size * count or set(map(len, elements)) != {size}:
+                lengths = sorted(set(map(len, elements)))
+                raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
+            nbytes = len(chunk)
         else:
+            chunk = list(elements)  # our own copy: the caller may reuse its list
             for element in chunk:
                 if type(element) is not bytes:
                     raise LocalProtocolError(f"elements must be bytes, got {type(element).__name__}")
@@ -626,8 +633,12 @@ class Connection:
         size = publication.element_size
         if not size:
             raise LocalProtocolError("send_packed needs a stream accepted with element_size > 0")
-        if type(packed) is not bytes or len(packed) % size:
-            raise LocalProtocolError(f"packed data must be bytes, a multiple of element_size {size}")
+        if type(packed) is not bytes:
+            if not isinstance(packed, (bytearray, memoryview)):
+                raise LocalProtocolError(f"packed data must be bytes, got {type(packed).__name__}")
+            packed = bytes(packed)  # a snapshot: the caller may reuse its buffer
+        if len(packed) % size:
+            raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
         if not packed:
             return
         if publication.state is not PublicationState.ACTIVE:

@@ -18,8 +18,9 @@ without sockets:
 4. **Split large elements.** An element larger than ``split_threshold`` goes
    out as onNextPart ... onNextLastPart, one part per visit, so other streams
    interleave between its parts (wire-v0 rule 8).
-5. **Pack fixed-size elements.** On a stream with ``elementSize > 0``, when
-   two or more elements are queued they go out as one onNextPacked.
+5. **Pack fixed-size elements.** On a stream with ``elementSize > 0``, the
+   queued elements are one packed buffer; whenever two or more fit in the
+   quantum they go out as one onNextPacked, a lone one as onNext.
 
 Demand is *not* checked here: the connection takes an element's demand when
 the element is queued, so whatever sits in a queue is already allowed.
@@ -178,7 +179,7 @@ class Outbound:
             chunk = pub.chunks[0]
             head = pub.head
             size = pub.element_size
-            if type(chunk) is bytes:
+            if isinstance(chunk, bytes):
                 # A packed chunk: emit as many elements as fit in one message.
                 available = len(chunk) // size - head
                 fit = max(1, (limit - len(out)) // size)
@@ -195,43 +196,35 @@ class Outbound:
                 head += count
                 exhausted = head * size >= len(chunk)
             else:
-                assert isinstance(chunk, list)
+                # A list chunk (variable-size elements): onNext each, or split.
                 end = len(chunk)
-                if size and pub.queued_count >= 2 and end - head >= 2:
-                    count = min(end - head, max(2, (limit - len(out)) // size))
-                    data = b"".join(chunk[head : head + count])
-                    out += pub.packed_header(count, len(data))
-                    out += data
-                    taken, nbytes = count, len(data)
-                    head += count
-                else:
-                    nbytes = 0
-                    start = head
-                    headers = pub._on_next_headers
-                    while head < end:
-                        element = chunk[head]
-                        length = len(element)
-                        if length > threshold:
-                            if head == start:
-                                # Start splitting this element; it leaves the
-                                # queue now and goes out part by part.
-                                pub.splitting = memoryview(element)
-                                pub.split_offset = 0
-                                pub.split_id = pub.next_element_id
-                                pub.next_element_id += 1
-                                head += 1
-                                nbytes += length
-                            break
-                        header = headers.get(length)
-                        if header is None:
-                            header = pub.on_next_header(length)
-                        out += header
-                        out += element
-                        nbytes += length
-                        head += 1
-                        if len(out) >= limit:
-                            break
-                    taken = head - start
+                nbytes = 0
+                start = head
+                headers = pub._on_next_headers
+                while head < end:
+                    element = chunk[head]
+                    length = len(element)
+                    if length > threshold:
+                        if head == start:
+                            # Start splitting this element; it leaves the
+                            # queue now and goes out part by part.
+                            pub.splitting = memoryview(element)
+                            pub.split_offset = 0
+                            pub.split_id = pub.next_element_id
+                            pub.next_element_id += 1
+                            head += 1
+                            nbytes += length
+                        break
+                    header = headers.get(length)
+                    if header is None:
+                        header = pub.on_next_header(length)
+                    out += header
+                    out += element
+                    nbytes += length
+                    head += 1
+                    if len(out) >= limit:
+                        break
+                taken = head - start
                 exhausted = head >= end
             pub.queued_count -= taken
             pub.queued_bytes -= nbytes
