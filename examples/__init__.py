@@ -1,0 +1,1 @@
+"""Runnable examples; ``examples.demo:app`` is the demo app (``rstreams serve examples.demo:app``)."""

@@ -1,0 +1,112 @@
+"""``rstreams serve MODULE:APP``: serve an app's publishers until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any
+
+from .._publish import Router
+from .._serve import Server
+from ._common import (
+    EXIT_USAGE,
+    CommandError,
+    HelpFormatter,
+    add_server_arguments,
+    configure_logging,
+    run_command,
+    serve_until_stopped,
+    server_ssl_context,
+)
+
+__all__ = ["add_parser", "load_app"]
+
+DESCRIPTION = """\
+Serve the publishers of an rstreams.Router over TCP (or TLS).
+
+MODULE:APP names the router: APP is an attribute of the module MODULE (dots
+reach further: pkg.mod:obj.app). As with uvicorn, --app-dir (default: the
+current directory) goes first on sys.path, so apps next to you are found.
+
+Once every listener is up, one line per listener goes to stdout:
+  rstreams: serving MODULE:APP on tcp://HOST:PORT
+Ctrl-C or SIGTERM stops accepting, says goodbye to every session (queued
+elements drain first, within bounds), prints "rstreams: shut down" and exits
+with status 0; a second Ctrl-C closes the remaining sessions at once (130).
+"""
+
+EPILOG = """\
+examples:
+  rstreams serve examples.demo:app --tcp 127.0.0.1:9000
+  rstreams serve examples.demo:app --tcp 127.0.0.1:0            # any free port
+  rstreams serve myapp:app --tcp 0.0.0.0:9000 --tcp [::]:9000   # two listeners
+  rstreams serve myapp:app --app-dir src --tcp 127.0.0.1:9000
+  rstreams serve examples.demo:app --tcp 127.0.0.1:9443 \\
+      --tls-cert server.pem --tls-key server-key.pem           # tls://
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="serve an app's publishers",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. examples.demo:app")
+    add_server_arguments(parser)
+    parser.add_argument(
+        "--app-dir",
+        metavar="DIR",
+        default=".",
+        help="put DIR first on sys.path before importing MODULE (default: .)",
+    )
+    parser.set_defaults(run=run)
+    return parser
+
+
+def load_app(spec: str, app_dir: str = ".") -> Router:
+    """Import ``MODULE:APP`` with ``app_dir`` first on ``sys.path``.
+
+    Raises:
+        CommandError: a malformed spec, a missing module or attribute, or an
+            object that is not a Router (exit status 2).
+    """
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise CommandError(f"expected MODULE:APP, got {spec!r}", EXIT_USAGE)
+    directory = os.path.abspath(app_dir)
+    if sys.path[:1] != [directory]:
+        sys.path.insert(0, directory)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only the module we were asked for (or a parent package) missing is a
+        # usage error; a missing import inside the app is the app's bug.
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise
+        raise CommandError(f"cannot import module {module_name!r} (looked in {directory} first): {exc}", EXIT_USAGE) from None
+    app: object = module
+    for part in attribute.split("."):
+        try:
+            app = getattr(app, part)
+        except AttributeError:
+            raise CommandError(f"module {module_name!r} has no attribute {attribute!r}", EXIT_USAGE) from None
+    if not isinstance(app, Router):
+        raise CommandError(f"{spec} is a {type(app).__name__}, not an rstreams.Router", EXIT_USAGE)
+    return app
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    app = load_app(args.app, args.app_dir)
+    ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
+    server = Server(app, max_connections=args.max_connections)
+
+    async def serve() -> int:
+        return await serve_until_stopped(server, args.tcp, ssl_context, args.app)
+
+    return run_command(serve)

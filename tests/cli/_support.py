@@ -1,0 +1,177 @@
+"""Helpers for the command-line tests: run ``rstreams`` as a user would.
+
+The console script is the one installed next to the running interpreter, and
+commands run with the repository root as their working directory, so
+``rstreams serve examples.demo:app`` is tested exactly as documented (not
+through ``python -m``). Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parents[2]
+RSTREAMS = str(Path(sys.executable).parent / "rstreams")
+
+#: Upper bound for a command that should finish at once (start-up included).
+COMMAND_TIMEOUT = 30.0
+#: Upper bound for a server's graceful shutdown in the tests: the peers here
+#: answer goodbye at once, so anything close to this is a bug.
+SHUTDOWN_TIMEOUT = 10.0
+
+SERVING_LINE = re.compile(r"^rstreams: serving (?P<label>.+) on (?P<url>(?P<scheme>tcp|tls)://(?P<host>.+):(?P<port>\d+))$")
+
+
+def rstreams(*args: str, input: bytes | None = None, cwd: Path = ROOT, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[bytes]:
+    """Run ``rstreams ARGS`` to completion and capture its output."""
+    return subprocess.run([RSTREAMS, *args], input=input, cwd=cwd, capture_output=True, timeout=timeout)
+
+
+def start(*args: str, stdin: Any = subprocess.DEVNULL, stderr: Any = subprocess.PIPE, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """Start ``rstreams ARGS`` with stdout piped (read it with :class:`OutputLines`)."""
+    return subprocess.Popen([RSTREAMS, *args], cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr)
+
+
+def stop(process: subprocess.Popen[bytes], signum: int = signal.SIGINT, timeout: float = SHUTDOWN_TIMEOUT) -> int:
+    """Send ``signum`` and wait for the exit status (kill after ``timeout``)."""
+    if process.poll() is None:
+        process.send_signal(signum)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    return process.returncode
+
+
+class OutputLines:
+    """Lines of a child's stdout, read with a deadline (never blocking past it)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._fd = stream.fileno()
+        self._buffer = b""
+        self.eof = False
+
+    def readline(self, timeout: float = COMMAND_TIMEOUT) -> bytes:
+        """The next line without its newline; raises TimeoutError or EOFError."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            if self.eof:
+                raise EOFError(f"output ended; unterminated rest: {self._buffer!r}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no complete line within {timeout} s; got {self._buffer!r}")
+            ready, _, _ = select.select([self._fd], [], [], remaining)
+            if ready:
+                chunk = os.read(self._fd, 65536)
+                if chunk:
+                    self._buffer += chunk
+                else:
+                    self.eof = True
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def readlines(self, count: int, timeout: float = COMMAND_TIMEOUT) -> list[bytes]:
+        deadline = time.monotonic() + timeout
+        return [self.readline(max(0.0, deadline - time.monotonic())) for _ in range(count)]
+
+    def rest(self, timeout: float = COMMAND_TIMEOUT) -> list[bytes]:
+        """Every remaining line, up to end of output."""
+        lines: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                lines.append(self.readline(max(0.0, deadline - time.monotonic())))
+            except EOFError:
+                if self._buffer:
+                    lines.append(self._buffer)
+                    self._buffer = b""
+                return lines
+
+
+class ServeProcess:
+    """A running ``rstreams serve`` (or ``pub``) and the listeners it announced."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.process = process
+        self.log_path = log_path
+        assert process.stdout is not None
+        self.output = OutputLines(process.stdout)
+        self.urls: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_serving(self, listeners: int = 1, timeout: float = COMMAND_TIMEOUT) -> list[str]:
+        """Read the ``rstreams: serving ... on URL`` lines; the URLs."""
+        deadline = time.monotonic() + timeout
+        while len(self.urls) < listeners:
+            try:
+                line = self.output.readline(max(0.0, deadline - time.monotonic())).decode()
+            except (EOFError, TimeoutError) as exc:
+                raise AssertionError(f"no serving line ({exc}); stderr:\n{self.log()}") from None
+            match = SERVING_LINE.match(line)
+            assert match, f"unexpected output line {line!r}"
+            self.urls.append(match["url"])
+        return self.urls
+
+    def stop(self, signum: int = signal.SIGINT) -> int:
+        return stop(self.process, signum)
+
+    @classmethod
+    @contextmanager
+    def start(
+        cls,
+        args: Sequence[str],
+        log_path: Path,
+        *,
+        stdin: Any = subprocess.DEVNULL,
+        listeners: int = 1,
+        cwd: Path = ROOT,
+    ) -> Iterator[ServeProcess]:
+        """Start the command, wait for its serving lines, stop it at the end."""
+        with open(log_path, "wb") as log:
+            # stderr goes to a file: a pipe nobody reads could fill up (the
+            # demo's ``fail`` logs a traceback per subscription) and stall it.
+            process = start(*args, stdin=stdin, stderr=log, cwd=cwd)
+        server = cls(process, log_path)
+        try:
+            server.wait_serving(listeners)
+            yield server
+        finally:
+            if process.poll() is None:
+                try:
+                    stop(process)
+                except subprocess.TimeoutExpired:
+                    pass
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    stream.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

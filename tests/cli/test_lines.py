@@ -1,0 +1,97 @@
+"""The shared stdin reader of ``rstreams pub`` (``rstreams/cli/_lines.py``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+import trio.testing
+
+from rstreams.cli._lines import LineReader
+
+TIMEOUT = 10
+
+
+@asynccontextmanager
+async def pipe_reader(data: bytes, *, close: bool = True, **options: int) -> AsyncIterator[LineReader]:
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data)
+        if close:
+            os.close(write_fd)
+            write_fd = -1
+        reader = LineReader(read_fd, **options)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader.run)
+            yield reader
+            nursery.cancel_scope.cancel()
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+
+
+async def read_all(reader: LineReader) -> list[bytes]:
+    lines: list[bytes] = []
+    while (line := await reader.readline()) is not None:
+        lines.append(line)
+    return lines
+
+
+async def test_lines_lose_only_their_newline() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b"a\n\nb\r\n last") as reader:
+            assert await read_all(reader) == [b"a", b"", b"b\r", b" last"]
+            assert reader.exhausted
+            assert await reader.readline() is None  # the end stays the end
+
+
+async def test_empty_input_has_no_lines() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b"") as reader:
+            assert await reader.readline() is None
+            assert reader.exhausted
+
+
+async def test_long_lines_come_in_bounded_pieces() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b"x" * 25 + b"\n" + b"y" * 10 + b"\n", max_line=10, chunk_size=7) as reader:
+            assert await read_all(reader) == [b"x" * 10, b"x" * 10, b"x" * 5, b"y" * 10]
+
+
+async def test_a_line_given_back_comes_out_next() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b"1\n2\n") as reader:
+            first = await reader.readline()
+            assert first == b"1"
+            reader.unread(first)
+            assert await read_all(reader) == [b"1", b"2"]
+
+
+async def test_reads_happen_only_while_someone_waits_for_a_line() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b"1\n2\n", close=False, chunk_size=2) as reader:
+            await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+            assert reader.bytes_read == 0
+            assert await reader.readline() == b"1"
+            await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+            assert reader.bytes_read == 2  # no read ahead
+
+
+async def test_a_cancelled_wait_leaves_the_data_for_the_next_caller() -> None:
+    read_fd, write_fd = os.pipe()
+    reader = LineReader(read_fd)
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader.run)
+                with trio.move_on_after(0.05):
+                    await reader.readline()  # a read is now in flight
+                os.write(write_fd, b"kept\n")
+                assert await reader.readline() == b"kept"
+                nursery.cancel_scope.cancel()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

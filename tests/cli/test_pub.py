@@ -1,0 +1,179 @@
+"""``rstreams pub``: stdin lines as a publisher.
+
+End to end with the console script and ``rstreams sub``, and in process
+(over TCP, stdin replaced by a pipe) for what cannot be seen from outside:
+that nothing is read before a subscriber has demand, and that no line is
+lost or duplicated when subscribers come, go and cancel.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+import rstreams
+from rstreams.cli._lines import LineReader
+from rstreams.cli._pub import LinePublisher
+
+from ._support import ServeProcess, start
+from ._support import rstreams as run_rstreams
+
+TIMEOUT = 20
+
+
+# ---- end to end ------------------------------------------------------------
+
+
+@pytest.fixture
+def pub(tmp_path: Path) -> Iterator[ServeProcess]:
+    args = ["pub", "lines", "--tcp", "127.0.0.1:0"]
+    with ServeProcess.start(args, tmp_path / "log", stdin=subprocess.PIPE) as server:
+        yield server
+
+
+def feed(server: ServeProcess, data: bytes) -> None:
+    assert server.process.stdin is not None
+    server.process.stdin.write(data)
+    server.process.stdin.flush()
+
+
+def test_pub_prints_where_it_serves(pub: ServeProcess) -> None:
+    assert pub.url.startswith("tcp://127.0.0.1:")
+
+
+def test_each_line_goes_to_one_subscriber_then_all_complete(pub: ServeProcess) -> None:
+    feed(pub, b'one\ntwo\nthree\n{"n": 4}\n')
+    first = run_rstreams("sub", pub.url, "lines", "--count", "1")
+    assert (first.returncode, first.stdout) == (0, b"one\n")
+    second = run_rstreams("sub", pub.url, "lines", "--count", "2", "--format", "hex")
+    assert (second.returncode, second.stdout) == (0, b"74776f\n7468726565\n")
+    third = run_rstreams("sub", pub.url, "lines", "--count", "1", "--format", "json")
+    assert (third.returncode, third.stdout) == (0, b'{"n":4}\n')
+    feed(pub, b"five\n\nlast without newline")
+    pub.process.stdin.close()  # type: ignore[union-attr]
+    rest = run_rstreams("sub", pub.url, "lines")
+    assert rest.returncode == 0, rest.stderr
+    assert rest.stdout == b"five\n\nlast without newline\n"
+    # End of input and no subscription left: pub says goodbye and exits.
+    assert pub.process.wait(timeout=10) == 0
+    assert pub.output.rest() == [b"rstreams: shut down"]
+
+
+def test_pub_stops_on_ctrl_c_while_waiting_for_input(pub: ServeProcess) -> None:
+    subscriber = start("sub", pub.url, "lines")
+    try:
+        feed(pub, b"hello\n")
+        assert subscriber.stdout is not None
+        assert subscriber.stdout.readline() == b"hello\n"  # now it waits for a line that never comes
+        assert pub.stop(signal.SIGINT) == 0
+        assert subscriber.wait(timeout=10) == 3
+    finally:
+        if subscriber.poll() is None:
+            subscriber.kill()
+            subscriber.wait()
+        subscriber.stdout.close()  # type: ignore[union-attr]
+        subscriber.stderr.close()  # type: ignore[union-attr]
+
+
+def test_names_with_a_query_are_refused() -> None:
+    result = run_rstreams("pub", "lines?x=1", "--tcp", "127.0.0.1:0")
+    assert result.returncode == 2
+    assert b"bad publisher name" in result.stderr
+
+
+# ---- in process --------------------------------------------------------------
+
+
+@asynccontextmanager
+async def serve_pipe() -> AsyncIterator[tuple[int, LinePublisher, str]]:
+    """``pub`` in process with a pipe as its stdin: (write end, publisher, URL)."""
+    read_fd, write_fd = os.pipe()
+    lines = LineReader(read_fd)
+    publisher = LinePublisher(lines)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lines.run)
+            listeners = await nursery.start(rstreams.serve_tcp, publisher.router("lines"), "127.0.0.1", 0)
+            yield write_fd, publisher, f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
+            nursery.cancel_scope.cancel()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+async def test_nothing_is_read_before_a_subscriber_has_demand() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serve_pipe() as (write_fd, publisher, url):
+            lines = publisher.lines
+            os.write(write_fd, b"a\nb\n")
+            async with rstreams.open_session(url) as session:
+                async with session.subscribe("lines", prefetch=0) as subscription:
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.02)
+                    assert lines.bytes_read == 0
+                    subscription.request(1)
+                    assert await subscription.__anext__() == b"a"
+                    assert lines.bytes_read == 4
+
+
+async def test_each_line_goes_to_exactly_one_subscriber_even_across_cancels() -> None:
+    expected = [b"%d" % i for i in range(200)]
+    received: list[bytes] = []
+    with trio.fail_after(TIMEOUT):
+        async with serve_pipe() as (write_fd, publisher, url):
+            async with rstreams.open_session(url) as session:
+                # A subscriber waits for a line that has not been written yet,
+                # then cancels: the read in flight must not swallow the line.
+                async with session.subscribe("lines", prefetch=1):
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.02)
+                # (Once the server has seen the cancel: a line sent before
+                # that would be in flight, and dropped by the cancelled
+                # subscriber as the protocol says.)
+                while publisher.active:
+                    await trio.sleep(0.001)
+                os.write(write_fd, b"".join(line + b"\n" for line in expected))
+                # Two subscribers take turns, one line at a time.
+                async with session.subscribe("lines", prefetch=0) as first, session.subscribe("lines", prefetch=0) as second:
+                    for _ in range(50):
+                        for subscription in (first, second):
+                            subscription.request(1)
+                            received.append(await subscription.__anext__())
+                # A third one, later, gets the rest.
+                async with session.subscribe("lines", prefetch=0) as third:
+                    third.request(100)
+                    received.extend([await third.__anext__() for _ in range(100)])
+    assert received == expected
+
+
+async def test_end_of_input_completes_every_subscriber_and_finishes() -> None:
+    read_fd, write_fd = os.pipe()
+    lines = LineReader(read_fd)
+    publisher = LinePublisher(lines)
+    try:
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lines.run)
+                listeners = await nursery.start(rstreams.serve_tcp, publisher.router("lines"), "127.0.0.1", 0)
+                url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
+                async with rstreams.open_session(url) as session:
+                    async with session.subscribe("lines") as first, session.subscribe("lines") as second:
+                        os.write(write_fd, b"only\n")
+                        os.close(write_fd)
+                        write_fd = -1
+                        got = [line async for line in first] + [line async for line in second]
+                        assert got == [b"only"]
+                    await publisher.finished.wait()
+                    async with session.subscribe("lines") as late:  # after the end: completes at once
+                        assert [line async for line in late] == []
+                nursery.cancel_scope.cancel()
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)

@@ -1,0 +1,57 @@
+"""SessionConfig: validation, and unusual sizes that must still work."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import trio
+
+import rstreams
+
+from ._support import blob, collect, fetch_range, standard_app
+
+
+@pytest.mark.parametrize(
+    "field", ["handshake_timeout", "drain_timeout", "goodbye_timeout"]
+)
+def test_timeouts_must_not_be_negative(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        rstreams.SessionConfig(**{field: -1})
+    rstreams.SessionConfig(**{field: 0})
+
+
+@pytest.mark.parametrize("field", ["read_size", "write_size", "max_queued_bytes"])
+def test_sizes_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        rstreams.SessionConfig(**{field: 0})
+
+
+def test_config_is_frozen_and_keyword_only() -> None:
+    config = rstreams.SessionConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.read_size = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        rstreams.SessionConfig(rstreams.ProtocolLimits())  # type: ignore[misc]
+
+
+async def test_tiny_reads_and_writes(connect) -> None:
+    # Messages cut at every possible place by the transport still decode.
+    config = rstreams.SessionConfig(
+        read_size=7, write_size=5, limits=rstreams.ProtocolLimits(split_threshold=100)
+    )
+    with trio.fail_after(20):
+        async with connect(standard_app(), config=config) as (client, _):
+            await fetch_range(client, 200)
+            async with client.subscribe("blob?count=3&size=1000", prefetch=2) as blobs:
+                assert await collect(blobs) == [blob(i, 1000) for i in range(3)]
+
+
+async def test_a_tiny_queue_bound_still_delivers_everything(connect) -> None:
+    # max_queued_bytes below one element: the publisher waits for each write.
+    config = rstreams.SessionConfig(max_queued_bytes=1)
+    with trio.fail_after(20):
+        async with connect(standard_app(), config=config) as (client, _):
+            async with client.subscribe("blob?count=20&size=3000", prefetch=20) as blobs:
+                assert await collect(blobs) == [blob(i, 3000) for i in range(20)]
+            await fetch_range(client, 300)

@@ -1,0 +1,616 @@
+"""The publishing side: Sink, completion and failure, cancellation, the async-gen adapter, Router.
+
+Tests that need "nothing else happens" use memory streams and
+``wait_all_tasks_blocked``: once every task is blocked, a publisher that
+should be waiting for demand has had every chance to run ahead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import rstreams
+import rstreams.testing
+
+from rstreams.protocol import OnComplete, OnError
+
+from ._support import UNBOUNDED, Probe, collect, fetch_range, from_u32, standard_app, tapped_pair, u32
+
+
+class StepCounter(trio.abc.Instrument):
+    """Counts how many times tasks with a given name are scheduled."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1
+
+
+# ---- Sink -----------------------------------------------------------------
+
+
+async def test_send_waits_for_demand() -> None:
+    probe = Probe()
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"probe": probe.publisher})) as (client, _):
+            async with client.subscribe("probe", prefetch=0) as stream:
+                await probe.started.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert probe.sent == 0
+                assert probe.sink is not None and probe.sink.demand == 0
+                stream.request(2)
+                assert [from_u32(await stream.__anext__()) for _ in range(2)] == [0, 1]
+                await trio.testing.wait_all_tasks_blocked()
+                assert probe.sent == 2
+                assert probe.sink.demand == 0
+                assert stream.statistics().buffered == 0
+                stream.request(3)
+                assert [from_u32(await stream.__anext__()) for _ in range(3)] == [2, 3, 4]
+                await trio.testing.wait_all_tasks_blocked()
+                assert probe.sent == 5
+
+
+async def test_send_nowait_raises_would_block_without_demand() -> None:
+    outcomes: list[str] = []
+
+    async def eager(sink: rstreams.Sink) -> None:
+        try:
+            sink.send_nowait(b"too early")
+        except trio.WouldBlock:
+            outcomes.append("would block")
+        await sink.wait_demand()
+        assert sink.demand == 1
+        sink.send_nowait(b"in time")
+        outcomes.append("sent")
+        with pytest.raises(trio.WouldBlock):
+            sink.send_nowait(b"too many")
+        outcomes.append("would block again")
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"eager": eager})) as (client, _):
+            async with client.subscribe("eager", prefetch=0) as stream:
+                await trio.testing.wait_all_tasks_blocked()
+                assert outcomes == ["would block"]
+                stream.request(1)
+                assert await collect(stream) == [b"in time"]
+    assert outcomes == ["would block", "sent", "would block again"]
+
+
+async def test_send_many_queues_up_to_demand() -> None:
+    sinks: list[rstreams.Sink] = []
+    finished = trio.Event()
+
+    async def many(sink: rstreams.Sink) -> None:
+        sinks.append(sink)
+        await sink.send_many([u32(i) for i in range(25)])
+        finished.set()
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"many": many})) as (client, _):
+            async with client.subscribe("many", prefetch=0) as stream:
+                stream.request(10)
+                await trio.testing.wait_all_tasks_blocked()
+                [sink] = sinks
+                assert sink.statistics().elements_sent == 10
+                assert sink.demand == 0
+                assert stream.statistics().buffered == 10
+                assert not finished.is_set()
+                stream.request(15)
+                assert [from_u32(raw) for raw in await collect(stream)] == list(range(25))
+                assert finished.is_set()
+                assert sink.statistics().elements_sent == 25
+
+
+@pytest.mark.parametrize("as_iterator", [False, True], ids=["list", "generator"])
+async def test_send_many_checkpoints_once_per_batch_not_per_element(as_iterator: bool) -> None:
+    count = 3000
+    counter = StepCounter("publisher many")
+    done = trio.Event()
+
+    async def many(sink: rstreams.Sink) -> None:
+        await sink.wait_demand()
+        counter.steps = 0
+        values = (u32(i) for i in range(count)) if as_iterator else [u32(i) for i in range(count)]
+        await sink.send_many(values)
+        done.set()
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"many": many})) as (client, _):
+            trio.lowlevel.add_instrument(counter)
+            try:
+                async with client.subscribe("many", prefetch=0) as stream:
+                    stream.request(UNBOUNDED)  # all demand up front: one batch
+                    await done.wait()
+                    steps = counter.steps
+                    assert [from_u32(raw) for raw in await collect(stream)] == list(range(count))
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+    # A per-element checkpoint would mean about `count` steps.
+    assert 1 <= steps <= 5, steps
+
+
+async def test_send_many_with_demand_in_steps_sends_everything_in_order(connect) -> None:
+    async def many(sink: rstreams.Sink) -> None:
+        await sink.send_many(u32(i) for i in range(5000))
+
+    with trio.fail_after(10):
+        async with connect(rstreams.Router({"many": many})) as (client, _):
+            async with client.subscribe("many", prefetch=7) as stream:
+                assert [from_u32(raw) for raw in await collect(stream)] == list(range(5000))
+
+
+async def test_send_some_returns_how_many_were_queued() -> None:
+    results: list[int] = []
+
+    async def some(sink: rstreams.Sink) -> None:
+        results.append(await sink.send_some([]))
+        results.append(await sink.send_some([b"a", b"b", b"c", b"d"]))  # demand is 3
+        results.append(await sink.send_some([b"e"]))  # waits for demand
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"some": some})) as (client, _):
+            async with client.subscribe("some", prefetch=0) as stream:
+                stream.request(3)
+                await trio.testing.wait_all_tasks_blocked()
+                assert results == [0, 3]
+                stream.request(5)
+                assert await collect(stream) == [b"a", b"b", b"c", b"e"]
+    assert results == [0, 3, 1]
+
+
+async def test_send_packed_on_a_fixed_size_route(connect) -> None:
+    async def packed(sink: rstreams.Sink) -> None:
+        assert sink.element_size == 4
+        with pytest.raises(ValueError):
+            await sink.send_packed(b"12345")  # not a multiple of 4
+        await sink.send_packed(b"".join(u32(i) for i in range(1000)))
+
+    app = rstreams.Router()
+    app.add("packed", packed, element_size=4)
+    with trio.fail_after(10):
+        async with connect(app) as (client, _):
+            async with client.subscribe("packed", prefetch=100) as stream:
+                values = [from_u32(raw) async for raw in stream]
+                assert stream.element_size == 4
+                assert stream.statistics().element_size == 4
+    assert values == list(range(1000))
+
+
+async def test_send_packed_needs_an_element_size() -> None:
+    errors: list[BaseException] = []
+
+    async def packed(sink: rstreams.Sink) -> None:
+        try:
+            await sink.send_packed(b"1234")
+        except ValueError as exc:
+            errors.append(exc)
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"packed": packed})) as (client, _):
+            async with client.subscribe("packed") as stream:
+                assert await collect(stream) == []
+    assert len(errors) == 1
+
+
+async def test_sink_statistics() -> None:
+    seen: list[rstreams.SinkStatistics] = []
+
+    async def stats(sink: rstreams.Sink) -> None:
+        seen.append(sink.statistics())
+        await sink.send(b"x" * 10)
+        seen.append(sink.statistics())
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"stats": stats})) as (client, _):
+            async with client.subscribe("stats", prefetch=5) as stream:
+                assert await collect(stream) == [b"x" * 10]
+    before, after = seen
+    assert (before.demand, before.elements_sent, before.element_size) == (5, 0, 0)
+    assert (after.demand, after.elements_sent) == (4, 1)
+    assert after.queued_bytes in (0, 10)
+
+
+async def test_wrong_element_size_fails_the_publisher_not_the_session(connect) -> None:
+    async def sloppy(sink: rstreams.Sink) -> None:
+        await sink.send(b"1234")
+        await sink.send(b"12345")  # the route promised 4-byte elements
+
+    app = standard_app()
+    app.add("sloppy", sloppy, element_size=4)
+    with trio.fail_after(10):
+        async with connect(app) as (client, _):
+            async with client.subscribe("sloppy") as stream:
+                assert await stream.__anext__() == b"1234"
+                with pytest.raises(rstreams.PublisherError):
+                    await stream.__anext__()
+            await fetch_range(client)
+
+
+# ---- completion, failure, cancellation ------------------------------------
+
+
+async def test_returning_completes_the_stream(connect) -> None:
+    async def three(sink: rstreams.Sink) -> None:
+        for value in (b"a", b"b", b"c"):
+            await sink.send(value)
+
+    with trio.fail_after(10):
+        async with connect(rstreams.Router({"three": three})) as (client, server):
+            async with client.subscribe("three") as stream:
+                assert await collect(stream) == [b"a", b"b", b"c"]
+                assert stream.statistics().state == "completed"
+            assert server.statistics().publications == 0
+
+
+async def test_raising_sends_on_error_with_the_message(connect) -> None:
+    async def failing(sink: rstreams.Sink) -> None:
+        await sink.send(b"before")
+        raise RuntimeError("disk on fire")
+
+    with trio.fail_after(10):
+        async with connect(standard_app(failing=failing)) as (client, server):
+            async with client.subscribe("failing") as stream:
+                assert await stream.__anext__() == b"before"  # elements first, then the error
+                with pytest.raises(rstreams.PublisherError) as info:
+                    await stream.__anext__()
+                assert info.value.message == "disk on fire"
+                assert str(info.value) == "disk on fire"
+                assert not isinstance(info.value, rstreams.UnknownPublisher)
+                assert stream.statistics().state == "failed"
+                # The error is terminal: asking again raises it again.
+                with pytest.raises(rstreams.PublisherError):
+                    await stream.__anext__()
+            # One publisher's failure is not the session's.
+            assert not client.closed and not server.closed
+            await fetch_range(client)
+
+
+async def test_an_exception_without_message_sends_its_type_name() -> None:
+    async def failing(sink: rstreams.Sink) -> None:
+        raise LookupError
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"failing": failing})) as (client, _):
+            async with client.subscribe("failing") as stream:
+                with pytest.raises(rstreams.PublisherError, match="^LookupError$"):
+                    await stream.__anext__()
+
+
+async def test_publisher_failure_is_logged_with_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    async def failing(sink: rstreams.Sink) -> None:
+        raise RuntimeError("logged failure")
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"failing": failing})) as (client, _):
+            async with client.subscribe("failing") as stream:
+                with pytest.raises(rstreams.PublisherError):
+                    await stream.__anext__()
+    records = [r for r in caplog.records if r.name == "rstreams" and r.exc_info]
+    assert records and "logged failure" in str(records[0].exc_info[1])
+
+
+async def test_cancel_from_the_peer_arrives_as_cancelled(connect) -> None:
+    probe = Probe()
+    with trio.fail_after(10):
+        async with connect(standard_app(probe=probe.publisher)) as (client, server):
+            async with client.subscribe("probe", prefetch=4) as stream:
+                assert from_u32(await stream.__anext__()) == 0
+            await probe.cancelled.wait()
+            await probe.finished.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert server.statistics().publications == 0
+            assert not server.closed
+            await fetch_range(client)
+
+
+async def test_cancel_while_the_publisher_waits_outside_send(connect) -> None:
+    # A publisher blocked on something else than sink.send is cancelled too.
+    cancelled = trio.Event()
+    started = trio.Event()
+
+    async def waiting(sink: rstreams.Sink) -> None:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            cancelled.set()
+            raise
+
+    with trio.fail_after(10):
+        async with connect(rstreams.Router({"waiting": waiting})) as (client, server):
+            async with client.subscribe("waiting"):
+                await started.wait()
+            await cancelled.wait()
+
+
+async def test_cancelled_is_not_turned_into_on_error() -> None:
+    # The cancelled publisher sends nothing more: no onError, no onComplete.
+    probe = Probe()
+    with trio.fail_after(10):
+        async with tapped_pair(server_app=standard_app(probe=probe.publisher)) as (client, server, tap):
+            async with client.subscribe("probe", prefetch=2) as stream:
+                await stream.__anext__()
+                subscriber = stream.subscriber
+            await probe.cancelled.wait()
+            await fetch_range(client)  # a round trip after the cancel
+            assert server.statistics().publications == 0
+    late = [m for m in tap.received if isinstance(m, (OnError, OnComplete)) and m.subscriber == subscriber]
+    assert late == []
+
+
+async def test_publisher_with_only_a_sink_parameter(connect) -> None:
+    async def simple(sink):  # type: ignore[no-untyped-def]
+        await sink.send(b"ok")
+
+    with trio.fail_after(10):
+        async with connect(rstreams.Router({"simple": simple})) as (client, _):
+            async with client.subscribe("simple?ignored=1") as stream:
+                assert await collect(stream) == [b"ok"]
+
+
+# ---- publisher_from_async_gen ---------------------------------------------
+
+
+class CountingGen:
+    """An async generator function that counts how often it was advanced."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.advanced = 0
+        self.closed_by: str | None = None
+        self.finalized = 0
+        self.finalized_in: str | None = None
+
+    async def __call__(self):  # type: ignore[no-untyped-def]
+        try:
+            value = 0
+            while self.limit is None or value < self.limit:
+                self.advanced += 1
+                yield u32(value)
+                value += 1
+        except GeneratorExit:
+            self.closed_by = "aclose"
+            raise
+        except trio.Cancelled:
+            self.closed_by = "cancelled"
+            raise
+        finally:
+            self.finalized += 1
+            self.finalized_in = trio.lowlevel.current_task().name
+
+
+async def test_async_gen_pulls_only_on_demand() -> None:
+    gen = CountingGen()
+    app = rstreams.Router({"numbers": rstreams.publisher_from_async_gen(gen.__call__)})
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, _):
+            async with client.subscribe("numbers", prefetch=0) as stream:
+                await trio.testing.wait_all_tasks_blocked()
+                assert gen.advanced == 0
+                stream.request(3)
+                assert [from_u32(await stream.__anext__()) for _ in range(3)] == [0, 1, 2]
+                await trio.testing.wait_all_tasks_blocked()
+                assert gen.advanced == 3
+                stream.request(2)
+                assert [from_u32(await stream.__anext__()) for _ in range(2)] == [3, 4]
+                await trio.testing.wait_all_tasks_blocked()
+                assert gen.advanced == 5
+            # Leaving the block cancels: the generator is closed with aclose.
+            await trio.testing.wait_all_tasks_blocked()
+    assert gen.closed_by == "aclose"
+    assert gen.finalized == 1
+    # Closed by the publisher's own task, not left to a garbage-collection hook.
+    assert gen.finalized_in == "publisher numbers"
+
+
+async def test_async_gen_never_runs_ahead_with_automatic_demand(connect) -> None:
+    gen = CountingGen()
+    app = rstreams.Router({"numbers": rstreams.publisher_from_async_gen(gen.__call__)})
+    with trio.fail_after(10):
+        async with connect(app) as (client, server):
+            async with client.subscribe("numbers", prefetch=8) as stream:
+                consumed = 0
+                async for raw in stream:
+                    assert from_u32(raw) == consumed
+                    consumed += 1
+                    # Produced = consumed + buffered + in flight <= consumed + window.
+                    assert gen.advanced <= consumed + 8
+                    if consumed == 100:
+                        break
+            assert gen.advanced <= 100 + 8
+
+
+async def test_async_gen_completion_closes_the_generator(connect) -> None:
+    gen = CountingGen(limit=5)
+    app = rstreams.Router({"numbers": rstreams.publisher_from_async_gen(gen.__call__)})
+    with trio.fail_after(10):
+        async with connect(app) as (client, _):
+            async with client.subscribe("numbers") as stream:
+                assert [from_u32(raw) async for raw in stream] == list(range(5))
+    assert gen.finalized == 1
+    assert gen.closed_by is None  # ran to its end
+
+
+async def test_async_gen_cancelled_while_awaiting_inside() -> None:
+    state: dict[str, object] = {}
+    reached = trio.Event()
+
+    async def slow():  # type: ignore[no-untyped-def]
+        try:
+            yield b"first"
+            reached.set()
+            await trio.sleep_forever()
+            yield b"never"  # pragma: no cover
+        except trio.Cancelled:
+            state["seen"] = "cancelled"
+            raise
+        finally:
+            state["finalized"] = True
+
+    app = rstreams.Router({"slow": rstreams.publisher_from_async_gen(slow)})
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, server):
+            async with client.subscribe("slow", prefetch=4) as stream:
+                assert await stream.__anext__() == b"first"
+                await reached.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert state == {"seen": "cancelled", "finalized": True}
+            assert server.statistics().publications == 0
+
+
+async def test_async_gen_error_becomes_on_error(connect) -> None:
+    async def broken():  # type: ignore[no-untyped-def]
+        yield b"one"
+        raise ValueError("generator broke")
+
+    app = rstreams.Router({"broken": rstreams.publisher_from_async_gen(broken)})
+    with trio.fail_after(10):
+        async with connect(app) as (client, _):
+            async with client.subscribe("broken") as stream:
+                assert await stream.__anext__() == b"one"
+                with pytest.raises(rstreams.PublisherError, match="generator broke"):
+                    await stream.__anext__()
+
+
+async def test_async_gen_receives_the_request(connect) -> None:
+    async def counted(request: rstreams.SubscribeRequest):  # type: ignore[no-untyped-def]
+        for value in range(request.int_param("count", 1)):
+            yield u32(value)
+
+    app = rstreams.Router({"counted": rstreams.publisher_from_async_gen(counted)})
+    with trio.fail_after(10):
+        async with connect(app) as (client, _):
+            async with client.subscribe("counted?count=12", prefetch=5) as stream:
+                assert [from_u32(raw) async for raw in stream] == list(range(12))
+
+
+async def test_async_gen_closed_when_the_session_ends() -> None:
+    gen = CountingGen()
+    app = rstreams.Router({"numbers": rstreams.publisher_from_async_gen(gen.__call__)})
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, server):
+            async with client.subscribe("numbers", prefetch=2) as stream:
+                await stream.__anext__()
+                await server.aclose()
+                with pytest.raises(rstreams.SessionClosed):
+                    async for _ in stream:
+                        pass
+            await trio.testing.wait_all_tasks_blocked()
+    assert gen.finalized == 1
+    assert gen.closed_by == "aclose"
+    assert gen.finalized_in == "publisher numbers"
+
+
+# ---- Router and SubscribeRequest --------------------------------------------
+
+
+async def test_router_passes_parsed_query_params(connect) -> None:
+    seen: list[rstreams.SubscribeRequest] = []
+
+    async def echo(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        seen.append(request)
+        await sink.send(request.name.encode())
+
+    with trio.fail_after(10):
+        async with connect(rstreams.Router({"range": echo})) as (client, server):
+            name = "range?count=100&label=a%20b&empty=&x=1&x=2&plus=c+d"
+            async with client.subscribe(name) as stream:
+                assert await collect(stream) == [name.encode()]
+    [request] = seen
+    assert request.name == name
+    assert request.path == "range"
+    assert dict(request.params) == {"count": "100", "label": "a b", "empty": "", "x": "2", "plus": "c d"}
+    assert request.int_param("count", 0) == 100
+    assert request.subscriber >= 1
+    assert request.session is server
+
+
+def test_subscribe_request_params() -> None:
+    path, params = rstreams.SubscribeRequest.parse_name("ticker?interval=0.5&n=3")
+    assert (path, params) == ("ticker", {"interval": "0.5", "n": "3"})
+    assert rstreams.SubscribeRequest.parse_name("plain") == ("plain", {})
+    assert rstreams.SubscribeRequest.parse_name("nested/path?a=1") == ("nested/path", {"a": "1"})
+    request = rstreams.SubscribeRequest(name="t", path="t", params=params, session=None)  # type: ignore[arg-type]
+    assert request.int_param("n", 0) == 3
+    assert request.int_param("missing", 7) == 7
+    assert request.float_param("interval", 1.0) == 0.5
+    assert request.float_param("missing", 2.5) == 2.5
+    with pytest.raises(ValueError, match="not an integer"):
+        request.int_param("interval", 0)
+    with pytest.raises(ValueError, match="below the minimum"):
+        request.int_param("n", 0, minimum=4)
+    with pytest.raises(ValueError, match="above the maximum"):
+        request.int_param("n", 0, maximum=2)
+    with pytest.raises(ValueError, match="out of range"):
+        request.float_param("interval", 0, minimum=1)
+    nan = rstreams.SubscribeRequest(name="t", path="t", params={"x": "nan", "y": "abc"}, session=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        nan.float_param("x", 0)
+    with pytest.raises(ValueError, match="not a number"):
+        nan.float_param("y", 0)
+
+
+async def test_bad_param_reaches_the_subscriber_as_publisher_error(connect) -> None:
+    with trio.fail_after(10):
+        async with connect(standard_app()) as (client, _):
+            async with client.subscribe("range?count=lots") as stream:
+                with pytest.raises(rstreams.PublisherError, match="parameter count='lots' is not an integer"):
+                    await stream.__anext__()
+
+
+def test_router_api() -> None:
+    async def one(sink: rstreams.Sink) -> None:
+        pass  # pragma: no cover
+
+    router = rstreams.Router({"b": one, "a": rstreams.Route(one, element_size=8, codec="msgpack")})
+
+    @router.publisher("c", element_size=2, codec="json")
+    async def decorated(sink: rstreams.Sink) -> None:
+        pass  # pragma: no cover
+
+    assert decorated.__name__ == "decorated"  # the decorator returns the function
+    assert router.paths == ["a", "b", "c"]
+    assert router.resolve("a") == rstreams.Route(one, element_size=8, codec="msgpack")
+    assert router.resolve("c") == rstreams.Route(decorated, 2, "json")
+    assert router.resolve("b").element_size == 0  # type: ignore[union-attr]
+    assert router.resolve("missing") is None
+    assert router.resolve("a?x=1") is None  # routing is on the path alone
+    with pytest.raises(ValueError, match="no query"):
+        router.add("d?x=1", one)
+    with pytest.raises(TypeError):
+        router.add("d", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        router.add("d", one, element_size=-1)
+    with pytest.raises(ValueError, match="unknown codec"):
+        router.add("d", one, codec="yaml")
+    assert "d" not in router.paths
+
+
+async def test_unknown_publisher(connect) -> None:
+    with trio.fail_after(10):
+        async with connect(standard_app()) as (client, server):
+            for name in ("nope", "nope?count=3", "range/extra"):
+                with pytest.raises(rstreams.UnknownPublisher) as info:
+                    async with client.subscribe(name):
+                        pass  # pragma: no cover
+                assert str(info.value) == f"no such publisher: {name}"
+                assert info.value.message == f"no such publisher: {name}"
+                assert info.value.name == name
+                assert isinstance(info.value, rstreams.PublisherError)
+                assert isinstance(info.value, rstreams.SubscriptionError)
+            # The session is unharmed.
+            assert client.statistics().subscriptions == 0
+            await fetch_range(client)
+
+
+async def test_a_session_without_app_knows_no_publisher(connect) -> None:
+    with trio.fail_after(10):
+        async with connect(standard_app()) as (client, server):
+            with pytest.raises(rstreams.UnknownPublisher, match="no such publisher: range"):
+                async with server.subscribe("range"):
+                    pass  # pragma: no cover
