@@ -203,7 +203,9 @@ class Sink:
     async def send_some(self, values: Sequence[Any]) -> int:
         """Queue as many of ``values`` as demand allows now; return how many.
 
-        Waits only while no element at all may be queued. Checkpoints once.
+        Bounded twice: by demand, and by ``max_queued_bytes`` (always at least
+        one element, so a single large element still goes). Waits only while
+        no element at all may be queued. Checkpoints once.
         """
         if not values:
             await trio.lowlevel.checkpoint()
@@ -215,6 +217,19 @@ class Sink:
         if self._codec is not None:
             encode = self._codec.encode
             batch = [encode(value) for value in batch]
+        budget = self._max_queued - self._conn.queued_bytes(self._subscriber)
+        if self._element_size:
+            fit = max(1, budget // self._element_size)
+        else:
+            fit = 0
+            for element in batch:
+                budget -= len(element)
+                fit += 1
+                if budget <= 0:
+                    break
+        if fit < count:
+            count = fit
+            batch = batch[:count]
         self._conn.send_elements(self._subscriber, batch)
         self._sent += count
         self._session._wake_writer()

@@ -58,6 +58,7 @@ class Server:
         self.config = config
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
+        self._active = 0  # connections admitted, counted before their session opens
         self._closing = False
 
     @property
@@ -74,9 +75,12 @@ class Server:
         if self._closing:
             await _refuse(stream, "server shutting down")
             return
-        if self.max_connections is not None and len(self._sessions) >= self.max_connections:
+        # Reserve the slot before the first await, so that connections
+        # arriving together cannot all pass the check.
+        if self.max_connections is not None and self._active >= self.max_connections:
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
             return
+        self._active += 1
         try:
             async with open_stream_session(stream, app=self.app, config=self.config) as session:
                 self._sessions.add(session)
@@ -86,6 +90,8 @@ class Server:
                     self._sessions.discard(session)
         except Exception:
             logger.exception("session ended with an unexpected error")
+        finally:
+            self._active -= 1
 
     async def serve_tcp(
         self,
@@ -100,7 +106,10 @@ class Server:
 
         Use ``await nursery.start(server.serve_tcp, "127.0.0.1", 0)``: it
         returns the listeners, so port 0 lets the kernel pick (read it with
-        :func:`listener_port`).
+        :func:`listener_port`). For a graceful shutdown, pass a
+        ``handler_nursery`` that outlives this task: then cancelling the
+        accept loop leaves the sessions running until :meth:`aclose` has said
+        goodbye on each.
         """
         tcp_listeners = await trio.open_tcp_listeners(port, host=host)
         listeners: list[Listener]

@@ -76,6 +76,20 @@ class _CloseKind(enum.Enum):
     LOST = "lost"  # the transport failed: nothing more can be written
 
 
+def _describe(error: BaseException) -> str:
+    # trio's transport errors often say nothing themselves while their cause
+    # does (a TLS certificate that failed to verify, a reset): use the first
+    # error in the chain that has something to say.
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if str(current):
+            return str(current)
+        current = current.__cause__ or current.__context__
+    return type(error).__name__
+
+
 @dataclass(frozen=True, slots=True)
 class SessionStatistics:
     """A snapshot of one session.
@@ -159,6 +173,7 @@ class Session(trio.abc.AsyncResource):
         self._writing = False
         self._close_requested = trio.Event()
         self._close_kind: _CloseKind | None = None
+        self._closed_by_peer = False
         self._close_reason: str | None = None
         self._stream_error: BaseException | None = None
         self._reader_done = trio.Event()
@@ -209,6 +224,11 @@ class Session(trio.abc.AsyncResource):
         once. Always checkpoints.
         """
         self._request_close(_CloseKind.LOCAL, reason)
+        if trio.lowlevel.current_task().parent_nursery is self._nursery:
+            # Called from one of this session's publishers: the close sequence
+            # cancels this very task, which must not turn into a forced close.
+            await self._closed.wait()
+            return
         try:
             await self._closed.wait()
         except BaseException:
@@ -223,6 +243,7 @@ class Session(trio.abc.AsyncResource):
         if self._close_kind is not None:
             return
         self._close_kind = kind
+        self._closed_by_peer = kind in (_CloseKind.PEER_GOODBYE, _CloseKind.LOST)
         self._close_reason = reason
         self._stream_error = error
         self._close_requested.set()
@@ -234,12 +255,15 @@ class Session(trio.abc.AsyncResource):
         finally:
             # Also reached when the session's nursery is cancelled from
             # outside: then the close is forced, but still complete.
-            if not self._stream_closed:
-                self._stream_closed = True
-                await trio.aclose_forcefully(self._stream)
             if self._close_reason is None:
                 self._close_reason = "session cancelled"
             self._end_streams(SessionClosed(self._close_reason, by_peer=False))
+            if not self._stream_closed:
+                self._stream_closed = True
+                # aclose_forcefully finishes at once even when cancelled; the
+                # shield only lets it run here, where we may already be.
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(self._stream)
             self._closed.set()
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
@@ -336,7 +360,7 @@ class Session(trio.abc.AsyncResource):
                         if conn.queued_bytes(handle.subscriber) < max_queued:
                             handle.wake()
         except _TRANSPORT_ERRORS as exc:
-            self._request_close(_CloseKind.LOST, f"connection lost while writing: {exc or type(exc).__name__}", exc)
+            self._request_close(_CloseKind.LOST, f"connection lost while writing: {_describe(exc)}", exc)
         finally:
             self._writing = False
             self._writer_done.set()
@@ -360,7 +384,7 @@ class Session(trio.abc.AsyncResource):
                 pass
         except _TRANSPORT_ERRORS as exc:
             if self._close_kind is None:
-                self._request_close(_CloseKind.LOST, f"connection lost: {exc or type(exc).__name__}", exc)
+                self._request_close(_CloseKind.LOST, f"connection lost: {_describe(exc)}", exc)
         finally:
             self._reader_done.set()
 
@@ -494,7 +518,7 @@ class Session(trio.abc.AsyncResource):
 
     def _open_subscription(self, subscription: Subscription, initial_demand: int) -> int:
         if self._close_kind is not None:
-            raise SessionClosed(self._close_reason or "closed", by_peer=self._close_kind is not _CloseKind.LOCAL)
+            raise SessionClosed(self._close_reason or "closed", by_peer=self._closed_by_peer)
         subscriber = self._conn.subscribe(subscription.name, initial_demand)
         self._subscriptions[subscriber] = subscription
         self._wake_writer()
@@ -547,9 +571,16 @@ async def open_stream_session(
             client may publish too).
     """
     session = Session(stream, app=app, config=config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(session._run)
-        try:
-            yield session
-        finally:
-            await session.aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session._run)
+            try:
+                yield session
+            finally:
+                await session.aclose()
+    except BaseExceptionGroup as group:
+        # The nursery wraps whatever the caller's block raised; the caller
+        # should see its own exception, as if no nursery were involved.
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise

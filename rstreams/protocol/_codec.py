@@ -270,6 +270,7 @@ class MessageDecoder:
         self._unpacker = new_unpacker(limits)
         self._waiting: deque[memoryview] = deque()
         self._fed = 0
+        self._message_end = 0
 
     def feed(self, data: bytes) -> None:
         """Add received bytes; they are parsed by iterating."""
@@ -292,7 +293,7 @@ class MessageDecoder:
             try:
                 obj = self._unpacker.unpack()
             except msgpack.OutOfData:
-                if self._fed - self._unpacker.tell() > self._limits.max_message_size:
+                if self._fed - self._message_end > self._limits.max_message_size:
                     raise _fail(f"message larger than the limit of {self._limits.max_message_size} bytes") from None
                 if not self._waiting:
                     return
@@ -300,9 +301,12 @@ class MessageDecoder:
                 try:
                     self._unpacker.feed(chunk)
                 except DecodeError as exc:
-                    raise _fail(f"undecodable bytes: {exc}") from exc
+                    raise _fail(f"undecodable bytes: {exc or type(exc).__name__}") from exc
                 self._fed += len(chunk)
                 continue
             except DecodeError as exc:
-                raise _fail(f"undecodable bytes: {exc}") from exc
+                raise _fail(f"undecodable bytes: {exc or type(exc).__name__}") from exc
+            # msgpack's offset also moves through an incomplete message, so
+            # the size check measures from the end of the last complete one.
+            self._message_end = self._unpacker.tell()
             yield message_from_wire(obj, self._limits)

@@ -38,6 +38,7 @@ from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
 from ._limits import DEFAULT_LIMITS, ProtocolLimits
 from ._messages import (
+    MAX_ID,
     PROTOCOL_VERSION,
     UNBOUNDED,
     Cancel,
@@ -129,6 +130,8 @@ class Connection:
         self._unpacker = new_unpacker(limits)
         self._waiting: deque[memoryview] = deque()
         self._fed = 0
+        self._message_end = 0
+        self._run_subscriber = 0
         self._deferred_error: RemoteProtocolError | None = None
         self._subscriptions: dict[int, _Subscription] = {}
         self._next_id = 1
@@ -137,7 +140,9 @@ class Connection:
         self._publications: dict[int, Publication] = {}
         self._finished_publications: dict[int, None] = {}
         self._outbound = Outbound(limits.split_threshold)
-        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=tuple(extensions)))
+        self._extensions = tuple(extensions)
+        self._hello_taken = False  # has data_to_send handed out our hello yet?
+        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
 
     # ---- state ---------------------------------------------------------
 
@@ -205,7 +210,12 @@ class Connection:
 
     def _fail(self, error: RemoteProtocolError) -> None:
         self._end_all_streams()
+        # Drop queued control messages, but never our hello: a goodbye must
+        # not be the first thing the peer reads from us (rule 1).
+        hello_unsent = not self._hello_taken
         self._outbound.control.clear()
+        if hello_unsent:
+            self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
         self._waiting.clear()
         if not self._goodbye_sent:
             self._goodbye_sent = True
@@ -223,13 +233,33 @@ class Connection:
         return dropped
 
     def _parse(self, events: list[Event]) -> None:
+        # Elements collected before a bad message are valid and within
+        # demand: they are handed over before the error is raised.
+        run: list[bytes] = []
+        try:
+            self._parse_into(events, run)
+        except RemoteProtocolError:
+            self._flush_run(events, run)
+            raise
+        self._flush_run(events, run)
+
+    def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
+        if run:
+            events.append(Elements(subscriber=self._run_subscriber, elements=ElementBatch(run[:])))
+            run.clear()
+
+    def _parse_into(self, events: list[Event], run: list[bytes]) -> None:
         unpacker = self._unpacker
+        tell = unpacker.tell
         subscriptions = self._subscriptions
-        run: list[bytes] | None = None
         run_subscription: _Subscription | None = None
+        # Where the last complete message ended: msgpack's own offset also
+        # moves through an incomplete message, so it cannot bound one.
+        message_end = self._message_end
         while True:
             try:
                 for message in unpacker:
+                    message_end = tell()
                     if (
                         type(message) is tuple
                         and len(message) == 3
@@ -240,11 +270,10 @@ class Connection:
                         subscriber = message[1]
                         element = message[2]
                         if run_subscription is None or subscriber != run_subscription.subscriber:
-                            if run:
-                                assert run_subscription is not None
-                                events.append(Elements(subscriber=run_subscription.subscriber, elements=ElementBatch(run)))
-                            run = []
+                            self._flush_run(events, run)
                             run_subscription = subscriptions.get(subscriber) if type(subscriber) is int else None
+                            if run_subscription is not None:
+                                self._run_subscriber = run_subscription.subscriber
                         sub = run_subscription
                         if type(element) is not bytes:
                             raise RemoteProtocolError(f"onNext element must be bin, got {type(element).__name__}")
@@ -263,13 +292,9 @@ class Connection:
                             if not demand.outstanding:
                                 raise RemoteProtocolError(f"onNext without demand on stream {subscriber}")
                             demand.outstanding -= 1
-                        assert run is not None
                         run.append(element)
                         continue
-                    if run:
-                        assert run_subscription is not None
-                        events.append(Elements(subscriber=run_subscription.subscriber, elements=ElementBatch(run)))
-                    run = None
+                    self._flush_run(events, run)
                     run_subscription = None
                     self._dispatch(message_from_wire(message, self.limits), events)
                     if self._state in (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED):
@@ -277,9 +302,11 @@ class Connection:
                         self._waiting.clear()
                         return
             except DecodeError as exc:
-                raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
+                raise RemoteProtocolError(f"undecodable bytes: {exc or type(exc).__name__}") from exc
+            finally:
+                self._message_end = message_end
             # The Unpacker ran out of complete messages.
-            if self._fed - unpacker.tell() > self.limits.max_message_size:
+            if self._fed - message_end > self.limits.max_message_size:
                 raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
             if not self._waiting:
                 break
@@ -289,9 +316,6 @@ class Connection:
             except DecodeError as exc:  # pragma: no cover - feed only fails on BufferFull, prevented above
                 raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
             self._fed += len(chunk)
-        if run:
-            assert run_subscription is not None
-            events.append(Elements(subscriber=run_subscription.subscriber, elements=ElementBatch(run)))
 
     def _orphan(self, subscriber: object, what: str) -> None:
         """A message for one of our subscriptions that is not active: late, or an error."""
@@ -301,6 +325,8 @@ class Connection:
             return  # we said goodbye: every stream has ended, late messages are dropped
         if type(subscriber) is not int:
             raise RemoteProtocolError(f"{what} subscriber must be an Id, got {type(subscriber).__name__}")
+        if not 0 <= subscriber <= MAX_ID:
+            raise RemoteProtocolError(f"{what} subscriber must be an Id in [0, 2**63), got {subscriber}")
         if subscriber in self._cancelled:
             return  # rule 6 / RS 2.8: in flight when we cancelled
         sub = self._subscriptions.get(subscriber)
@@ -381,7 +407,6 @@ class Connection:
         if message.demand <= 0:
             if publication.state is PublicationState.TERMINATING:
                 return  # already ending; its terminal signal is queued
-            publication.discard()
             publication.state = PublicationState.DONE
             self._forget_publication(publication)
             self._outbound.control += encode(
@@ -543,6 +568,7 @@ class Connection:
 
     def _forget_publication(self, publication: Publication) -> None:
         publication.discard()
+        self._outbound.unschedule(publication)
         self._publications.pop(publication.subscriber, None)
         self._remember_finished(publication.subscriber)
 
@@ -711,6 +737,7 @@ class Connection:
         """
         outbound = self._outbound
         data = outbound.data_to_send(max_bytes)
+        self._hello_taken = True
         if outbound.finished:
             for publication in outbound.finished:
                 if self._publications.get(publication.subscriber) is publication:

@@ -134,6 +134,11 @@ class Outbound:
         # Ids whose terminal message was written since the last call.
         self.finished: list[Publication] = []
 
+    def unschedule(self, publication: Publication) -> None:
+        if publication.scheduled:
+            publication.scheduled = False
+            self.ready.remove(publication)
+
     def schedule(self, publication: Publication) -> None:
         if not publication.scheduled:
             publication.scheduled = True
@@ -156,7 +161,9 @@ class Outbound:
         quantum = self.split_threshold
         while ready and len(out) < max_bytes:
             publication = ready.popleft()
-            self._emit(publication, out, len(out) + quantum)
+            # One quantum per visit, but never far past max_bytes: _emit
+            # writes at least one message and stops once over its limit.
+            self._emit(publication, out, len(out) + min(quantum, max_bytes - len(out)))
             if publication.has_work and publication.state is not PublicationState.DONE:
                 ready.append(publication)
             else:
@@ -184,7 +191,11 @@ class Outbound:
                 available = len(chunk) // size - head
                 fit = max(1, (limit - len(out)) // size)
                 count = min(available, fit)
-                if count == 1:
+                if size > threshold:
+                    # Too large to go whole: split it like any large element.
+                    count = 1
+                    self._start_split(pub, memoryview(chunk)[head * size : (head + 1) * size])
+                elif count == 1:
                     element = chunk[head * size : (head + 1) * size]
                     out += pub.on_next_header(size)
                     out += element
@@ -208,10 +219,7 @@ class Outbound:
                         if head == start:
                             # Start splitting this element; it leaves the
                             # queue now and goes out part by part.
-                            pub.splitting = memoryview(element)
-                            pub.split_offset = 0
-                            pub.split_id = pub.next_element_id
-                            pub.next_element_id += 1
+                            self._start_split(pub, memoryview(element))
                             head += 1
                             nbytes += length
                         break
@@ -233,6 +241,13 @@ class Outbound:
                 pub.head = 0
             else:
                 pub.head = head
+
+    @staticmethod
+    def _start_split(pub: Publication, element: memoryview) -> None:
+        pub.splitting = element
+        pub.split_offset = 0
+        pub.split_id = pub.next_element_id
+        pub.next_element_id += 1
 
     def _emit_part(self, pub: Publication, out: bytearray) -> None:
         element = pub.splitting

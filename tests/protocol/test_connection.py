@@ -564,11 +564,6 @@ def test_cancel_reaches_the_publisher_and_drops_its_queue(pair: ConnectionPair) 
         pair.server.send_elements(subscriber, [b"3"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): a publication dropped by cancel stays in the scheduler's ready ring, so "
-    "has_data_to_send is True although data_to_send() will return nothing",
-)
 def test_nothing_to_send_after_cancel_dropped_the_queue(pair: ConnectionPair) -> None:
     subscriber = pair.open_stream(pair.client, initial_demand=5)
     pair.server.send_elements(subscriber, [b"1", b"2"])
@@ -651,11 +646,6 @@ def test_forgotten_cancelled_ids_still_drop_late_messages() -> None:
     assert pair.deliver(pair.client, encode(OnComplete(subscriber=second))) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the onNext fast path takes any subscriber below the lowest remembered Id for a "
-    "long-cancelled stream and drops it silently; a negative number is always below it",
-)
 @pytest.mark.parametrize("max_remembered_ids", [65536, 1])
 def test_onnext_with_a_negative_subscriber_is_a_protocol_error(max_remembered_ids: int) -> None:
     pair = ConnectionPair(ProtocolLimits(max_remembered_ids=max_remembered_ids))
@@ -804,11 +794,6 @@ def test_events_before_a_bad_message_come_first(pair: ConnectionPair) -> None:
     assert pair.client.events() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a run of onNext elements collected before the bad message is discarded "
-    "when the error is raised, instead of being returned first",
-)
 @pytest.mark.parametrize("bad", [b"\xc1", encode(OnNext(subscriber=1, element=b"overrun"))], ids=["garbage", "overrun"])
 def test_elements_before_a_bad_message_come_first(pair: ConnectionPair, bad: bytes) -> None:
     subscriber = pair.open_stream(pair.client, initial_demand=2)

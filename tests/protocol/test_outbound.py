@@ -161,12 +161,6 @@ def test_terminal_is_written_once_the_queue_is_empty(small_pair: ConnectionPair)
     assert sum(isinstance(message, OnNext) for message in flat) == 30
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (minor): data_to_send(max_bytes) writes a whole scheduling quantum "
-    "(split_threshold bytes) per visit, so it can exceed max_bytes by many messages, "
-    "not by at most one as documented",
-)
 def test_data_to_send_exceeds_max_bytes_by_at_most_one_message(small_pair: ConnectionPair) -> None:
     pair = small_pair
     subscriber = pair.open_stream(pair.client, initial_demand=1000)
@@ -176,11 +170,6 @@ def test_data_to_send_exceeds_max_bytes_by_at_most_one_message(small_pair: Conne
         assert len(pair.server.data_to_send(100)) < 100 + message_size
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: elements of a fixed-size stream larger than split_threshold are never split "
-    "(a packed chunk is written as onNext/onNextPacked whatever the element size)",
-)
 def test_fixed_size_elements_larger_than_the_split_threshold_are_split(small_pair: ConnectionPair) -> None:
     pair = small_pair
     subscriber = pair.open_stream(pair.client, initial_demand=1, element_size=3000)

@@ -137,14 +137,6 @@ class GatedStream(trio.abc.Stream):
         await self._stream.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rstreams/protocol/_connection.py Connection._fail() clears the control buffer, "
-    "which still holds our own hello if it was not written yet; a peer whose first bytes are "
-    "invalid (read before our writer ran) then gets a goodbye that is not preceded by hello "
-    "(wire-v0 rule 1: hello first in each direction); seen over TCP as a flaky "
-    "test_anything_but_hello_first",
-)
 async def test_goodbye_for_an_early_protocol_error_still_follows_our_hello() -> None:
     peer_stream, server_stream = trio.testing.memory_stream_pair()
     gated = GatedStream(server_stream)
@@ -498,12 +490,6 @@ async def test_client_facing_an_unsupported_version(raw_publisher_peer) -> None:
             await client.wait_closed()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Session._open_subscription raises SessionClosed(by_peer=close_kind is not LOCAL), "
-    "so after a close this side decided (handshake timeout, protocol error) a new subscribe says "
-    "by_peer=True while _close_sequence ended the open streams with by_peer=False",
-)
 async def test_by_peer_is_consistent_after_a_handshake_timeout(autojump_clock) -> None:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     silent = RawPeer(server_stream)

@@ -351,11 +351,6 @@ async def test_session_repr_and_closed_flags(connect) -> None:
         assert client.closed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: open_stream_session wraps an exception raised in its body in an ExceptionGroup "
-    "(its internal nursery); architecture §8 says user-facing context managers re-raise the single exception",
-)
 async def test_an_error_in_the_session_block_propagates_unwrapped() -> None:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     with trio.fail_after(10):
@@ -365,12 +360,6 @@ async def test_an_error_in_the_session_block_propagates_unwrapped() -> None:
                     raise KeyError("from the block")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Session.aclose() called from a publisher task is cancelled by the close sequence "
-    "(_end_streams cancels the publisher's scope), and its except-clause then force-closes the "
-    "session before the goodbye is written: the peer sees a lost connection, not the goodbye",
-)
 async def test_a_publisher_can_close_its_session_with_goodbye(autojump_clock) -> None:
     async def quitter(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         await sink.send(b"last")
@@ -386,13 +375,6 @@ async def test_a_publisher_can_close_its_session_with_goodbye(autojump_clock) ->
             assert info.value.by_peer and info.value.reason == "publisher says bye"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Session._manager's finally awaits trio.aclose_forcefully() in an already cancelled "
-    "context; it re-raises Cancelled, so _end_streams() and _closed.set() never run: after an "
-    "aclose() that was cancelled (e.g. timed out), wait_closed() and the exit of "
-    "open_stream_session hang forever",
-)
 async def test_a_cancelled_aclose_still_closes_the_session(autojump_clock) -> None:
     client_stream, peer_stream = trio.testing.memory_stream_pair()
     peer = RawPeer(peer_stream)  # completes the handshake, then never says goodbye
@@ -433,12 +415,6 @@ async def test_cancelling_the_session_block_is_a_connection_loss_for_the_peer() 
             assert server.close_reason == info.value.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: same root cause as test_a_cancelled_aclose_still_closes_the_session: when the "
-    "open_stream_session block is cancelled, Session._manager's finally raises Cancelled from "
-    "aclose_forcefully() before _closed.set(), so the session never reports closed",
-)
 async def test_a_cancelled_session_block_leaves_the_session_closed() -> None:
     client_stream, server_stream = trio.testing.memory_stream_pair()
     with trio.fail_after(10):
