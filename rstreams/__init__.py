@@ -5,6 +5,8 @@ iterators that request as they consume. Both run over TCP, TLS (and any
 ``trio.abc.Stream``) with the reactive-streams-io protocol, wire profile v0.
 """
 
+import logging as _logging
+
 from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
 from ._config import SessionConfig
 from ._connect import open_session
@@ -66,3 +68,7 @@ __all__ = [
     "serve_stream",
     "serve_tcp",
 ]
+
+# The library convention: log to "rstreams", print nothing unless the
+# application configures logging (the CLI's --log-level does).
+_logging.getLogger("rstreams").addHandler(_logging.NullHandler())
