@@ -1,0 +1,5 @@
+"""What every bridge shares."""
+
+from ._errors import BridgeError
+
+__all__ = ["BridgeError"]
