@@ -49,7 +49,6 @@ from ._messages import (
     InvalidRequest,
     OnComplete,
     OnError,
-    OnNext,
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
@@ -461,10 +460,6 @@ class Connection:
             if not sub.demand.take(1):
                 raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
             events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
-        elif isinstance(message, OnNext):
-            # Only reached when the hot path did not take it (never, today),
-            # kept so that every message has exactly one meaning here.
-            raise RemoteProtocolError("onNext with the wrong number of fields")  # pragma: no cover
         elif isinstance(message, (OnComplete, OnError)):
             event = SubscriptionEvent.RECEIVE_COMPLETE if isinstance(message, OnComplete) else SubscriptionEvent.RECEIVE_ERROR
             what = "onComplete" if isinstance(message, OnComplete) else "onError"
