@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import os
+from http import HTTPStatus
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,7 +355,8 @@ async def _answer(stream: trio.abc.Stream, connection: h11.Connection, route: Ro
     headers += [("Content-Type", kind), ("Content-Length", str(len(body)))]
     data = b""
     if connection.our_state is h11.SEND_RESPONSE:
-        data = connection.send(h11.Response(status_code=status, headers=headers)) or b""
+        reason = HTTPStatus(status).phrase.encode() if status in HTTPStatus._value2member_map_ else b""
+        data = connection.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
         if not route.head_only:
             data += connection.send(h11.Data(data=body)) or b""
         data += connection.send(h11.EndOfMessage()) or b""
