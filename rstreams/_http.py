@@ -297,6 +297,9 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:
+    # Never read more than MAX_REQUEST_HEAD bytes before the head is whole
+    # (h11's own limit only applies to what it holds unparsed).
+    received = 0
     while True:
         try:
             event = connection.next_event()
@@ -305,9 +308,12 @@ async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> 
         if isinstance(event, h11.Request):
             return event
         if event is h11.NEED_DATA:
-            data = await stream.receive_some(_READ_SIZE)
+            if received >= MAX_REQUEST_HEAD:
+                return h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            data = await stream.receive_some(min(_READ_SIZE, MAX_REQUEST_HEAD - received))
             if not data:
                 return None  # closed before a whole head: nothing to answer
+            received += len(data)
             connection.receive_data(bytes(data))
         else:  # ConnectionClosed (the only other event before a request)
             return None
@@ -323,7 +329,7 @@ async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request:
         return None
     websocket = WSConnection(ConnectionType.SERVER)
     try:
-        websocket.initiate_upgrade_connection(request.headers, request.target)
+        websocket.initiate_upgrade_connection(list(request.headers), request.target)
         [handshake] = [event for event in websocket.events() if isinstance(event, WebSocketRequest)]
     except (WebSocketProtocolError, ValueError) as exc:
         await _answer(stream, connection, Route(RouteKind.ERROR, status=400, message=f"bad WebSocket upgrade: {exc}"))
