@@ -48,6 +48,7 @@ __all__ = [
     "Route",
     "RouteKind",
     "route_request",
+    "is_upgrade",
     "normalize_origin",
     "listener_origins",
     "accept_http",
@@ -190,32 +191,38 @@ def _header(request: h11.Request, name: bytes) -> list[bytes]:
     return [value for key, value in request.headers if key == name]
 
 
+def is_upgrade(request: h11.Request) -> bool:
+    """True for a request that asks to switch to WebSocket."""
+    return any(b"websocket" in value.lower() for value in _header(request, b"upgrade"))
+
+
 def route_request(request: h11.Request, files: Iterable[str], origins: OriginPolicy) -> Route:
     """Decide what a request gets. ``files``: the names in the static directory."""
+    # Every answer to HEAD is headers only, errors included.
+    head_only = request.method == b"HEAD"
     target = request.target
     if not target.startswith(b"/"):
-        return Route(RouteKind.ERROR, status=400, message="bad request target")
+        return Route(RouteKind.ERROR, status=400, message="bad request target", head_only=head_only)
     path = target.split(b"?", 1)[0].decode("ascii", "replace")
-    upgrade = any(b"websocket" in value.lower() for value in _header(request, b"upgrade"))
-    if upgrade:
+    if is_upgrade(request):
         if request.method != b"GET":
-            return Route(RouteKind.ERROR, status=405, message="a WebSocket upgrade must be a GET")
+            return Route(RouteKind.ERROR, status=405, message="a WebSocket upgrade must be a GET", head_only=head_only)
         if path != "/":
-            return Route(RouteKind.ERROR, status=404, message="the WebSocket endpoint is /")
+            return Route(RouteKind.ERROR, status=404, message="the WebSocket endpoint is /", head_only=head_only)
         origin_headers = _header(request, b"origin")
         if len(origin_headers) > 1:
-            return Route(RouteKind.ERROR, status=403, message="more than one Origin header")
+            return Route(RouteKind.ERROR, status=403, message="more than one Origin header", head_only=head_only)
         origin = origin_headers[0].decode("latin-1") if origin_headers else None
         if not origins.allows(origin):
             return Route(
                 RouteKind.ERROR,
                 status=403,
                 message=f"origin {origin} is not allowed (allow it with --allow-origin {origin})",
+                head_only=head_only,
             )
         return Route(RouteKind.UPGRADE)
     if request.method not in (b"GET", b"HEAD"):
-        return Route(RouteKind.ERROR, status=405, message="only GET and HEAD (and WebSocket upgrades at /)")
-    head_only = request.method == b"HEAD"
+        return Route(RouteKind.ERROR, status=405, message="only GET and HEAD (and WebSocket upgrades at /)", head_only=head_only)
     name = unquote(path[1:], errors="replace") or "index.html"
     # Only a name listed in the directory: never a path built from the request.
     if name in set(files):
@@ -280,7 +287,8 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
                 status = request.error_status_hint
                 await _answer(stream, connection, Route(RouteKind.ERROR, status=status, message=str(request)))
                 return None
-            files = await trio.to_thread.run_sync(_static_files, site.static_dir)
+            # The listing is only needed for files (a thread hop: skip it for upgrades).
+            files = [] if is_upgrade(request) else await trio.to_thread.run_sync(_static_files, site.static_dir)
             route = route_request(request, files, site.origins)
             if route.kind is RouteKind.UPGRADE:
                 return await _upgrade(stream, connection, request, site)
@@ -359,15 +367,18 @@ async def _answer(stream: trio.abc.Stream, connection: h11.Connection, route: Ro
     if status == 405:
         headers.append(("Allow", "GET, HEAD"))
     headers += [("Content-Type", kind), ("Content-Length", str(len(body)))]
-    data = b""
-    if connection.our_state is h11.SEND_RESPONSE:
-        reason = HTTPStatus(status).phrase.encode() if status in HTTPStatus._value2member_map_ else b""
-        data = connection.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
+    reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+    try:
+        if connection.our_state is not h11.SEND_RESPONSE:
+            raise h11.LocalProtocolError("no request to answer")
+        data = connection.send(h11.Response(status_code=status, headers=headers, reason=reason.encode())) or b""
         if not route.head_only:
             data += connection.send(h11.Data(data=body)) or b""
         data += connection.send(h11.EndOfMessage()) or b""
-    else:  # h11 cannot answer (the request was unreadable): a bare response
-        data = f"HTTP/1.1 {status} \r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+    except h11.LocalProtocolError:
+        # h11 cannot answer this one (the request was unreadable): a bare response.
+        head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers) + "\r\n"
+        data = head.encode() + (b"" if route.head_only else body)
     try:
         await stream.send_all(data)
     finally:

@@ -338,6 +338,8 @@ async def _client_handshake(stream: trio.abc.Stream, connection: WSConnection, r
         body = bytearray()
         while True:
             data = await stream.receive_some(_HANDSHAKE_READ_SIZE)
+            if not data and status is None:
+                raise ConnectionError("the server closed the connection during the WebSocket handshake")
             try:
                 connection.receive_data(bytes(data) if data else None)
                 for event in connection.events():
@@ -360,10 +362,8 @@ async def _client_handshake(stream: trio.abc.Stream, connection: WSConnection, r
                             raise _refused(status, body)
             except WebSocketProtocolError as exc:
                 raise ConnectionError(f"WebSocket handshake failed: {exc}") from None
-            if not data:
-                if status is not None:
-                    raise _refused(status, body)
-                raise ConnectionError("the server closed the connection during the WebSocket handshake")
+            if not data:  # a refusal whose body ended with the connection
+                raise _refused(status, body)
     raise TimeoutError(f"no WebSocket handshake answer within {config.handshake_timeout:g} s")
 
 

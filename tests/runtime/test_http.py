@@ -18,6 +18,9 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage
+from wsproto.events import Request as WebSocketRequest
 
 import rstreams
 from rstreams._http import (
@@ -32,6 +35,7 @@ from rstreams._http import (
     normalize_origin,
     route_request,
 )
+from rstreams._websocket import SUBPROTOCOL
 
 from ._support import standard_app
 
@@ -343,7 +347,7 @@ def test_fuzz_routing_only_ever_names_a_listed_file(target: bytes, method: bytes
         assert method in (b"GET", b"HEAD") and not upgrade
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     head=st.one_of(
         st.binary(max_size=300),
@@ -393,3 +397,28 @@ def test_fuzz_any_request_head_gets_an_answer_or_a_websocket(static_dir: Path, h
             assert answer == b"" or answer.startswith(b"HTTP/1.1 "), answer
 
     trio.run(main)
+
+
+# ---- bytes that arrive with the handshake -----------------------------------------
+
+
+async def test_frames_sent_with_the_upgrade_request_are_not_lost(static_dir: Path) -> None:
+    # Clients wait for the 101 before sending frames, but the server must not
+    # lose bytes that arrive in the same read as the request head.
+    upgrade = WSConnection(ConnectionType.CLIENT).send(WebSocketRequest(host="x", target="/", subprotocols=[SUBPROTOCOL]))
+    # A client frame (masked; each frame carries its own key), from a client
+    # connection whose handshake is done in memory.
+    framer, peer = WSConnection(ConnectionType.CLIENT), WSConnection(ConnectionType.SERVER)
+    peer.receive_data(framer.send(WebSocketRequest(host="x", target="/")))
+    list(peer.events())
+    framer.receive_data(peer.send(AcceptConnection()))
+    list(framer.events())
+    frame = framer.send(BytesMessage(data=b"\x93\x00\x00\x90"))
+    client, server = trio.testing.memory_stream_pair()
+    site = Site(static_dir=static_dir, origins=OriginPolicy(), max_message_size=1024)
+    with trio.fail_after(TIMEOUT):
+        await client.send_all(upgrade + frame)
+        websocket = await accept_http(server, site)
+        assert websocket is not None and websocket.subprotocol == SUBPROTOCOL
+        assert await websocket.receive_some() == b"\x93\x00\x00\x90"
+        await websocket.aclose()
