@@ -23,6 +23,7 @@ request with 400 before a handler sees it.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 from http import HTTPStatus
 from collections.abc import Iterable
@@ -118,14 +119,19 @@ def listener_origins(host: str | None, addresses: Iterable[tuple[str, int]], *, 
 
     For each address the listener is bound to, and for ``host`` as given (a
     name such as ``localhost``), ``http://HOST:PORT`` and ``ws://HOST:PORT``
-    (``https`` / ``wss`` with TLS). A wildcard bind (``0.0.0.0``, ``::``) has no
+    (``https`` / ``wss`` with TLS); ``localhost`` too for a loopback address. A wildcard bind (``0.0.0.0``, ``::``) has no
     origin of its own: name the origins the pages are served from with
     ``allowed_origins``.
     """
     schemes = ("https", "wss") if secure else ("http", "ws")
     origins: set[str] = set()
     for address, port in addresses:
-        for name in {address, host}:
+        names = {address, host}
+        if _is_loopback(address):
+            # Browsers resolve localhost to loopback themselves, so a page at
+            # http://localhost:PORT is this listener's whatever the bind said.
+            names.add("localhost")
+        for name in names:
             if name is None or name in _WILDCARD_HOSTS:
                 continue
             for scheme in schemes:
@@ -133,6 +139,13 @@ def listener_origins(host: str | None, addresses: Iterable[tuple[str, int]], *, 
                 if origin is not None:
                     origins.add(origin)
     return frozenset(origins)
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 class OriginPolicy:
