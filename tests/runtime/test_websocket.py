@@ -265,6 +265,13 @@ def test_split_whole_messages(sizes: list[int]) -> None:
         assert len(run) <= MAX_OUTGOING_MESSAGE or len(messages) == 1
 
 
+def test_split_whole_messages_leaves_what_does_not_parse_alone() -> None:
+    data = msgpack.packb(b"x" * 200_000) + b"\xc1" * 100_000  # 0xc1: never valid msgpack
+    runs = split_whole_messages(data, MAX_OUTGOING_MESSAGE)
+    assert b"".join(runs) == data
+    assert [len(run) for run in runs] == [200_005, 100_000]
+
+
 async def test_a_burst_over_the_bound_goes_as_several_messages() -> None:
     # Control messages are taken whole: thousands of subscribe answers at once.
     subscribers = 30_000
