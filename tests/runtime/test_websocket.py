@@ -436,8 +436,7 @@ async def test_a_client_app_publishes_over_websocket_within_the_bound() -> None:
                 assert 0 < session_stream.largest_message_sent <= MAX_OUTGOING_MESSAGE  # type: ignore[attr-defined]
 
 
-async def test_hello_in_the_first_message_after_the_handshake() -> None:
-    # The server may get frames in the same read as the upgrade request's end.
+async def test_several_protocol_messages_in_one_client_message() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving() as (server, port):
             async with raw_client(port) as (peer, stream):
