@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
-from . import _pub, _serve, _sub
+from . import _emp, _pub, _serve, _sub
 from ._common import EXIT_INTERRUPTED, EXIT_USAGE, CommandError, HelpFormatter, warn
 
 __all__ = ["main", "build_parser"]
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve.add_parser(subparsers)
     _sub.add_parser(subparsers)
     _pub.add_parser(subparsers)
+    _emp.add_parser(subparsers)
     return parser
 
 

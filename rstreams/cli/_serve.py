@@ -16,6 +16,7 @@ from ._common import (
     HelpFormatter,
     add_server_arguments,
     configure_logging,
+    parse_address,
     run_command,
     serve_until_stopped,
     server_ssl_context,
@@ -64,6 +65,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=".",
         help="put DIR first on sys.path before importing MODULE (default: .)",
     )
+    # --emp: the app over EMP too (bridges.emp); then --tcp is optional.
+    parser.add_argument(
+        "--emp",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
+    )
+    for action in parser._actions:
+        if action.dest == "tcp":
+            action.required = False
     parser.set_defaults(run=run)
     return parser
 
@@ -101,12 +113,18 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.tcp and not args.emp:
+        raise CommandError("give at least one listener: --tcp HOST:PORT or --emp HOST:PORT", EXIT_USAGE)
     configure_logging(args.log_level)
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
     server = Server(app, max_connections=args.max_connections)
 
     async def serve() -> int:
+        if args.emp:
+            from bridges.emp import serve_app_with_emp
+
+            return await serve_app_with_emp(server, args.tcp or [], args.emp, ssl_context, args.app)
         return await serve_until_stopped(server, args.tcp, ssl_context, args.app)
 
     return run_command(serve)
