@@ -43,7 +43,6 @@ out); a plain close with :class:`EmpConnectionLost`.
 
 from __future__ import annotations
 
-import copy
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
@@ -71,6 +70,16 @@ __all__ = [
 
 KiB = 1024
 MiB = 1024 * KiB
+
+
+def _clone(error: BaseException) -> BaseException:
+    # Each waiter raises its own copy of why the connection ended: one
+    # exception object raised in several tasks would collect all their
+    # tracebacks. (copy.copy would call __init__, whose signatures differ.)
+    clone = type(error).__new__(type(error))
+    clone.args = error.args
+    clone.__dict__.update(error.__dict__)
+    return clone
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,7 +202,7 @@ class PendingCall:
             raise
         if self._error is not None:
             self._abandoned = True
-            raise copy.copy(self._error)
+            raise _clone(self._error)
         assert self._body is not None
         body, self._body = self._body, None
         self._abandoned = True
@@ -293,11 +302,11 @@ class EmpConnection(trio.abc.AsyncResource):
         assert self._end is not None
         if self._end_normal:
             return trio.EndOfChannel()
-        return copy.copy(self._end)
+        return _clone(self._end)
 
     def _check_open(self) -> None:
         if self._end is not None:
-            raise copy.copy(self._end)
+            raise _clone(self._end)
 
     async def aclose(self) -> None:
         """Say bye (if the connection is still open) and close the transport.
@@ -395,7 +404,7 @@ class EmpConnection(trio.abc.AsyncResource):
             or any(not call._done.is_set() for call in self._calls.values())
             or self._pong is not None
         )
-        self._paused = wanted and self._buffered >= self.config.max_read_ahead
+        self._paused = wanted and self._buffered > 0 and self._buffered >= self.config.max_read_ahead
         if self._paused and self._pong is not None:
             self._paused_during_ping = True
         return wanted and not self._paused
@@ -633,13 +642,13 @@ class EmpConnection(trio.abc.AsyncResource):
         with trio.move_on_after(self.config.handshake_timeout):
             await self._handshake_settled.wait()  # the hello, or the end
         if self._end is not None:
-            raise copy.copy(self._end)
+            raise _clone(self._end)
         if not self._handshake_done.is_set():
             self._machine.send_error(ErrorCode.TIMEOUT, "no hello within the handshake timeout")
             self._take_output()
             error = EmpTimeout(f"no hello within {self.config.handshake_timeout} s")
             self._finish(error)
-            raise copy.copy(error)
+            raise _clone(error)
 
 
 @asynccontextmanager
