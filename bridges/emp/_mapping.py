@@ -135,19 +135,25 @@ def call_publisher(
     async def publish(sink: Sink, request: SubscribeRequest) -> None:
         source = aiter(bodies)
         pending: deque[PendingCall] = deque()
-        exhausted = False
+        held: bytes | None = None  # the next body, pulled but not sent
         try:
             while True:
-                while not exhausted and len(pending) < min(sink.demand, max_in_flight):
-                    try:
-                        body = await anext(source)
-                    except StopAsyncIteration:
-                        exhausted = True
-                        break
-                    pending.append(await connection.start_call(body, compression=compression))
+                while len(pending) < min(sink.demand, max_in_flight):
+                    if held is None:
+                        try:
+                            held = await anext(source)
+                        except StopAsyncIteration:
+                            break
+                    pending.append(await connection.start_call(held, compression=compression))
+                    held = None
                 if not pending:
-                    if exhausted:
-                        return
+                    # No demand, or no more bodies. Completing needs no
+                    # demand, so look one body ahead to know which it is.
+                    if held is None:
+                        try:
+                            held = await anext(source)
+                        except StopAsyncIteration:
+                            return
                     await sink.wait_demand()
                     continue
                 response = await pending[0].response()

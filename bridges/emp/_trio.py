@@ -223,6 +223,7 @@ class EmpConnection(trio.abc.AsyncResource):
         self.config = config
         self._machine = Connection(framing=config.framing, limits=config.limits)
         self._cancel_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
         # Output: bytes taken from the machine, waiting for the writer.
         self._outgoing: list[bytes] = []
         self._queued = 0
@@ -637,6 +638,16 @@ class EmpConnection(trio.abc.AsyncResource):
                     self._finish(EmpTimeout(f"no pong within {self.config.ping_timeout} s"))
                 return
 
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # The connection's own nursery, one level below the caller's block:
+        # ending the connection cancels these tasks, never the caller's code.
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._cancel_scope = nursery.cancel_scope
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._reader)
+            task_status.started()
+
     async def _handshake(self) -> None:
         self._take_output()  # our hello
         with trio.move_on_after(self.config.handshake_timeout):
@@ -665,13 +676,11 @@ async def open_emp_stream(stream: trio.abc.Stream, *, config: EmpConfig = DEFAUL
     connection = EmpConnection(stream, config)
     try:
         async with trio.open_nursery() as nursery:
-            connection._cancel_scope = nursery.cancel_scope
-            nursery.start_soon(connection._writer)
-            nursery.start_soon(connection._reader)
+            await nursery.start(connection._run)
             try:
                 await connection._handshake()
-                if config.keepalive_interval is not None:
-                    nursery.start_soon(connection._keepalive, config.keepalive_interval)
+                if config.keepalive_interval is not None and connection._nursery is not None:
+                    connection._nursery.start_soon(connection._keepalive, config.keepalive_interval)
                 yield connection
             finally:
                 await connection.aclose()
