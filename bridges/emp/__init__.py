@@ -50,16 +50,9 @@ from ._events import (
     UnknownExtension,
 )
 from ._state import ConnectionState
-from ._trio import (
-    DEFAULT_CONFIG,
-    EmpConfig,
-    EmpConnection,
-    EmpRequest,
-    EmpStatistics,
-    PendingCall,
-    open_emp_connection,
-    open_emp_stream,
-)
+from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest, EmpStatistics
+from ._trio import EmpConnection, PendingCall
+from ._connect import open_emp_connection, open_emp_stream
 from ._serve import EmpHandler, EmpServer, serve_emp
 from ._mapping import (
     RequestHandler,

@@ -31,7 +31,8 @@ from rstreams import Router, Session, Server, SubscriptionError
 from ._errors import EmpError
 from ._mapping import open_local_session, serve_requests
 from ._serve import EmpServer
-from ._trio import DEFAULT_CONFIG, EmpConfig, EmpConnection
+from ._config import DEFAULT_CONFIG, EmpConfig
+from ._trio import EmpConnection
 
 __all__ = ["EmpAppServer", "DEFAULT_MAX_RESPONSE_BYTES", "answer_publisher_request", "serve_app_with_emp"]
 

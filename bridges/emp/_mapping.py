@@ -39,7 +39,8 @@ from rstreams import Router, Session, Sink, SubscribeRequest, open_stream_sessio
 
 from ._errors import EmpClosed, EmpError, ErrorCode
 from ._events import CompressionScheme
-from ._trio import EmpConnection, EmpRequest, PendingCall
+from ._config import EmpRequest
+from ._trio import EmpConnection, PendingCall
 
 __all__ = [
     "data_publisher",

@@ -16,7 +16,9 @@ from typing import NoReturn
 import trio
 
 from ._errors import EmpError, ErrorCode
-from ._trio import DEFAULT_CONFIG, EmpConfig, EmpConnection, open_emp_stream
+from ._config import DEFAULT_CONFIG, EmpConfig
+from ._connect import open_emp_stream
+from ._trio import EmpConnection
 
 __all__ = ["EmpServer", "EmpHandler", "serve_emp"]
 

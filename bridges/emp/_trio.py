@@ -43,33 +43,17 @@ out); a plain close with :class:`EmpConnectionLost`.
 
 from __future__ import annotations
 
-import ssl
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import trio
 
-from ._codec import DEFAULT_LIMITS, EmpLimits, Framing
+from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest, EmpStatistics
 from ._connection import Connection
 from ._errors import EmpClosed, EmpConnectionLost, EmpTimeout, ErrorCode, PeerError, RemoteProtocolError
 from ._events import Bye, Compression, CompressionScheme, ConnectionClosed, Data, Error, Event, Hello, Pong
 from ._state import ConnectionState
 
-__all__ = [
-    "EmpConfig",
-    "DEFAULT_CONFIG",
-    "EmpConnection",
-    "EmpRequest",
-    "PendingCall",
-    "EmpStatistics",
-    "open_emp_stream",
-    "open_emp_connection",
-]
-
-KiB = 1024
-MiB = 1024 * KiB
+__all__ = ["EmpConnection", "PendingCall"]
 
 
 def _clone(error: BaseException) -> BaseException:
@@ -80,83 +64,6 @@ def _clone(error: BaseException) -> BaseException:
     clone.args = error.args
     clone.__dict__.update(error.__dict__)
     return clone
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EmpConfig:
-    """Settings of one EMP connection.
-
-    Attributes:
-        framing: how sizes are counted; both peers must agree (default: the
-            spec text, sizes include the size field).
-        limits: what the peer may send (message size, extensions, ...).
-        handshake_timeout: seconds to wait for the peer's hello (then
-            error 2 and close). Default 10.
-        keepalive_interval: seconds between keepalive pings; None: no pings.
-            Default 30.
-        ping_timeout: seconds a keepalive pong may take (then error 2 and
-            close). Default 10.
-        max_read_ahead: bytes of message bodies read but not yet taken by
-            the application; beyond it the reader stops. Default 1 MiB (at
-            least one message is always read).
-        receive_size: the most bytes asked of the transport per read. 64 KiB.
-        close_timeout: seconds to flush the last message and close. Default 1.
-    """
-
-    framing: Framing = Framing.SIZE_INCLUDES_FIELD
-    limits: EmpLimits = DEFAULT_LIMITS
-    handshake_timeout: float = 10.0
-    keepalive_interval: float | None = 30.0
-    ping_timeout: float = 10.0
-    max_read_ahead: int = 1 * MiB
-    receive_size: int = 64 * KiB
-    close_timeout: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-        if self.keepalive_interval is not None and not self.keepalive_interval > 0:
-            raise ValueError("keepalive_interval must be positive or None")
-        if self.max_read_ahead < 0 or self.receive_size <= 0:
-            raise ValueError("max_read_ahead must be >= 0 and receive_size > 0")
-
-
-DEFAULT_CONFIG = EmpConfig()
-
-
-@dataclass(frozen=True, slots=True)
-class EmpRequest:
-    """A request received from the peer; answer it with :meth:`EmpConnection.respond`.
-
-    Attributes:
-        request_id: the peer's id for it.
-        body: the body, decompressed.
-        compression: the scheme the request was compressed with (None: no
-            compression block); the response uses the same by default.
-    """
-
-    request_id: int
-    body: bytes
-    compression: CompressionScheme | None
-
-
-@dataclass(frozen=True, slots=True)
-class EmpStatistics:
-    """A snapshot of a connection.
-
-    Attributes:
-        bytes_received / bytes_sent: transport bytes so far.
-        buffered_bytes: bodies read and not yet taken by the application.
-        pending_calls: our requests with no response yet.
-        reading: whether the reader is currently allowed to read.
-    """
-
-    bytes_received: int
-    bytes_sent: int
-    buffered_bytes: int
-    pending_calls: int
-    reading: bool
 
 
 class PendingCall:
@@ -660,59 +567,3 @@ class EmpConnection(trio.abc.AsyncResource):
             error = EmpTimeout(f"no hello within {self.config.handshake_timeout} s")
             self._finish(error)
             raise _clone(error)
-
-
-@asynccontextmanager
-async def open_emp_stream(stream: trio.abc.Stream, *, config: EmpConfig = DEFAULT_CONFIG) -> AsyncIterator[EmpConnection]:
-    """Run EMP over a connected stream: handshake, then yield the connection.
-
-    The connection owns the stream. Leaving the block says bye and closes it
-    (bounded by ``config.close_timeout``); cancellation closes it at once.
-
-    Raises:
-        EmpTimeout: no hello in time. PeerError / EmpClosed: the peer sent
-        error or bye instead of hello. UnsupportedVersionError: its version.
-    """
-    connection = EmpConnection(stream, config)
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(connection._run)
-            try:
-                await connection._handshake()
-                if config.keepalive_interval is not None and connection._nursery is not None:
-                    connection._nursery.start_soon(connection._keepalive, config.keepalive_interval)
-                yield connection
-            finally:
-                await connection.aclose()
-    except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block raised; let the caller
-        # see its own exception, as if no nursery were involved.
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
-        raise
-
-
-@asynccontextmanager
-async def open_emp_connection(
-    host: str,
-    port: int,
-    *,
-    ssl_context: ssl.SSLContext | None = None,
-    server_hostname: str | None = None,
-    config: EmpConfig = DEFAULT_CONFIG,
-) -> AsyncIterator[EmpConnection]:
-    """Connect to an EMP peer over TCP, or TLS with ``ssl_context``.
-
-    Example::
-
-        async with open_emp_connection("127.0.0.1", 7000) as emp:
-            print(await emp.call(b"range?count=5"))
-
-    Raises:
-        OSError: the connection could not be made; and as :func:`open_emp_stream`.
-    """
-    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-    if ssl_context is not None:
-        stream = trio.SSLStream(stream, ssl_context, server_hostname=server_hostname or host, https_compatible=True)
-    async with open_emp_stream(stream, config=config) as connection:
-        yield connection
