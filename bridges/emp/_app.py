@@ -20,6 +20,7 @@ same router, demand and codecs as a TCP subscriber's.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from functools import partial
 
@@ -35,6 +36,8 @@ from ._config import DEFAULT_CONFIG, EmpConfig
 from ._trio import EmpConnection
 
 __all__ = ["EmpAppServer", "DEFAULT_MAX_RESPONSE_BYTES", "answer_publisher_request", "serve_app_with_emp"]
+
+logger = logging.getLogger("rstreams.emp")
 
 #: The most element bytes one response may carry; a larger stream is
 #: cancelled and answered ``{"error": ...}``. Well under the 16 MiB message
@@ -97,8 +100,14 @@ class EmpAppServer(EmpServer):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drop_data, connection)
                 answer = partial(answer_publisher_request, session, max_response_bytes=self.max_response_bytes)
-                await serve_requests(connection, answer, max_concurrency=self.max_concurrency)
-                nursery.cancel_scope.cancel()
+                try:
+                    await serve_requests(connection, answer, max_concurrency=self.max_concurrency)
+                except EmpError as exc:
+                    # The peer's error, a violation (already answered with
+                    # error), a lost connection: the end of one client.
+                    logger.info("EMP connection ended: %s", exc)
+                finally:
+                    nursery.cancel_scope.cancel()
 
 
 async def _drop_data(connection: EmpConnection) -> None:

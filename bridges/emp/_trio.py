@@ -292,10 +292,17 @@ class EmpConnection(trio.abc.AsyncResource):
                 self._written += len(data)
                 self._written_lot.unpark_all()
         finally:
+            # Closing gracefully (TLS close_notify) may fail or hang when the
+            # peer is gone; either way the transport ends up closed.
+            graceful = False
             with trio.move_on_after(self.config.close_timeout) as scope:
                 scope.shield = True
-                await self.stream.aclose()
-            if scope.cancelled_caught:
+                try:
+                    await self.stream.aclose()
+                    graceful = True
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                    pass
+            if not graceful:
                 await trio.aclose_forcefully(self.stream)
             self._writer_done.set()
             self._written_lot.unpark_all()
