@@ -46,6 +46,7 @@ examples:
   rstreams serve myapp:app --app-dir src --tcp 127.0.0.1:9000
   rstreams serve examples.demo:app --tcp 127.0.0.1:9443 \\
       --tls-cert server.pem --tls-key server-key.pem           # tls://
+  rstreams serve examples.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
 """
 
 
