@@ -348,3 +348,36 @@ async def test_reads_only_on_demand_so_the_sender_blocks(raw_pair) -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 assert 13 <= sent <= 13 + 4096 // 1000 + 2
                 nursery.cancel_scope.cancel()
+
+
+async def test_pong_clock_stops_while_our_read_ahead_bound_holds_us_back(raw_pair, autojump_clock: trio.testing.MockClock) -> None:
+    # The peer answers every ping at once, but its pong sits behind data we
+    # refuse to read (the read-ahead bound): that is not a timeout.
+    ours, peer = raw_pair()
+    config = EmpConfig(keepalive_interval=5, ping_timeout=3, receive_size=1024, max_read_ahead=1)
+    with trio.fail_after(300):
+        await peer.send(Hello(), *(Data(body=bytes(500)) for _ in range(20)))
+        async with open_emp_stream(ours, config=config) as emp:
+            assert await emp.receive_data() == bytes(500)  # one read: two bodies held
+            assert await peer.receive() == Hello()
+            assert await peer.receive() == Ping()
+            await peer.send(Pong())  # queued behind 18 data messages
+            await trio.sleep(100)
+            assert not emp.ended and not emp.statistics().reading
+            for _ in range(19):
+                assert await emp.receive_data() == bytes(500)
+            await trio.sleep(4)  # the next ping, answered by the pong above
+            assert not emp.ended
+
+
+async def test_connections_beyond_the_limit_get_hello_then_error(nursery: trio.Nursery) -> None:
+    server = EmpServer(echo, config=QUIET, max_connections=1)
+    listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    port = rstreams.listener_port(listeners[0])
+    with trio.fail_after(10):
+        async with open_emp_connection("127.0.0.1", port, config=QUIET) as first:
+            assert await first.call(b"12") == b"21"
+            second = await connect_raw(port)
+            messages = await second.receive_until_eof()
+            assert messages[0] == Hello()
+            assert messages[1] == Error(code=ErrorCode.UNSPECIFIED, message="server busy")
