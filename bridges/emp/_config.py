@@ -31,6 +31,9 @@ class EmpConfig:
             the application; beyond it the reader stops. Default 1 MiB (at
             least one message is always read).
         receive_size: the most bytes asked of the transport per read. 64 KiB.
+        max_write_buffer: bytes of messages queued and not yet written
+            beyond which a send waits for the transport. Default 64 KiB; 0:
+            every send waits until its message is written.
         close_timeout: seconds to flush the last message and close. Default 1.
     """
 
@@ -41,6 +44,7 @@ class EmpConfig:
     ping_timeout: float = 10.0
     max_read_ahead: int = 1 * MiB
     receive_size: int = 64 * KiB
+    max_write_buffer: int = 64 * KiB
     close_timeout: float = 1.0
 
     def __post_init__(self) -> None:
@@ -49,8 +53,8 @@ class EmpConfig:
                 raise ValueError(f"{name} must be positive")
         if self.keepalive_interval is not None and not self.keepalive_interval > 0:
             raise ValueError("keepalive_interval must be positive or None")
-        if self.max_read_ahead < 0 or self.receive_size <= 0:
-            raise ValueError("max_read_ahead must be >= 0 and receive_size > 0")
+        if self.max_read_ahead < 0 or self.max_write_buffer < 0 or self.receive_size <= 0:
+            raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
 
 
 DEFAULT_CONFIG = EmpConfig()

@@ -8,8 +8,8 @@ waiting (outbound):
   connection reads the socket only while someone asks, so a slow rstreams
   subscriber slows the EMP sender down through TCP.
 * Outbound, any stream of bodies (an rstreams :class:`~rstreams.Subscription`
-  included) is written as ``data`` messages one after the other, each once
-  the previous one is written (:func:`send_stream`); :func:`pipe_publisher`
+  included) is written as ``data`` messages one after the other, paced by
+  the connection's write bound (:func:`send_stream`); :func:`pipe_publisher`
   subscribes to a publisher with ``prefetch=window``, so what is pulled from
   it comes in bounded windows.
 * Client calls: a stream of request bodies becomes a stream of response
@@ -89,7 +89,7 @@ def data_publisher(connection: EmpConnection) -> PublisherFunction:
 async def send_stream(
     connection: EmpConnection, bodies: AsyncIterable[bytes], *, compression: CompressionScheme | None = None
 ) -> int:
-    """Send each body as a ``data`` message, the next once the last is written.
+    """Send each body as a ``data`` message, paced by the connection's write bound.
 
     Returns:
         How many messages were sent.

@@ -132,7 +132,7 @@ class EmpConnection(trio.abc.AsyncResource):
         self._cancel_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         # Output: bytes taken from the machine, waiting for the writer.
-        self._outgoing: list[bytes] = []
+        self._outgoing: list[bytes] = []  # bounded: senders wait past max_write_buffer
         self._queued = 0
         self._written = 0
         self._writer_lot = trio.lowlevel.ParkingLot()
@@ -264,6 +264,10 @@ class EmpConnection(trio.abc.AsyncResource):
         return self._queued
 
     async def _wait_written(self, target: int) -> None:
+        # Wait until at most max_write_buffer bytes, ours included, are left
+        # unwritten: small messages coalesce into one send_all, and a sender
+        # is still paced by the transport once the bound is reached.
+        target -= self.config.max_write_buffer
         while self._written < target:
             if self._writer_done.is_set():
                 self._check_open()
@@ -448,7 +452,7 @@ class EmpConnection(trio.abc.AsyncResource):
         return request
 
     async def send_data(self, body: bytes, *, compression: CompressionScheme | None = None) -> None:
-        """Send a ``data`` message and wait until it is written to the transport.
+        """Send a ``data`` message; wait while more than ``max_write_buffer`` bytes are unwritten.
 
         Raises:
             LocalProtocolError: the body is not bytes.
