@@ -381,3 +381,11 @@ async def test_connections_beyond_the_limit_get_hello_then_error(nursery: trio.N
             messages = await second.receive_until_eof()
             assert messages[0] == Hello()
             assert messages[1] == Error(code=ErrorCode.UNSPECIFIED, message="server busy")
+
+
+async def test_tls_client_against_a_plain_server_fails_cleanly(nursery: trio.Nursery) -> None:
+    port = await start_server(nursery)
+    with trio.fail_after(10):
+        with pytest.raises(EmpConnectionLost):
+            async with open_emp_connection("127.0.0.1", port, ssl_context=ssl.create_default_context(), config=QUIET):
+                pass
