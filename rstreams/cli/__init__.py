@@ -28,6 +28,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
   seq 10 | rstreams pub numbers --tcp 127.0.0.1:9001
   rstreams sub tcp://127.0.0.1:9001 numbers
+  rstreams emp call 127.0.0.1:7000 'range?count=3' --format msgpack   # an EMP peer
 
 Run `rstreams COMMAND --help` for each command's options and examples.
 
