@@ -140,8 +140,8 @@ async def _act(args: argparse.Namespace, config: EmpConfig, ssl_context: ssl.SSL
             # Give a peer that refuses the message the chance to say so.
             with trio.move_on_after(0.2):
                 await emp.wait_ended()
-            if emp.ended:
-                await emp.receive_data()  # raises why it ended
+            while emp.ended:
+                await emp.receive_data()  # past what the peer sent, raises why it ended
         else:
             response = await emp.call(args.body.encode("utf-8"), compression=compression)
             try:
