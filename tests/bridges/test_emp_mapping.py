@@ -243,3 +243,52 @@ async def test_serve_requests_returns_on_bye(emp_pair: Pair) -> None:
             assert await emp_pair.client.call(b"1") == b"re:1"
             await emp_pair.client.aclose()
         # the nursery exits: serve_requests returned by itself
+
+
+async def test_tcp_carries_a_slow_subscribers_pressure_back_to_the_emp_sender(nursery: trio.Nursery) -> None:
+    # EMP sender -> TCP -> our EMP server -> data_publisher -> rstreams
+    # subscriber that asks for 2 elements only. The sender must get stuck
+    # once the kernel's buffers are full, far before its 256 MiB are out.
+    from bridges.emp import open_emp_connection, serve_emp
+
+    size, total = 128 * 1024, 2048
+    served: list[EmpConnection] = []
+    server_done = trio.Event()
+
+    async def handler(connection: EmpConnection) -> None:
+        served.append(connection)
+        await server_done.wait()
+
+    listeners = await nursery.start(lambda task_status: serve_emp(handler, "127.0.0.1", 0, config=QUIET, task_status=task_status))
+    sent = 0
+    with trio.fail_after(30):
+        async with open_emp_connection("127.0.0.1", rstreams.listener_port(listeners[0]), config=QUIET) as sender:
+
+            async def flood() -> None:
+                nonlocal sent
+                for _ in range(total):
+                    await sender.send_data(bytes(size))
+                    sent += 1
+
+            async with trio.open_nursery() as flooding:
+                flooding.start_soon(flood)
+                while not served:
+                    await trio.sleep(0.01)
+                app = rstreams.Router()
+                app.add("emp", data_publisher(served[0]))
+                async with session_pair(server_app=app) as (subscriber, _):
+                    async with subscriber.subscribe("emp", prefetch=0) as stream:
+                        stream.request(2)
+                        assert [len(await stream.__anext__()) for _ in range(2)] == [size, size]
+                        await trio.testing.wait_all_tasks_blocked(cushion=0.2)
+                        stuck_at = sent
+                        assert stuck_at < total // 4, stuck_at  # kernel buffers, not 256 MiB
+                        stats = served[0].statistics()
+                        assert stats.buffered_bytes <= QUIET.max_read_ahead + size + QUIET.receive_size
+                        assert not stats.reading
+                        stream.request(10)
+                        assert len([await stream.__anext__() for _ in range(10)]) == 10
+                        await trio.testing.wait_all_tasks_blocked(cushion=0.2)
+                        assert stuck_at < sent < total // 4  # moved by about the demand
+                flooding.cancel_scope.cancel()
+            server_done.set()
