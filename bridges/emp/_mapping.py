@@ -192,6 +192,7 @@ class ResponseStream:
         self._source = aiter(bodies)
         self._pending: deque[PendingCall] = deque()
         self._exhausted = False
+        self._busy = False  # one consumer at a time: two would race for the head
 
     @property
     def in_flight(self) -> int:
@@ -214,6 +215,15 @@ class ResponseStream:
         return self
 
     async def __anext__(self) -> bytes:
+        if self._busy:
+            raise trio.BusyResourceError("another task is already iterating this ResponseStream")
+        self._busy = True
+        try:
+            return await self._next()
+        finally:
+            self._busy = False
+
+    async def _next(self) -> bytes:
         while not self._exhausted and len(self._pending) < self.window:
             try:
                 body = await anext(self._source)
