@@ -52,7 +52,7 @@ from ._events import (
 from ._state import ConnectionState
 from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest, EmpStatistics
 from ._trio import EmpConnection, PendingCall
-from ._connect import open_emp_connection, open_emp_stream
+from ._connect import connect_emp, open_emp_connection, open_emp_stream
 from ._serve import EmpHandler, EmpServer, serve_emp
 from ._mapping import (
     RequestHandler,
@@ -117,6 +117,7 @@ __all__ = [
     "PendingCall",
     "open_emp_connection",
     "open_emp_stream",
+    "connect_emp",
     "EmpServer",
     "EmpHandler",
     "serve_emp",

@@ -389,3 +389,15 @@ async def test_tls_client_against_a_plain_server_fails_cleanly(nursery: trio.Nur
         with pytest.raises(EmpConnectionLost):
             async with open_emp_connection("127.0.0.1", port, ssl_context=ssl.create_default_context(), config=QUIET):
                 pass
+
+
+async def test_connect_emp_runs_in_the_callers_nursery(nursery: trio.Nursery) -> None:
+    from bridges.emp import connect_emp
+
+    port = await start_server(nursery)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as mine:
+            emp = await connect_emp(mine, "127.0.0.1", port, config=QUIET)
+            assert await emp.call(b"ab") == b"ba"
+            await emp.aclose()
+        assert emp.ended
