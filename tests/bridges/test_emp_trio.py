@@ -13,12 +13,11 @@ import pytest
 import trio
 import trio.testing
 import trustme
-from conftest import RawPeer, connect_raw
+from conftest import connect_raw
 
 import rstreams
 from bridges.emp import (
     Bye,
-    Compression,
     CompressionScheme,
     Data,
     EmpClosed,
