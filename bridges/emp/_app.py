@@ -153,6 +153,7 @@ async def serve_app_with_emp(
     TLS) per EMP listener, then serves like ``rstreams serve`` until a signal;
     the shutdown says bye on every EMP connection too.
     """
+    # Imported here: rstreams.cli imports bridges.emp (for ``rstreams emp``).
     from rstreams.cli._common import CommandError, serve_until_stopped
 
     emp = EmpAppServer(server.app, max_connections=server.max_connections)

@@ -37,7 +37,7 @@ import trio.testing
 
 from rstreams import Router, Session, Sink, SubscribeRequest, open_stream_session
 
-from ._errors import EmpClosed, EmpError, ErrorCode
+from ._errors import EmpClosed, EmpConnectionLost, EmpError, ErrorCode
 from ._events import CompressionScheme
 from ._config import EmpRequest
 from ._trio import EmpConnection, PendingCall
@@ -279,23 +279,25 @@ async def serve_requests(connection: EmpConnection, handler: RequestHandler, *, 
         finally:
             slots.release()
 
+    # How the connection ended, raised once the handlers in flight are done
+    # (outside the nursery, so the caller gets it unwrapped).
+    end: EmpError | None = None
     async with trio.open_nursery() as nursery:
         while True:
             await slots.acquire()
             try:
                 request = await connection.receive_request()
-            except trio.EndOfChannel:
+            except BaseException as exc:
                 slots.release()
-                return
-            except EmpClosed as exc:
-                slots.release()
-                if exc.by_peer:
-                    raise
-                return  # we closed it (a handler failed, or aclose)
-            except BaseException:
-                slots.release()
+                if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
+                    break  # bye, or we closed it (a handler failed, or aclose)
+                if isinstance(exc, EmpError):
+                    end = exc
+                    break
                 raise
             nursery.start_soon(answer, request)
+    if end is not None:
+        raise end
 
 
 async def _fail(connection: EmpConnection, exc: Exception) -> None:
@@ -313,11 +315,10 @@ async def _serve_processor(connection: EmpConnection, processor: Any, slots: tri
             await slots.acquire()
             try:
                 request = await connection.receive_request()
-            except (trio.EndOfChannel, EmpClosed):
+            except BaseException as exc:
                 slots.release()
-                return
-            except BaseException:
-                slots.release()
+                if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
+                    return  # bye, or we closed it
                 raise
             order.append(request)
             yield request.body
@@ -329,8 +330,12 @@ async def _serve_processor(connection: EmpConnection, processor: Any, slots: tri
                 raise RuntimeError("the processor yielded more responses than it received requests")
             await connection.respond(order.popleft(), body)
             slots.release()
+    except EmpClosed as exc:
+        if isinstance(exc, EmpConnectionLost):
+            raise
+        # bye (a response to a request read before it), or we closed it
     except EmpError:
-        return
+        raise
     except Exception as exc:
         logger.exception("EMP request processor failed")
         await _fail(connection, exc)

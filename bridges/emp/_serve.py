@@ -17,6 +17,7 @@ import trio
 
 from ._errors import EmpError, ErrorCode
 from ._config import DEFAULT_CONFIG, EmpConfig
+from ._connection import Connection
 from ._connect import open_emp_stream
 from ._trio import EmpConnection
 
@@ -109,8 +110,6 @@ class EmpServer:
 
 async def _refuse(stream: trio.abc.Stream, config: EmpConfig, reason: str) -> None:
     # EMP's way to refuse: our hello (always first), then error 0, then close.
-    from ._connection import Connection
-
     machine = Connection(framing=config.framing, limits=config.limits)
     machine.send_error(ErrorCode.UNSPECIFIED, reason)
     with trio.move_on_after(config.close_timeout):

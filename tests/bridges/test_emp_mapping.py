@@ -292,3 +292,35 @@ async def test_tcp_carries_a_slow_subscribers_pressure_back_to_the_emp_sender(nu
                         assert stuck_at < sent < total // 4  # moved by about the demand
                 flooding.cancel_scope.cancel()
             server_done.set()
+
+
+async def test_serve_requests_raises_the_peers_error_unwrapped(emp_pair: Pair) -> None:
+    handler = Watched()
+    with trio.fail_after(5):
+        await emp_pair.client.send_error(ErrorCode.TIMEOUT, "gone")
+        with pytest.raises(PeerError) as info:
+            await serve_requests(emp_pair.server, handler)
+        assert info.value.code == ErrorCode.TIMEOUT
+
+
+async def test_processor_ends_on_bye(emp_pair: Pair) -> None:
+    async def same(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for body in requests:
+            yield body
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_requests, emp_pair.server, same)
+            assert await emp_pair.client.call(b"1") == b"1"
+            await emp_pair.client.aclose()  # bye: serve_requests returns, the nursery exits
+
+
+async def test_processor_raises_the_peers_error(emp_pair: Pair) -> None:
+    async def same(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for body in requests:
+            yield body
+
+    with trio.fail_after(5):
+        await emp_pair.client.send_error(ErrorCode.IO, "disk on fire")
+        with pytest.raises(PeerError, match="disk on fire"):
+            await serve_requests(emp_pair.server, same)
