@@ -32,6 +32,7 @@ from rstreams import Router, Session, Server, SubscriptionError
 from ._errors import EmpError
 from ._mapping import open_local_session, serve_requests
 from ._serve import EmpServer
+from ._codec import Framing
 from ._config import DEFAULT_CONFIG, EmpConfig
 from ._trio import EmpConnection
 
@@ -146,17 +147,21 @@ async def serve_app_with_emp(
     emp_addresses: list[tuple[str | None, int]],
     ssl_context: ssl.SSLContext | None,
     label: str,
+    *,
+    framing: str = "spec",
 ) -> int:
     """``rstreams serve --emp``: the app over EMP, next to its TCP listeners (if any).
 
     Prints ``rstreams: serving LABEL on emp://HOST:PORT`` (``emps://`` with
     TLS) per EMP listener, then serves like ``rstreams serve`` until a signal;
-    the shutdown says bye on every EMP connection too.
+    the shutdown says bye on every EMP connection too. ``framing``:
+    ``"spec"`` (sizes include their own field) or ``"author"`` (exclude it).
     """
     # Imported here: rstreams.cli imports bridges.emp (for ``rstreams emp``).
     from rstreams.cli._common import CommandError, serve_until_stopped
 
-    emp = EmpAppServer(server.app, max_connections=server.max_connections)
+    config = EmpConfig(framing=Framing.SIZE_EXCLUDES_FIELD if framing == "author" else Framing.SIZE_INCLUDES_FIELD)
+    emp = EmpAppServer(server.app, config=config, max_connections=server.max_connections)
     combined = _ServerAndEmp(server, emp)
     async with trio.open_nursery() as connections:
         async with trio.open_nursery() as listening:

@@ -74,6 +74,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
     )
+    parser.add_argument(
+        "--emp-framing",
+        choices=("spec", "author"),
+        default="spec",
+        help="EMP sizes include their own field (spec, the default) or exclude it (author)",
+    )
     for action in parser._actions:
         if action.dest == "tcp":
             action.required = False
@@ -125,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         if args.emp:
             from bridges.emp import serve_app_with_emp
 
-            return await serve_app_with_emp(server, args.tcp or [], args.emp, ssl_context, args.app)
+            return await serve_app_with_emp(server, args.tcp or [], args.emp, ssl_context, args.app, framing=args.emp_framing)
         return await serve_until_stopped(server, args.tcp, ssl_context, args.app)
 
     return run_command(serve)

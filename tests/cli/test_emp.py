@@ -153,3 +153,11 @@ def test_emp_help_has_examples() -> None:
     result = rstreams("emp", "--help")
     assert result.returncode == 0
     assert result.stdout.count(b"rstreams emp ") >= 3
+
+
+def test_serve_with_the_authors_framing(tmp_path: Path) -> None:
+    for server in serve("--emp", "127.0.0.1:0", "--emp-framing", "author", log=tmp_path / "log"):
+        result = rstreams("emp", "call", server.emp, "range?count=1", "--framing", "author", "--format", "hex")
+        assert result.returncode == 0, result.stderr
+        result = rstreams("emp", "ping", server.emp)  # spec framing against author framing
+        assert result.returncode == 1
