@@ -55,6 +55,11 @@ from ._state import ConnectionState
 
 __all__ = ["EmpConnection", "PendingCall"]
 
+#: What a message held for the application counts against max_read_ahead on
+#: top of its body: without it, a flood of tiny requests would stay under
+#: the byte bound while their count grew past max_pending_requests.
+ITEM_COST = 64
+
 
 def _clone(error: BaseException) -> BaseException:
     # Each waiter raises its own copy of why the connection ended: one
@@ -85,7 +90,7 @@ class PendingCall:
         """Drop the response when it arrives (it is still awaited on the wire)."""
         self._abandoned = True
         if self._body is not None:
-            self._connection._buffered -= len(self._body)
+            self._connection._buffered -= ITEM_COST + len(self._body)
             self._body = None
             self._connection._reader_lot.unpark_all()
 
@@ -113,7 +118,7 @@ class PendingCall:
         assert self._body is not None
         body, self._body = self._body, None
         self._abandoned = True
-        self._connection._buffered -= len(body)
+        self._connection._buffered -= ITEM_COST + len(body)
         self._connection._reader_lot.unpark_all()
         return body
 
@@ -323,7 +328,12 @@ class EmpConnection(trio.abc.AsyncResource):
             or any(not call._done.is_set() for call in self._calls.values())
             or self._pong is not None
         )
-        self._paused = wanted and self._buffered > 0 and self._buffered >= self.config.max_read_ahead
+        self._paused = wanted and (
+            (self._buffered > 0 and self._buffered >= self.config.max_read_ahead)
+            # Half the limit: one read (receive_size bytes, 28 bytes per
+            # smallest request) must not carry the peer past it.
+            or self._machine.peer_pending_count >= self.config.limits.max_pending_requests // 2
+        )
         if self._paused and self._pong is not None:
             self._paused_during_ping = True
         return wanted and not self._paused
@@ -372,7 +382,7 @@ class EmpConnection(trio.abc.AsyncResource):
                 if call is None or call._abandoned:
                     return
                 call._resolve(event.body, None)
-            self._buffered += size
+            self._buffered += ITEM_COST + size
         elif isinstance(event, Pong):
             if self._pong is not None:
                 self._pong.set()
@@ -425,7 +435,7 @@ class EmpConnection(trio.abc.AsyncResource):
         """
         await self._take(self._data, "_data_waiters")
         body = self._data.popleft()
-        self._buffered -= len(body)
+        self._buffered -= ITEM_COST + len(body)
         self._reader_lot.unpark_all()
         await trio.lowlevel.cancel_shielded_checkpoint()
         return body
@@ -446,7 +456,7 @@ class EmpConnection(trio.abc.AsyncResource):
         """
         await self._take(self._requests, "_request_waiters")
         request = self._requests.popleft()
-        self._buffered -= len(request.body)
+        self._buffered -= ITEM_COST + len(request.body)
         self._reader_lot.unpark_all()
         await trio.lowlevel.cancel_shielded_checkpoint()
         return request

@@ -23,6 +23,7 @@ from bridges.emp import (
     Data,
     EmpAppServer,
     EmpConfig,
+    EmpLimits,
     Error,
     ErrorCode,
     ExtensionErrorCode,
@@ -171,3 +172,21 @@ async def test_author_framing(nursery: trio.Nursery) -> None:
         assert set(unpack(await raw.receive())) == {"error"}
         await raw.send(request(8, b"range?count=2", gzipped=True))
         assert len(unpack(await raw.receive())["elements"]) == 2
+
+
+async def test_a_flood_of_tiny_requests_is_held_back_not_refused(nursery: trio.Nursery) -> None:
+    # More requests than max_pending_requests allows: reading stops at half
+    # the limit (and with the read-ahead bound), so the flood waits instead
+    # of being refused as a protocol error.
+    limits = EmpLimits(max_pending_requests=4000)
+    config = EmpConfig(keepalive_interval=None, limits=limits, max_read_ahead=2**30)
+    port = await serve(nursery, config=config)
+    raw = await connect_raw(port)
+    with trio.fail_after(60):
+        await raw.send(Hello())
+        assert await raw.receive() == Hello()
+        async with trio.open_nursery() as flooding:
+            flooding.start_soon(raw.send, b"".join(encode(request(i, b"range?count=0")) for i in range(1, 6001)))
+            for _ in range(6000):
+                message = await raw.receive()
+                assert isinstance(message, Data), message
