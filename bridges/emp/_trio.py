@@ -154,6 +154,7 @@ class EmpConnection(trio.abc.AsyncResource):
         self._request_waiters = 0
         self._bytes_in = 0
         self._paused = False
+        self._write_broken = False
         self._paused_during_ping = False
         self._pong: trio.Event | None = None
         self._handshake_done = trio.Event()
@@ -296,6 +297,13 @@ class EmpConnection(trio.abc.AsyncResource):
                     else:
                         await self.stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    # The peer may have said why (error, bye) just before it
+                    # went: let the reader take what is left before calling
+                    # it a lost connection.
+                    self._write_broken = True
+                    self._reader_lot.unpark_all()
+                    with trio.move_on_after(self.config.close_timeout):
+                        await self._ended.wait()
                     self._finish(EmpConnectionLost(f"connection lost while writing: {exc!r}"))
                     return
                 self._written += len(data)
@@ -321,6 +329,8 @@ class EmpConnection(trio.abc.AsyncResource):
     def _wants_input(self) -> bool:
         if self._end is not None:
             return False
+        if self._write_broken:
+            return True  # to find out why: the peer's last message, or the reset
         wanted = (
             not self._handshake_done.is_set()
             or self._data_waiters > len(self._data)

@@ -400,3 +400,21 @@ async def test_connect_emp_runs_in_the_callers_nursery(nursery: trio.Nursery) ->
             assert await emp.call(b"ab") == b"ba"
             await emp.aclose()
         assert emp.ended
+
+
+async def test_the_peers_last_error_wins_over_a_failed_write(nursery: trio.Nursery) -> None:
+    # A peer that sends error and closes at once, with our bytes unread (so
+    # its kernel resets the connection): we still report its error.
+    async def abrupt(server_stream: trio.SocketStream) -> None:
+        await server_stream.send_all(encode(Hello()))
+        await server_stream.receive_some(100)  # our hello, and then some
+        await server_stream.send_all(encode(Error(code=3, message="go away")))
+        await server_stream.aclose()
+
+    listeners = await nursery.start(trio.serve_tcp, abrupt, 0)
+    port = rstreams.listener_port(listeners[0])
+    with trio.fail_after(10):
+        with pytest.raises(PeerError, match="go away"):
+            async with open_emp_connection("127.0.0.1", port, config=QUIET) as emp:
+                for _ in range(1000):
+                    await emp.send_data(bytes(10000))

@@ -98,7 +98,11 @@ def test_peer_error_and_bye_exit_non_zero(tmp_path: Path) -> None:
         "from bridges.emp import Bye, Error, Hello, encode\n"
         "s = socket.create_server(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
         "for reply in (Error(code=4, extension_id=1, extension_code=4, message='bad body'), Bye()):\n"
-        "    c, _ = s.accept(); c.sendall(encode(Hello())); c.recv(100); c.sendall(encode(reply)); c.close()\n"
+        "    c, _ = s.accept(); c.sendall(encode(Hello())); got = b''\n"
+        "    while len(got) < 12 + 29: got += c.recv(100)  # hello, then the request (body 'x')\n"
+        "    c.sendall(encode(reply))\n"
+        "    while c.recv(100): pass  # until the client closes: no reset, nothing lost\n"
+        "    c.close()\n"
     )
     peer = subprocess.Popen([_python(), str(script)], stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
     try:
