@@ -182,6 +182,7 @@ class EmpConnection(trio.abc.AsyncResource):
         return self._end is not None
 
     def statistics(self) -> EmpStatistics:
+        """A snapshot: bytes in and out, bodies held, pending calls, whether reading is allowed."""
         return EmpStatistics(
             bytes_received=self._bytes_in,
             bytes_sent=self._written,
