@@ -49,3 +49,11 @@ def test_protocol_package_type_checks_strictly() -> None:
     mypy = pytest.importorskip("mypy.api")
     stdout, stderr, status = mypy.run(["--strict", "--no-incremental", str(ROOT / "rstreams" / "protocol")])
     assert status == 0, stdout + stderr
+
+
+def test_bridges_type_check_strictly() -> None:
+    # The bridges and the emp command, trio adapters included.
+    mypy = pytest.importorskip("mypy.api")
+    targets = [str(ROOT / "bridges"), str(ROOT / "rstreams" / "cli" / "_emp.py")]
+    stdout, stderr, status = mypy.run(["--strict", "--no-incremental", *targets])
+    assert status == 0, stdout + stderr

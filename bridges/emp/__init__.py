@@ -1,18 +1,31 @@
-"""EMP (Extensible Messaging Protocol) for rstreams: the sans-I/O layer.
+"""EMP (Extensible Messaging Protocol) for rstreams.
 
-A codec (:func:`encode`, :class:`Decoder`) and a connection state machine
-(:class:`Connection`) for ``specs/emp.md``, with the request-response and
-compression extensions. No I/O happens here; the trio adapter is built on
-top. Decisions on the spec's ambiguities are in ``docs/bridges/emp.md``.
+Three layers, each usable alone:
+
+* sans-I/O: messages, a codec (:func:`encode`, :class:`Decoder`) and a
+  connection state machine (:class:`Connection`) for ``specs/emp.md`` with
+  the request-response and compression extensions (``_events``, ``_codec``,
+  ``_state``, ``_connection``, ``_errors``: no trio, no sockets);
+* trio: :func:`open_emp_connection`, :func:`open_emp_stream`,
+  :func:`serve_emp` / :class:`EmpServer` (TCP, TLS, keepalive pings);
+* the mapping onto rstreams: :func:`data_publisher`, :func:`pipe_publisher`,
+  :func:`call_publisher`, :class:`ResponseStream`, :func:`serve_requests`,
+  and :class:`EmpAppServer` (``rstreams serve --emp``).
+
+Decisions on the spec's ambiguities are in ``docs/bridges/emp.md``.
 """
 
 from ._codec import DEFAULT_LIMITS, Decoder, EmpLimits, Framing, decode, encode
 from ._connection import SUPPORTED_VERSIONS, Connection
 from ._errors import (
+    EmpClosed,
+    EmpConnectionLost,
     EmpError,
+    EmpTimeout,
     ErrorCode,
     ExtensionErrorCode,
     LocalProtocolError,
+    PeerError,
     RemoteProtocolError,
     UnsupportedVersionError,
 )
@@ -37,6 +50,21 @@ from ._events import (
     UnknownExtension,
 )
 from ._state import ConnectionState
+from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest, EmpStatistics
+from ._trio import EmpConnection, PendingCall
+from ._connect import connect_emp, open_emp_connection, open_emp_stream
+from ._serve import EmpHandler, EmpServer, serve_emp
+from ._mapping import (
+    RequestHandler,
+    ResponseStream,
+    call_publisher,
+    data_publisher,
+    open_local_session,
+    pipe_publisher,
+    send_stream,
+    serve_requests,
+)
+from ._app import DEFAULT_MAX_RESPONSE_BYTES, EmpAppServer, answer_publisher_request, serve_app_with_emp
 
 __all__ = [
     # messages and events
@@ -76,4 +104,34 @@ __all__ = [
     "LocalProtocolError",
     "RemoteProtocolError",
     "UnsupportedVersionError",
+    "PeerError",
+    "EmpClosed",
+    "EmpConnectionLost",
+    "EmpTimeout",
+    # trio adapter
+    "EmpConfig",
+    "DEFAULT_CONFIG",
+    "EmpConnection",
+    "EmpRequest",
+    "EmpStatistics",
+    "PendingCall",
+    "open_emp_connection",
+    "open_emp_stream",
+    "connect_emp",
+    "EmpServer",
+    "EmpHandler",
+    "serve_emp",
+    # the mapping onto rstreams
+    "data_publisher",
+    "send_stream",
+    "pipe_publisher",
+    "call_publisher",
+    "ResponseStream",
+    "RequestHandler",
+    "serve_requests",
+    "open_local_session",
+    "EmpAppServer",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "answer_publisher_request",
+    "serve_app_with_emp",
 ]

@@ -251,6 +251,10 @@ def _decode_extension(extension_id: int, content: bytes) -> Extension:
                 malformed,
             )
         flags, _, _, request_id = _REQUEST_RESPONSE.unpack(content)
+        if request_id == 0 and not flags & _FLAG:
+            # The spec: a response whose id matches no pending request is a
+            # protocol error, and no request is ever pending under id 0.
+            raise _protocol_error("response to request id 0, which is reserved and never pending")
         if request_id == 0:
             raise _extension_error(
                 "request identifier 0 is reserved", extension_id, ExtensionErrorCode.RESERVED_REQUEST_ID

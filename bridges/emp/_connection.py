@@ -120,6 +120,11 @@ class Connection:
         return frozenset(self._our_requests)
 
     @property
+    def peer_pending_count(self) -> int:
+        """How many of the peer's requests await our response (cheap)."""
+        return len(self._peer_requests)
+
+    @property
     def peer_pending_requests(self) -> frozenset[int]:
         """Ids of the peer's requests we have not responded to yet."""
         return frozenset(self._peer_requests)

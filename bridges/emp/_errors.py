@@ -25,6 +25,10 @@ __all__ = [
     "LocalProtocolError",
     "RemoteProtocolError",
     "UnsupportedVersionError",
+    "PeerError",
+    "EmpClosed",
+    "EmpConnectionLost",
+    "EmpTimeout",
 ]
 
 
@@ -105,3 +109,52 @@ class UnsupportedVersionError(RemoteProtocolError):
     def __init__(self, message: str, *, peer_version: int) -> None:
         super().__init__(message, code=ErrorCode.PROTOCOL)
         self.peer_version = peer_version
+
+
+class PeerError(EmpError):
+    """The peer sent an EMP ``error`` message and closed the connection.
+
+    Every stream and call of the connection ends with this error. Its
+    attributes are the fields of the ``error`` message as received (``code``
+    may be outside :class:`ErrorCode`).
+    """
+
+    def __str__(self) -> str:
+        try:
+            name = ErrorCode(self.code).name.lower()
+        except ValueError:
+            name = "unknown"
+        text = f"peer sent error {self.code} ({name})"
+        if self.code == ErrorCode.EXTENSION:
+            text += f", extension {self.extension_id} code {self.extension_code}"
+        return f"{text}: {self.message}" if self.message else text
+
+
+class EmpClosed(EmpError):
+    """The connection has ended: by ``bye`` from either side, or by closing.
+
+    Raised by operations that cannot complete on an ended connection (a call
+    awaiting its response, a send). A stream of inbound data does not raise
+    it for a ``bye``: it just ends.
+
+    Attributes:
+        by_peer: True when the peer ended the connection.
+    """
+
+    def __init__(self, message: str, *, by_peer: bool, code: int = ErrorCode.UNSPECIFIED) -> None:
+        super().__init__(message, code=code)
+        self.by_peer = by_peer
+
+
+class EmpConnectionLost(EmpClosed):
+    """The transport ended without ``bye`` or ``error`` (a plain close, or a broken socket)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, by_peer=True, code=ErrorCode.IO)
+
+
+class EmpTimeout(EmpError):
+    """A network operation timed out: no hello, or no pong, in time (EMP error 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=ErrorCode.TIMEOUT)

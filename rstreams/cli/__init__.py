@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
-from . import _pub, _serve, _sub
+from . import _emp, _pub, _serve, _sub
 from ._common import EXIT_INTERRUPTED, EXIT_USAGE, CommandError, HelpFormatter, warn
 
 __all__ = ["main", "build_parser"]
@@ -28,6 +28,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
   seq 10 | rstreams pub numbers --tcp 127.0.0.1:9001
   rstreams sub tcp://127.0.0.1:9001 numbers
+  rstreams emp call 127.0.0.1:7000 'range?count=3' --format msgpack   # an EMP peer
 
 Run `rstreams COMMAND --help` for each command's options and examples.
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve.add_parser(subparsers)
     _sub.add_parser(subparsers)
     _pub.add_parser(subparsers)
+    _emp.add_parser(subparsers)
     return parser
 
 

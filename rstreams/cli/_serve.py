@@ -57,6 +57,7 @@ examples:
   rstreams serve examples.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
   rstreams serve examples.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
   rstreams serve examples.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
+  rstreams serve examples.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
 """
 
 
@@ -92,6 +93,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="DIR",
         default=".",
         help="put DIR first on sys.path before importing MODULE (default: .)",
+    )
+    # --emp: the app over EMP too (bridges.emp).
+    parser.add_argument(
+        "--emp",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
+    )
+    parser.add_argument(
+        "--emp-framing",
+        choices=("spec", "author"),
+        default="spec",
+        help="EMP sizes include their own field (spec, the default) or exclude it (author)",
     )
     parser.set_defaults(run=run)
     return parser
@@ -131,8 +146,8 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    if not args.tcp and not args.ws:
-        raise CommandError("name at least one listener: --tcp HOST:PORT or --ws HOST:PORT", EXIT_USAGE)
+    if not args.tcp and not args.ws and not args.emp:
+        raise CommandError("name at least one listener: --tcp HOST:PORT, --ws HOST:PORT or --emp HOST:PORT", EXIT_USAGE)
     if args.allow_origin and not args.ws:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)
@@ -140,13 +155,22 @@ def run(args: argparse.Namespace) -> int:
     server = Server(app, max_connections=args.max_connections)
 
     async def serve() -> int:
+        tcp, websocket, origins = args.tcp or [], args.ws or [], args.allow_origin or []
+        if args.emp:
+            from bridges.emp import serve_app_with_emp
+
+            return await serve_app_with_emp(
+                server,
+                tcp,
+                args.emp,
+                ssl_context,
+                args.app,
+                framing=args.emp_framing,
+                websocket_addresses=websocket,
+                allowed_origins=origins,
+            )
         return await serve_until_stopped(
-            server,
-            args.tcp,
-            ssl_context,
-            args.app,
-            websocket_addresses=args.ws,
-            allowed_origins=args.allow_origin,
+            server, tcp, ssl_context, args.app, websocket_addresses=websocket, allowed_origins=origins
         )
 
     return run_command(serve)

@@ -208,6 +208,8 @@ def test_gzip_bomb_is_refused_without_inflating_it() -> None:
             4,
             ExtensionErrorCode.RESERVED_REQUEST_ID,
         ),
+        # A response with id 0 matches no pending request: a protocol error.
+        (h("0000001c | 05 80 0000 | 00000014 00 00 0000 | 00 000000 0000000000000000"), 3, 0),
         (
             h("00000030 | 05 80 0000 | 00000014 00 80 0000 | 80 000000 0000000000000001")
             + h("00000014 00 00 0000 | 80 000000 0000000000000002"),

@@ -140,3 +140,45 @@ def test_ping_is_never_answered_before_the_handshake() -> None:
     connection.receive_data(encode(Ping()))
     with pytest.raises(RemoteProtocolError):
         connection.events()
+
+
+# ---- the trio adapter under fuzz --------------------------------------------
+
+
+async def _adapter_answers(wire: bytes) -> list[Message]:
+    import trio
+    import trio.testing
+    from conftest import RawPeer
+
+    from bridges.emp import EmpConfig, EmpServer, serve_requests
+
+    async def reverse(body: bytes) -> bytes:
+        return body[::-1]
+
+    async def handler(connection) -> None:  # type: ignore[no-untyped-def]
+        await serve_requests(connection, reverse, max_concurrency=2)
+
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = RawPeer(theirs)
+    server = EmpServer(handler, config=EmpConfig(keepalive_interval=None, limits=LIMITS))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve_stream, ours)
+            await peer.send(Hello(), wire)
+            await theirs.send_stream.aclose()  # end of file after the fuzz
+            return await peer.receive_until_eof()
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.binary(max_size=64), messages.map(lambda m: encode(m))), max_size=6).map(b"".join))
+def test_adapter_answers_anything_with_valid_messages_then_closes(wire: bytes) -> None:
+    import trio
+
+    answers = trio.run(_adapter_answers, wire)
+    assert answers[0] == Hello()
+    # Whatever came in, what goes out is well-formed: pongs, responses, and at
+    # most one error or bye, last.
+    for answer in answers[1:-1]:
+        assert not isinstance(answer, (Error, Hello)), answers
+    errors = [answer for answer in answers if isinstance(answer, Error)]
+    assert len(errors) <= 1 and (not errors or answers[-1] is errors[0])

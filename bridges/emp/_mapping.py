@@ -1,0 +1,356 @@
+"""EMP onto rstreams: data as publishers, request-response as demand-bounded calls.
+
+EMP has no flow control, so demand is turned into reading (inbound) and into
+waiting (outbound):
+
+* Inbound ``data`` is a publisher (:func:`data_publisher`): it asks the
+  connection for the next body only while its subscriber has demand, and the
+  connection reads the socket only while someone asks, so a slow rstreams
+  subscriber slows the EMP sender down through TCP.
+* Outbound, any stream of bodies (an rstreams :class:`~rstreams.Subscription`
+  included) is written as ``data`` messages one after the other, paced by
+  the connection's write bound (:func:`send_stream`); :func:`pipe_publisher`
+  subscribes to a publisher with ``prefetch=window``, so what is pulled from
+  it comes in bounded windows.
+* Client calls: a stream of request bodies becomes a stream of response
+  bodies in request order, with never more requests in flight than the
+  downstream demand (:func:`call_publisher` for an rstreams subscriber, whose
+  demand is the sink's; :class:`ResponseStream` for a plain ``async for``,
+  whose demand is its ``window``). :meth:`EmpConnection.call` is the
+  one-element case.
+* Server: :func:`serve_requests` answers requests with an async function or
+  a processor (an async generator from request bodies to response bodies),
+  reading a request only when one of ``max_concurrency`` slots is free.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Union
+
+import trio
+import trio.testing
+
+from rstreams import Router, Session, Sink, SubscribeRequest, open_stream_session
+
+from ._errors import EmpClosed, EmpConnectionLost, EmpError, ErrorCode
+from ._events import CompressionScheme
+from ._config import EmpRequest
+from ._trio import EmpConnection, PendingCall
+
+__all__ = [
+    "data_publisher",
+    "send_stream",
+    "pipe_publisher",
+    "call_publisher",
+    "ResponseStream",
+    "RequestHandler",
+    "serve_requests",
+    "open_local_session",
+]
+
+logger = logging.getLogger("rstreams.emp")
+
+#: Requests in flight per call stream when the subscriber's demand is
+#: unbounded (2**63 - 1): demand bounds them, and so does this.
+DEFAULT_MAX_IN_FLIGHT = 64
+
+RequestFunction = Callable[[bytes], Awaitable[bytes]]
+Processor = Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]]
+RequestHandler = Union[RequestFunction, Processor]
+PublisherFunction = Callable[[Sink, SubscribeRequest], Awaitable[None]]
+
+
+def data_publisher(connection: EmpConnection) -> PublisherFunction:
+    """An rstreams publisher of the connection's inbound ``data`` bodies.
+
+    Add it to a router (``app.add("emp", data_publisher(emp))``): one
+    subscriber at a time takes the bodies, each read only once it has demand.
+    ``bye`` completes the stream; the peer's ``error`` fails it with the
+    error's text.
+    """
+
+    async def publish(sink: Sink, request: SubscribeRequest) -> None:
+        while True:
+            await sink.wait_demand()
+            try:
+                body = await connection.receive_data()
+            except trio.EndOfChannel:
+                return
+            await sink.send(body)
+
+    return publish
+
+
+async def send_stream(
+    connection: EmpConnection, bodies: AsyncIterable[bytes], *, compression: CompressionScheme | None = None
+) -> int:
+    """Send each body as a ``data`` message, paced by the connection's write bound.
+
+    Returns:
+        How many messages were sent.
+    """
+    count = 0
+    async for body in bodies:
+        await connection.send_data(body, compression=compression)
+        count += 1
+    return count
+
+
+async def pipe_publisher(
+    connection: EmpConnection,
+    session: Session,
+    name: str,
+    *,
+    window: int = 32,
+    compression: CompressionScheme | None = None,
+) -> int:
+    """Subscribe to ``name`` on ``session`` and send its elements as ``data``.
+
+    Demand goes to the publisher in windows of ``window`` elements (topped
+    up as they are written), so at most ``window`` elements are ever
+    buffered here. Returns how many were sent; a publisher error raises.
+    """
+    async with session.subscribe(name, prefetch=window) as elements:
+        return await send_stream(connection, elements, compression=compression)
+
+
+def call_publisher(
+    connection: EmpConnection,
+    bodies: AsyncIterable[bytes],
+    *,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    compression: CompressionScheme | None = None,
+) -> PublisherFunction:
+    """An rstreams publisher of the responses to ``bodies``, in request order.
+
+    A request is sent only while the requests in flight are fewer than the
+    subscriber's outstanding demand (and ``max_in_flight``), so demand is
+    what paces the calls. ``bodies`` is consumed once: subscribe once.
+    """
+
+    async def publish(sink: Sink, request: SubscribeRequest) -> None:
+        source = aiter(bodies)
+        pending: deque[PendingCall] = deque()
+        held: bytes | None = None  # the next body, pulled but not sent
+        try:
+            while True:
+                while len(pending) < min(sink.demand, max_in_flight):
+                    if held is None:
+                        try:
+                            held = await anext(source)
+                        except StopAsyncIteration:
+                            break
+                    pending.append(await connection.start_call(held, compression=compression))
+                    held = None
+                if not pending:
+                    # No demand, or no more bodies. Completing needs no
+                    # demand, so look one body ahead to know which it is.
+                    if held is None:
+                        try:
+                            held = await anext(source)
+                        except StopAsyncIteration:
+                            return
+                    await sink.wait_demand()
+                    continue
+                response = await pending[0].response()
+                pending.popleft()
+                await sink.send(response)
+        finally:
+            for call in pending:
+                call.abandon()
+
+    return publish
+
+
+class ResponseStream:
+    """Responses to ``bodies``, in request order, for ``async for``.
+
+    The consumer's demand is ``window``: at most that many requests are in
+    flight; the next request goes out as a response is taken. ``window=1``
+    is strictly one call after the other. Use as an async context manager
+    (or call :meth:`aclose`) so that responses still in flight are dropped.
+    """
+
+    def __init__(
+        self,
+        connection: EmpConnection,
+        bodies: AsyncIterable[bytes],
+        *,
+        window: int = 8,
+        compression: CompressionScheme | None = None,
+    ) -> None:
+        if window <= 0:
+            raise ValueError("window must be positive")
+        self.connection = connection
+        self.window = window
+        self.compression = compression
+        self._source = aiter(bodies)
+        self._pending: deque[PendingCall] = deque()
+        self._exhausted = False
+        self._busy = False  # one consumer at a time: two would race for the head
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent whose response has not been taken."""
+        return len(self._pending)
+
+    async def __aenter__(self) -> ResponseStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Drop the responses still in flight."""
+        while self._pending:
+            self._pending.popleft().abandon()
+        await trio.lowlevel.checkpoint()
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._busy:
+            raise trio.BusyResourceError("another task is already iterating this ResponseStream")
+        self._busy = True
+        try:
+            return await self._next()
+        finally:
+            self._busy = False
+
+    async def _next(self) -> bytes:
+        while not self._exhausted and len(self._pending) < self.window:
+            try:
+                body = await anext(self._source)
+            except StopAsyncIteration:
+                self._exhausted = True
+                break
+            self._pending.append(await self.connection.start_call(body, compression=self.compression))
+        if not self._pending:
+            raise StopAsyncIteration
+        response = await self._pending[0].response()
+        self._pending.popleft()
+        return response
+
+
+async def serve_requests(connection: EmpConnection, handler: RequestHandler, *, max_concurrency: int = 16) -> None:
+    """Answer the peer's requests until it says bye.
+
+    Args:
+        handler: ``async def handler(body) -> bytes``, run concurrently, one
+            task per request; or a processor, an async generator function
+            ``async def processor(bodies): ... yield response`` that yields
+            exactly one response per request body, in order.
+        max_concurrency: requests being handled at once; the next request
+            is read from the socket only when one finishes.
+
+    Responses are compressed as their requests were. EMP has no way to fail
+    one request: a handler that raises ends the connection with error 0
+    (unspecified) carrying the exception's text.
+
+    Raises:
+        PeerError, RemoteProtocolError, EmpConnectionLost, EmpTimeout: the
+            connection ended other than by bye.
+    """
+    if max_concurrency <= 0:
+        raise ValueError("max_concurrency must be positive")
+    slots = trio.Semaphore(max_concurrency)
+    if inspect.isasyncgenfunction(handler):
+        await _serve_processor(connection, handler, slots)
+        return
+    function: RequestFunction = handler  # type: ignore[assignment]
+
+    async def answer(request: EmpRequest) -> None:
+        try:
+            try:
+                body = await function(request.body)
+            except Exception as exc:
+                logger.exception("EMP request handler failed")
+                await _fail(connection, exc)
+                return
+            await connection.respond(request, body)
+        except EmpError:
+            pass  # the connection ended: the loop below sees why
+        finally:
+            slots.release()
+
+    # How the connection ended, raised once the handlers in flight are done
+    # (outside the nursery, so the caller gets it unwrapped).
+    end: EmpError | None = None
+    async with trio.open_nursery() as nursery:
+        while True:
+            await slots.acquire()
+            try:
+                request = await connection.receive_request()
+            except BaseException as exc:
+                slots.release()
+                if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
+                    break  # bye, or we closed it (a handler failed, or aclose)
+                if isinstance(exc, EmpError):
+                    end = exc
+                    break
+                raise
+            nursery.start_soon(answer, request)
+    if end is not None:
+        raise end
+
+
+async def _fail(connection: EmpConnection, exc: Exception) -> None:
+    try:
+        await connection.send_error(ErrorCode.UNSPECIFIED, f"request handler failed: {exc}"[:1000])
+    except EmpError:
+        pass
+
+
+async def _serve_processor(connection: EmpConnection, processor: Any, slots: trio.Semaphore) -> None:
+    order: deque[EmpRequest] = deque()
+
+    async def requests() -> AsyncIterator[bytes]:
+        while True:
+            await slots.acquire()
+            try:
+                request = await connection.receive_request()
+            except BaseException as exc:
+                slots.release()
+                if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
+                    return  # bye, or we closed it
+                raise
+            order.append(request)
+            yield request.body
+
+    responses = processor(requests())
+    try:
+        async for body in responses:
+            if not order:
+                raise RuntimeError("the processor yielded more responses than it received requests")
+            await connection.respond(order.popleft(), body)
+            slots.release()
+    except EmpClosed as exc:
+        if isinstance(exc, EmpConnectionLost):
+            raise
+        # bye (a response to a request read before it), or we closed it
+    except EmpError:
+        raise
+    except Exception as exc:
+        logger.exception("EMP request processor failed")
+        await _fail(connection, exc)
+    finally:
+        await responses.aclose()
+
+
+@asynccontextmanager
+async def open_local_session(app: Router) -> AsyncIterator[Session]:
+    """A session to ``app``'s publishers in this process (over memory streams).
+
+    What the bridge uses to subscribe to an app it serves: the full runtime
+    path (router, demand, codecs) without a socket.
+    """
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    async with open_stream_session(server_stream, app=app):
+        async with open_stream_session(client_stream) as session:
+            yield session
