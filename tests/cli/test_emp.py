@@ -14,7 +14,7 @@ import trustme
 
 from ._support import OutputLines, free_port, rstreams, start, stop
 
-URL = re.compile(r"^rstreams: serving (?P<label>\S+) on (?P<scheme>emps?|tcp|tls)://(?P<host>.+):(?P<port>\d+)$")
+URL = re.compile(r"^rstreams: serving (?P<label>\S+) on (?P<scheme>emps?|tcp|tls|wss?)://(?P<host>.+):(?P<port>\d+)/?$")
 
 
 class EmpServe:
@@ -129,6 +129,21 @@ def test_emp_next_to_tcp_and_graceful_shutdown(tmp_path: Path) -> None:
         assert set(server.urls) == {"emp", "tcp"}
         result = rstreams("sub", "tcp://" + server.urls["tcp"], "range?count=2", "--format", "hex")
         assert result.returncode == 0, result.stderr
+        result = rstreams("emp", "call", server.emp, "range?count=1", "--format", "hex")
+        assert result.returncode == 0, result.stderr
+        assert stop(server.process, signal.SIGINT) == 0
+        assert server.output.rest() == [b"rstreams: shut down"]
+
+
+def test_emp_next_to_tcp_and_ws(tmp_path: Path) -> None:
+    # One command serves the same app on all three: each transport answers.
+    args = ("--tcp", "127.0.0.1:0", "--ws", "127.0.0.1:0", "--emp", "127.0.0.1:0")
+    for server in serve(*args, listeners=3, log=tmp_path / "log"):
+        assert set(server.urls) == {"emp", "tcp", "ws"}
+        for url in ("tcp://" + server.urls["tcp"], "ws://" + server.urls["ws"] + "/"):
+            result = rstreams("sub", url, "range?count=2", "--format", "hex")
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.split() == [b"%016x" % n for n in range(2)]
         result = rstreams("emp", "call", server.emp, "range?count=1", "--format", "hex")
         assert result.returncode == 0, result.stderr
         assert stop(server.process, signal.SIGINT) == 0
