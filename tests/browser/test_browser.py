@@ -226,3 +226,24 @@ def test_demo_page_live_and_screenshot(page: Any, tmp_path: Path) -> None:
     page.wait_for_function("window.rstreamsDemo.streams.find((s) => s.name === 'range?count=1000000000').sub.state === 'cancelled'")
     # The table shows it within a refresh (every 200 ms).
     page.wait_for_function("document.getElementById('streams').innerText.split('cancelled').length === 2")
+
+
+def test_readme_browser_example(browser_context: Any, demo_server: Any) -> None:
+    # The README's "In the browser" page, run as written.
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## In the browser", 1)[1].split("\n## ", 1)[0]
+    html = section.split("```html\n", 1)[1].split("```", 1)[0]
+    page = browser_context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(http_url(demo_server) + "/readme-example")  # any page of the origin
+        page.set_content(html)
+        page.wait_for_function("document.getElementById('out').textContent.includes('echo: there')")
+        lines = page.inner_text("#out").splitlines()
+    finally:
+        page.close()
+    assert not errors, errors
+    assert lines[0] == "sum of range: 499500"
+    assert [line.split(":")[0] for line in lines[1:4]] == ["tick 0", "tick 1", "tick 2"]
+    assert lines[4:] == ["echo: hi", "echo: there"]
