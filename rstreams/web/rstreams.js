@@ -584,7 +584,7 @@ export const DEFAULT_PROTOCOL_LIMITS = Object.freeze({
   maxElementBytes: 64 * 1024 * 1024, // a joined split element
   maxStringBytes: 64 * 1024,
   maxExtensions: 64,
-  rememberedIds: 65536, // cancelled / finished Ids kept to recognise late messages
+  rememberedIds: 65536, // the peer's finished Ids kept to recognise a late request/cancel
 });
 
 /** Encode one protocol message: `encodeMessage(Code.request, [1, 5n])`. */
@@ -676,7 +676,6 @@ export class Connection {
     this.nextId = 1;
     // Our subscriptions, by our Id: {state, outstanding (BigInt), elementSize, part: {element, chunks, size} | null}
     this.subs = new Map();
-    this.cancelled = new BoundedIdSet(this.limits.rememberedIds);
     // Peer's subscriptions to our publishers, by the peer's Id: {outstanding (BigInt)}
     this.pubs = new Map();
     this.finishedPubs = new BoundedIdSet(this.limits.rememberedIds);
@@ -738,7 +737,6 @@ export class Connection {
   cancel(id) {
     if (!this.subs.has(id) || this.closed) return;
     this.subs.delete(id);
-    this.cancelled.add(id);
     this.queue(Code.cancel, [id]);
   }
 
@@ -911,7 +909,10 @@ export class Connection {
     const id = message[1];
     const sub = this.subs.get(id);
     if (!sub) {
-      if (this.cancelled.has(id)) return; // in flight when we cancelled: dropped
+      // Our Ids come from a counter that never goes back, so an Id below it
+      // that is not open was cancelled or finished: the message was in
+      // flight and is dropped (rule 6). Exact, however long ago it was.
+      if (typeof id === "number" && id < this.nextId) return;
       fail(`${CODE_NAMES[code]} for unknown subscriber Id ${id}`);
     }
     if (sub.state === SubState.OPENING) {
@@ -993,9 +994,6 @@ export class Connection {
 
   finishSub(id) {
     this.subs.delete(id);
-    // A request/cancel we send may cross the terminal signal; remembering the
-    // Id also drops anything (wrongly) late for it instead of failing later.
-    this.cancelled.add(id);
   }
 }
 
@@ -1724,6 +1722,11 @@ export class Subscription {
       seconds,
       error: this._error ? this._error.message : null,
     };
+  }
+
+  /** The same as stats(), under the Python API's name. */
+  statistics() {
+    return this.stats();
   }
 }
 
