@@ -556,3 +556,18 @@ test("the peer's goodbye stops local publications", async () => {
   await settle();
   assert.ok(finished);
 });
+
+test("an element the decoder refuses cancels the stream and rejects the loop", async () => {
+  const { session, ws } = await open();
+  const sub = session.subscribe("j", { decode: "json" });
+  ws.deliver(HELLO, [Code.subscribed, 1, 0], [Code.onNext, 1, new TextEncoder().encode("{not json")]);
+  await assert.rejects(
+    (async () => {
+      for await (const _ of sub);
+    })(),
+    SyntaxError,
+  );
+  await settle();
+  assert.equal(sub.state, "cancelled");
+  assert.deepStrictEqual(ws.messages().at(-1), [Code.cancel, 1]);
+});

@@ -1592,7 +1592,19 @@ export class Subscription {
     }
     const element = this._popOne();
     this._consumed(1);
-    return { value: this._decoder ? this._decoder(element) : element, done: false };
+    return { value: this._decoder ? this._decode(element) : element, done: false };
+  }
+
+  // An element the decoder refuses ends the stream (cancel), then throws:
+  // for-await does not call return() after a rejected next(), so without the
+  // cancel the publisher would go on sending into a buffer nobody reads.
+  _decode(element) {
+    try {
+      return this._decoder(element);
+    } catch (err) {
+      this.cancel();
+      throw err;
+    }
   }
 
   /** Called by `break` in a for-await loop: cancels. */
@@ -1644,7 +1656,7 @@ export class Subscription {
     let remaining = Math.min(limit, this._buffered);
     while (remaining > 0) {
       const element = this._popOne();
-      out.push(this._decoder ? this._decoder(element) : element);
+      out.push(this._decoder ? this._decode(element) : element);
       remaining--;
     }
     return out;

@@ -43,10 +43,13 @@ def _missing(reason: str) -> None:
 
 
 def chromium_path() -> str:
-    for candidate in (os.environ.get("RSTREAMS_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+    """``RSTREAMS_CHROMIUM`` if set (and only it), else the system's Chromium."""
+    chosen = os.environ.get("RSTREAMS_CHROMIUM")
+    candidates = [chosen] if chosen else ["/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")]
+    for candidate in candidates:
         if candidate and os.path.exists(candidate):
             return candidate
-    _missing("no Chromium: install it (Debian: apt-get install -y chromium) or set RSTREAMS_CHROMIUM")
+    _missing(f"no Chromium at {chosen}" if chosen else "no Chromium: install it (Debian: apt-get install -y chromium) or set RSTREAMS_CHROMIUM")
     raise AssertionError("unreachable")
 
 
