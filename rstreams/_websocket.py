@@ -58,6 +58,7 @@ from wsproto.utilities import ProtocolError as WebSocketProtocolError
 
 from ._config import SessionConfig
 from ._errors import RemoteProtocolError
+from ._session import _describe
 
 if TYPE_CHECKING:
     from ._transport import Endpoint
@@ -171,8 +172,10 @@ class WebSocketStream(trio.abc.Stream):
         self._closed = False
         self._close_code = CLOSE_NORMAL
         self._close_reason = ""
+        # Counters, for statistics and tests.
         self.messages_sent = 0
         self.messages_received = 0
+        self.largest_message_sent = 0
         # Frames that arrived with the handshake are parsed now, so that the
         # first receive_some does not wait for more while they sit here.
         if trailing:
@@ -199,14 +202,15 @@ class WebSocketStream(trio.abc.Stream):
             raise trio.BrokenResourceError("the peer closed the WebSocket")
         if len(data) <= MAX_OUTGOING_MESSAGE:
             frames = self._ws.send(BytesMessage(data=bytes(data)))
-            count = 1
+            count, largest = 1, len(data)
         else:
             runs = split_whole_messages(bytes(data), MAX_OUTGOING_MESSAGE)
             frames = b"".join(self._ws.send(BytesMessage(data=bytes(run))) for run in runs)
-            count = len(runs)
+            count, largest = len(runs), max(len(run) for run in runs)
         async with self._send_lock:
             await self.transport.send_all(frames)
             self.messages_sent += count
+            self.largest_message_sent = max(self.largest_message_sent, largest)
             await self._send_pong()
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -320,6 +324,14 @@ async def open_websocket_client(stream: trio.abc.Stream, endpoint: Endpoint, *, 
     connection = WSConnection(ConnectionType.CLIENT)
     host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
     request = Request(host=f"{host}:{endpoint.port}", target=endpoint.path, subprotocols=[SUBPROTOCOL])
+    try:
+        return await _client_handshake(stream, connection, request, config)
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        # Often a TLS failure (an untrusted certificate), said by the cause.
+        raise ConnectionError(f"WebSocket handshake failed: {_describe(exc)}") from exc
+
+
+async def _client_handshake(stream: trio.abc.Stream, connection: WSConnection, request: Request, config: SessionConfig) -> WebSocketStream:
     with trio.move_on_after(config.handshake_timeout):
         await stream.send_all(connection.send(request))
         status: int | None = None
