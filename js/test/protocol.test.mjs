@@ -8,6 +8,7 @@ import {
   connect,
   Connection,
   decode,
+  decodeMulti,
   DemandWindow,
   encodeMessage,
   PublisherError,
@@ -570,4 +571,48 @@ test("an element the decoder refuses cancels the stream and rejects the loop", a
   await settle();
   assert.equal(sub.state, "cancelled");
   assert.deepStrictEqual(ws.messages().at(-1), [Code.cancel, 1]);
+});
+
+test("publish: elements above 64 KiB go out split; sends are cut into WebSocket messages of at most 256 KiB", async () => {
+  const { session, ws } = await open();
+  const big = new Uint8Array(200 * 1024).map((_, i) => i & 0xff);
+  session.publish("big", function* () {
+    yield big;
+    yield big;
+  });
+  ws.take();
+  ws.sent.length = 0;
+  ws._taken = 0;
+  // Demand for one more than it has: the end is seen when the source is pulled again.
+  ws.deliver(HELLO, [Code.subscribe, "big", 1, 3]);
+  await settle();
+  const messages = ws.take();
+  const parts = messages.filter((m) => m[0] === Code.onNextPart || m[0] === Code.onNextLastPart);
+  assert.deepStrictEqual(
+    parts.map((m) => [m[0], m[2], m[3].length]),
+    [
+      [Code.onNextPart, 0, 65536],
+      [Code.onNextPart, 0, 65536],
+      [Code.onNextPart, 0, 65536],
+      [Code.onNextLastPart, 0, 8192],
+      [Code.onNextPart, 1, 65536],
+      [Code.onNextPart, 1, 65536],
+      [Code.onNextPart, 1, 65536],
+      [Code.onNextLastPart, 1, 8192],
+    ],
+  );
+  const joined = new Uint8Array(parts.slice(0, 4).flatMap((m) => Array.from(m[3])));
+  assert.deepStrictEqual(joined, big);
+  assert.deepStrictEqual(messages.at(-1), [Code.onComplete, 1]);
+  for (const sent of ws.sent) assert.ok(sent.length <= 256 * 1024 + 16, `a WebSocket message of ${sent.length} bytes`);
+});
+
+test("dataToSendPieces cuts at message boundaries and never splits a message", () => {
+  const conn = new Connection();
+  conn.dataToSend();
+  for (let i = 0; i < 5; i++) conn.subscribe("x".repeat(40), 1n);
+  const pieces = conn.dataToSendPieces(100);
+  assert.ok(pieces.length > 1);
+  for (const piece of pieces) assert.ok(decodeMulti(piece).every((m) => m[0] === Code.subscribe));
+  assert.equal(pieces.flatMap((p) => decodeMulti(p)).length, 5);
 });

@@ -584,6 +584,8 @@ export const DEFAULT_PROTOCOL_LIMITS = Object.freeze({
   maxElementBytes: 64 * 1024 * 1024, // a joined split element
   maxStringBytes: 64 * 1024,
   maxExtensions: 64,
+  splitThreshold: 64 * 1024, // elements we publish above this go out in parts of this size
+  maxWebSocketMessage: 256 * 1024, // we cut what we send into WebSocket messages of about this size
   rememberedIds: 65536, // the peer's finished Ids kept to recognise a late request/cancel
 });
 
@@ -693,20 +695,34 @@ export class Connection {
   /** Everything queued since the last call, as one Uint8Array (empty if nothing). */
   dataToSend() {
     const parts = this.outbound;
-    if (parts.length === 1) {
-      this.outbound = [];
-      this.outboundBytes = 0;
-      return parts[0];
-    }
-    const out = new Uint8Array(this.outboundBytes);
-    let at = 0;
-    for (const p of parts) {
-      out.set(p, at);
-      at += p.length;
-    }
     this.outbound = [];
     this.outboundBytes = 0;
-    return out;
+    return concat(parts, parts.reduce((n, p) => n + p.length, 0));
+  }
+
+  /**
+   * Everything queued since the last call, cut at message boundaries into
+   * pieces of at most `maxBytes` (a single larger message goes alone): one
+   * piece per WebSocket message, so that no WebSocket message grows with
+   * how much was queued (the server bounds what it accepts in one).
+   */
+  dataToSendPieces(maxBytes = this.limits.maxWebSocketMessage) {
+    const pieces = [];
+    let run = [];
+    let size = 0;
+    for (const p of this.outbound) {
+      if (size > 0 && size + p.length > maxBytes) {
+        pieces.push(concat(run, size));
+        run = [];
+        size = 0;
+      }
+      run.push(p);
+      size += p.length;
+    }
+    if (size > 0) pieces.push(concat(run, size));
+    this.outbound = [];
+    this.outboundBytes = 0;
+    return pieces;
   }
 
   get hasDataToSend() {
@@ -759,6 +775,12 @@ export class Connection {
     return pub ? pub.outstanding : 0n;
   }
 
+  /**
+   * Send one element to the peer's subscription `peerId`: onNext, or above
+   * splitThreshold onNextPart… onNextLastPart (element Ids per stream from
+   * 0), so a large element does not hold up other streams' messages.
+   * @throws {LocalProtocolError} without demand (never more than requested)
+   */
   sendOnNext(peerId, element) {
     const pub = this.pubs.get(peerId);
     if (!pub || this.closed) return false;
@@ -766,7 +788,16 @@ export class Connection {
       if (pub.outstanding <= 0n) throw new LocalProtocolError("onNext without demand (never more than requested)");
       pub.outstanding -= 1n;
     }
-    this.queue(Code.onNext, [peerId, element]);
+    const threshold = this.limits.splitThreshold;
+    if (element.length <= threshold) {
+      this.queue(Code.onNext, [peerId, element]);
+      return true;
+    }
+    const elementId = pub.nextElement++;
+    for (let at = 0; at < element.length; at += threshold) {
+      const last = at + threshold >= element.length;
+      this.queue(last ? Code.onNextLastPart : Code.onNextPart, [peerId, elementId, element.subarray(at, at + threshold)]);
+    }
     return true;
   }
 
@@ -871,7 +902,7 @@ export class Connection {
   onSubscribe([, name, peerId, initial = 0], events) {
     if (this.pubs.has(peerId)) fail(`subscribe reuses the open Id ${peerId}`);
     initial = BigInt(initial);
-    this.pubs.set(peerId, { outstanding: 0n });
+    this.pubs.set(peerId, { outstanding: 0n, nextElement: 0 });
     if (initial < 0n) {
       this.sendOnError(peerId, `initial demand must not be negative (rule 3.9), got ${initial}`);
       return;
@@ -1182,9 +1213,10 @@ export class Session {
   _flush() {
     if (!this._open || !this._conn.hasDataToSend) return;
     if (this._ws.readyState !== 1) return;
-    const data = this._conn.dataToSend();
-    this._sentBytes += data.length;
-    this._ws.send(data);
+    for (const data of this._conn.dataToSendPieces()) {
+      this._sentBytes += data.length;
+      this._ws.send(data);
+    }
   }
 
   _onMessage(data) {

@@ -133,6 +133,25 @@ def test_echo_round_trip_from_a_browser_publisher(page: Any) -> None:
     assert result["page"] == {"back": 500, "inOrder": True}
 
 
+def test_large_elements_published_from_the_page_come_back_whole(page: Any) -> None:
+    result = page.evaluate(
+        """async () => {
+          const session = window.rstreamsDemo.session;
+          const size = 1_000_000;
+          session.publish("big", async function* () {
+            for (let k = 0; k < 3; k++) yield new Uint8Array(size).map((_, i) => (i * 7 + k) & 0xff);
+          });
+          const back = [];
+          for await (const x of session.subscribe("echo?source=big", { prefetch: 2 })) {
+            back.push(x.length === size && x.every((b, i) => b === ((i * 7 + back.length) & 0xff)));
+          }
+          return back;
+        }"""
+    )
+    # Split into 64 KiB parts both ways (page -> server -> page), joined whole.
+    assert result == [True, True, True]
+
+
 def test_blank_page_connect_subscribe_close(browser_context: Any, demo_server: Any) -> None:
     # What a page of one's own does: only the module, no demo code. Any page
     # of the server's origin will do; its 404 page is as blank as they come.
