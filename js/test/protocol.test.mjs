@@ -71,7 +71,7 @@ test("a new Connection queues hello(0, []) first", () => {
 });
 
 test("the session of docs/PROTOCOL.md section 7, byte for byte", async () => {
-  const { session, ws } = await open();
+  const { session, ws } = await open({ goodbyeTimeout: 60_000 });
   const sub = session.subscribe("range?count=3", { prefetch: 16 });
   await settle();
   assert.equal(
@@ -85,9 +85,26 @@ test("the session of docs/PROTOCOL.md section 7, byte for byte", async () => {
   const closing = session.close();
   await settle();
   assert.equal(toHex(ws.sent.at(-1)), "920ba7676f6f64627965");
+  // Our goodbye is answered: close() resolves then, not at the timeout.
+  const started = Date.now();
   ws.deliver([Code.goodbye, "goodbye"]);
   await closing;
+  assert.ok(Date.now() - started < 1000);
   assert.equal(ws.closedWith, 1000);
+});
+
+test("after our goodbye, a subscribe from the peer starts nothing", async () => {
+  const { session, ws } = await open({ goodbyeTimeout: 60_000 });
+  let started = false;
+  session.publish("p", function* () {
+    started = true;
+  });
+  ws.deliver(HELLO);
+  const closing = session.close();
+  ws.deliver([Code.subscribe, "p", 1, 1], [Code.goodbye, "goodbye"]);
+  await closing;
+  assert.equal(started, false);
+  assert.deepStrictEqual(ws.messages().at(-1), [Code.goodbye, "goodbye"]);
 });
 
 test("the client offers the rstreams.v0 subprotocol and asks for ArrayBuffers", async () => {

@@ -1220,7 +1220,8 @@ export class Session {
   }
 
   _onMessage(data) {
-    if (this._ended) return;
+    // After our goodbye we still read, but only to see the peer's goodbye.
+    if (this._ended && !(this._closing && this._peerGoodbye === null)) return;
     if (typeof data === "string") {
       this._protocolError("protocol error: a text WebSocket message");
       return;
@@ -1242,6 +1243,7 @@ export class Session {
   }
 
   _dispatch(event) {
+    if (this._ended && event.type !== "goodbye") return; // every stream has ended
     switch (event.type) {
       case "subscribed":
         return this._subscriptions.get(event.id)?._onSubscribed(event.elementSize);
