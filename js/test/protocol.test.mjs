@@ -633,3 +633,23 @@ test("dataToSendPieces cuts at message boundaries and never splits a message", (
   for (const piece of pieces) assert.ok(decodeMulti(piece).every((m) => m[0] === Code.subscribe));
   assert.equal(pieces.flatMap((p) => decodeMulti(p)).length, 5);
 });
+
+test("publish without encode: bytes as they are, strings as UTF-8, anything else fails the stream", async () => {
+  const { session, ws } = await open();
+  session.publish("mixed", function* () {
+    yield "é";
+    yield new Uint16Array([0x0102]);
+    yield { not: "bytes" };
+  });
+  ws.take();
+  ws.deliver(HELLO, [Code.subscribe, "mixed", 1, 10]);
+  await settle();
+  const messages = ws.take();
+  assert.deepStrictEqual(messages.slice(0, 3), [
+    [Code.subscribed, 1, 0],
+    [Code.onNext, 1, new Uint8Array([0xc3, 0xa9])],
+    [Code.onNext, 1, new Uint8Array(new Uint16Array([0x0102]).buffer)],
+  ]);
+  assert.equal(messages[3][0], Code.onError);
+  assert.match(messages[3][2], /must be bytes or a string, not object/);
+});

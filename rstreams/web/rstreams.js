@@ -1172,7 +1172,6 @@ export class Session {
     this._peerGoodbye = null;
     this._onPeerGoodbye = null;
     this._closing = null;
-    this._drainWaiters = [];
     this._sentBytes = 0;
     this._receivedBytes = 0;
     let resolveClosed;
@@ -1308,7 +1307,6 @@ export class Session {
     if (this._closing) this._onPeerGoodbye?.();
     const code = event?.code;
     this._end(new SessionBroken(`the connection was lost without goodbye${code ? ` (WebSocket close code ${code})` : ""}`));
-    for (const waiter of this._drainWaiters.splice(0)) waiter();
   }
 
   _closeSocket(code) {
@@ -1381,7 +1379,8 @@ export class Session {
    * @param {Function} source
    * @param {object} [options]
    * @param {"msgpack"|"json"|"text"|"raw"|Function} [options.encode] how to
-   *   turn each yielded value into bytes (default: yield Uint8Array)
+   *   turn each yielded value into bytes (default: bytes as they are, a
+   *   string as UTF-8)
    * @param {number} [options.elementSize=0] declare fixed-size elements
    * @returns {{name: string, unpublish: Function}}
    */
@@ -1841,8 +1840,10 @@ class Publication {
           return;
         }
         const value = encodeElement ? encodeElement(step.value) : step.value;
-        const bytes = value instanceof Uint8Array ? value : value instanceof ArrayBuffer ? new Uint8Array(value) : null;
-        if (bytes === null) throw new TypeError("a published element must be a Uint8Array (or choose an encode option)");
+        const bytes = elementBytes(value);
+        if (bytes === null) {
+          throw new TypeError(`a published element must be bytes or a string, not ${typeof value} (or choose an encode option)`);
+        }
         if (this.entry.elementSize && bytes.length !== this.entry.elementSize) {
           throw new RangeError(`an element of ${bytes.length} bytes on a publisher of elementSize ${this.entry.elementSize}`);
         }
@@ -1868,6 +1869,15 @@ class Publication {
       }
     }
   }
+}
+
+// Without an encode option: bytes as they are, a string as UTF-8.
+function elementBytes(value) {
+  if (value instanceof Uint8Array) return value;
+  if (typeof value === "string") return UTF8_ENCODER.encode(value);
+  if (value instanceof ArrayBuffer) return new Uint8Array(value);
+  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  return null;
 }
 
 function splitName(name) {
