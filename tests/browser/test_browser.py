@@ -228,6 +228,15 @@ def test_demo_page_live_and_screenshot(page: Any, tmp_path: Path) -> None:
             && state("no-such-thing") === "failed" && state("blob?count=200&size=65536") === "completed";
         }"""
     )
+    # Manual demand: prefetch 0 and the row's "request 10" button.
+    page.fill("#name", "range?count=25")
+    page.fill("#prefetch", "0")
+    page.click("#subscribe")
+    page.fill("#prefetch", "256")
+    for _ in range(3):
+        page.locator("#streams tr").first.locator("button.more").click()
+    page.wait_for_function("window.rstreamsDemo.streams.at(-1).sub.stats().elements === 25")
+    page.wait_for_function("window.rstreamsDemo.streams.at(-1).sub.state === 'completed'")
     # Live figures on the running range, then cancel it with its button.
     page.wait_for_timeout(1200)
     text = page.inner_text("#streams")
@@ -241,7 +250,7 @@ def test_demo_page_live_and_screenshot(page: Any, tmp_path: Path) -> None:
     big = page.evaluate("() => window.rstreamsDemo.streams.findIndex((s) => s.name === 'range?count=1000000000')")
     rows = page.locator("#streams tr")
     count = rows.count()
-    rows.nth(count - 1 - big).locator("button").click()
+    rows.nth(count - 1 - big).locator("button.danger").click()
     page.wait_for_function("window.rstreamsDemo.streams.find((s) => s.name === 'range?count=1000000000').sub.state === 'cancelled'")
     # The table shows it within a refresh (every 200 ms).
     page.wait_for_function("document.getElementById('streams').innerText.split('cancelled').length === 2")
