@@ -399,6 +399,9 @@ test("handshake: a first message other than hello or goodbye, a second hello, a 
     (ws) => ws.deliver(HELLO, HELLO),
     (ws) => ws.deliver(new Uint8Array([0xc1])),
     (ws) => ws.deliver([99, 1]),
+    (ws) => ws.deliver(HELLO, fromHex("92 cb 3ff0000000000000 01")), // [1.0, 1]: a float code is not a code
+    (ws) => ws.deliver(HELLO, fromHex("81 a1 61 01")), // a map, not an array
+    (ws) => ws.deliver(HELLO, [Code.request, 1, "five"]),
     (ws) => ws.deliverText("hello"),
   ]) {
     const { ws } = await open();

@@ -423,11 +423,13 @@ class Reader {
       case 0xc6:
         return this.bin(this.u32(), start);
       case 0xca:
+        if (this.limits.noFloats) throw new MsgpackDecodeError("a float where none may be", start);
         this.need(4);
         v = view.getFloat32(this.pos);
         this.pos += 4;
         return v;
       case 0xcb:
+        if (this.limits.noFloats) throw new MsgpackDecodeError("a float where none may be", start);
         this.need(8);
         v = view.getFloat64(this.pos);
         this.pos += 8;
@@ -669,6 +671,9 @@ export class Connection {
       maxBinBytes: this.limits.maxMessageBytes,
       maxArrayLength: Math.max(5, this.limits.maxExtensions),
       maxMapLength: 0,
+      // No message has a float field; refusing them while parsing keeps a
+      // float 1.0 from passing as the int 1 (JS numbers cannot tell them apart).
+      noFloats: true,
     };
     this.peerHello = null; // {version, extensions} once received
     this.closed = false; // our goodbye is queued: nothing more is sent
