@@ -23,6 +23,7 @@ request with 400 before a handler sees it.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 from http import HTTPStatus
 from collections.abc import Iterable
@@ -48,6 +49,7 @@ __all__ = [
     "Route",
     "RouteKind",
     "route_request",
+    "is_upgrade",
     "normalize_origin",
     "listener_origins",
     "accept_http",
@@ -117,14 +119,19 @@ def listener_origins(host: str | None, addresses: Iterable[tuple[str, int]], *, 
 
     For each address the listener is bound to, and for ``host`` as given (a
     name such as ``localhost``), ``http://HOST:PORT`` and ``ws://HOST:PORT``
-    (``https`` / ``wss`` with TLS). A wildcard bind (``0.0.0.0``, ``::``) has no
+    (``https`` / ``wss`` with TLS); ``localhost`` too for a loopback address. A wildcard bind (``0.0.0.0``, ``::``) has no
     origin of its own: name the origins the pages are served from with
     ``allowed_origins``.
     """
     schemes = ("https", "wss") if secure else ("http", "ws")
     origins: set[str] = set()
     for address, port in addresses:
-        for name in {address, host}:
+        names = {address, host}
+        if _is_loopback(address):
+            # Browsers resolve localhost to loopback themselves, so a page at
+            # http://localhost:PORT is this listener's whatever the bind said.
+            names.add("localhost")
+        for name in names:
             if name is None or name in _WILDCARD_HOSTS:
                 continue
             for scheme in schemes:
@@ -132,6 +139,13 @@ def listener_origins(host: str | None, addresses: Iterable[tuple[str, int]], *, 
                 if origin is not None:
                     origins.add(origin)
     return frozenset(origins)
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 class OriginPolicy:
@@ -190,32 +204,38 @@ def _header(request: h11.Request, name: bytes) -> list[bytes]:
     return [value for key, value in request.headers if key == name]
 
 
+def is_upgrade(request: h11.Request) -> bool:
+    """True for a request that asks to switch to WebSocket."""
+    return any(b"websocket" in value.lower() for value in _header(request, b"upgrade"))
+
+
 def route_request(request: h11.Request, files: Iterable[str], origins: OriginPolicy) -> Route:
     """Decide what a request gets. ``files``: the names in the static directory."""
+    # Every answer to HEAD is headers only, errors included.
+    head_only = request.method == b"HEAD"
     target = request.target
     if not target.startswith(b"/"):
-        return Route(RouteKind.ERROR, status=400, message="bad request target")
+        return Route(RouteKind.ERROR, status=400, message="bad request target", head_only=head_only)
     path = target.split(b"?", 1)[0].decode("ascii", "replace")
-    upgrade = any(b"websocket" in value.lower() for value in _header(request, b"upgrade"))
-    if upgrade:
+    if is_upgrade(request):
         if request.method != b"GET":
-            return Route(RouteKind.ERROR, status=405, message="a WebSocket upgrade must be a GET")
+            return Route(RouteKind.ERROR, status=405, message="a WebSocket upgrade must be a GET", head_only=head_only)
         if path != "/":
-            return Route(RouteKind.ERROR, status=404, message="the WebSocket endpoint is /")
+            return Route(RouteKind.ERROR, status=404, message="the WebSocket endpoint is /", head_only=head_only)
         origin_headers = _header(request, b"origin")
         if len(origin_headers) > 1:
-            return Route(RouteKind.ERROR, status=403, message="more than one Origin header")
+            return Route(RouteKind.ERROR, status=403, message="more than one Origin header", head_only=head_only)
         origin = origin_headers[0].decode("latin-1") if origin_headers else None
         if not origins.allows(origin):
             return Route(
                 RouteKind.ERROR,
                 status=403,
                 message=f"origin {origin} is not allowed (allow it with --allow-origin {origin})",
+                head_only=head_only,
             )
         return Route(RouteKind.UPGRADE)
     if request.method not in (b"GET", b"HEAD"):
-        return Route(RouteKind.ERROR, status=405, message="only GET and HEAD (and WebSocket upgrades at /)")
-    head_only = request.method == b"HEAD"
+        return Route(RouteKind.ERROR, status=405, message="only GET and HEAD (and WebSocket upgrades at /)", head_only=head_only)
     name = unquote(path[1:], errors="replace") or "index.html"
     # Only a name listed in the directory: never a path built from the request.
     if name in set(files):
@@ -280,7 +300,8 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
                 status = request.error_status_hint
                 await _answer(stream, connection, Route(RouteKind.ERROR, status=status, message=str(request)))
                 return None
-            files = await trio.to_thread.run_sync(_static_files, site.static_dir)
+            # The listing is only needed for files (a thread hop: skip it for upgrades).
+            files = [] if is_upgrade(request) else await trio.to_thread.run_sync(_static_files, site.static_dir)
             route = route_request(request, files, site.origins)
             if route.kind is RouteKind.UPGRADE:
                 return await _upgrade(stream, connection, request, site)
@@ -297,6 +318,9 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:
+    # Never read more than MAX_REQUEST_HEAD bytes before the head is whole
+    # (h11's own limit only applies to what it holds unparsed).
+    received = 0
     while True:
         try:
             event = connection.next_event()
@@ -305,9 +329,12 @@ async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> 
         if isinstance(event, h11.Request):
             return event
         if event is h11.NEED_DATA:
-            data = await stream.receive_some(_READ_SIZE)
+            if received >= MAX_REQUEST_HEAD:
+                return h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            data = await stream.receive_some(min(_READ_SIZE, MAX_REQUEST_HEAD - received))
             if not data:
                 return None  # closed before a whole head: nothing to answer
+            received += len(data)
             connection.receive_data(bytes(data))
         else:  # ConnectionClosed (the only other event before a request)
             return None
@@ -323,7 +350,7 @@ async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request:
         return None
     websocket = WSConnection(ConnectionType.SERVER)
     try:
-        websocket.initiate_upgrade_connection(request.headers, request.target)
+        websocket.initiate_upgrade_connection(list(request.headers), request.target)
         [handshake] = [event for event in websocket.events() if isinstance(event, WebSocketRequest)]
     except (WebSocketProtocolError, ValueError) as exc:
         await _answer(stream, connection, Route(RouteKind.ERROR, status=400, message=f"bad WebSocket upgrade: {exc}"))
@@ -353,15 +380,18 @@ async def _answer(stream: trio.abc.Stream, connection: h11.Connection, route: Ro
     if status == 405:
         headers.append(("Allow", "GET, HEAD"))
     headers += [("Content-Type", kind), ("Content-Length", str(len(body)))]
-    data = b""
-    if connection.our_state is h11.SEND_RESPONSE:
-        reason = HTTPStatus(status).phrase.encode() if status in HTTPStatus._value2member_map_ else b""
-        data = connection.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
+    reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+    try:
+        if connection.our_state is not h11.SEND_RESPONSE:
+            raise h11.LocalProtocolError("no request to answer")
+        data = connection.send(h11.Response(status_code=status, headers=headers, reason=reason.encode())) or b""
         if not route.head_only:
             data += connection.send(h11.Data(data=body)) or b""
         data += connection.send(h11.EndOfMessage()) or b""
-    else:  # h11 cannot answer (the request was unreadable): a bare response
-        data = f"HTTP/1.1 {status} \r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+    except h11.LocalProtocolError:
+        # h11 cannot answer this one (the request was unreadable): a bare response.
+        head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers) + "\r\n"
+        data = head.encode() + (b"" if route.head_only else body)
     try:
         await stream.send_all(data)
     finally:

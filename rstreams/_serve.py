@@ -168,8 +168,8 @@ class Server:
         policy_extra = list(allowed_origins)
         OriginPolicy((), policy_extra)  # fail before listening on a bad origin
         tcp_listeners = await trio.open_tcp_listeners(port, host=host)
-        addresses = [tuple(listener.socket.getsockname()[:2]) for listener in tcp_listeners]
-        own = listener_origins(host, addresses, secure=ssl_context is not None)  # type: ignore[arg-type]
+        addresses = [(str(name[0]), int(name[1])) for name in (listener.socket.getsockname() for listener in tcp_listeners)]
+        own = listener_origins(host, addresses, secure=ssl_context is not None)
         site = Site(
             static_dir=Path(static_dir),
             origins=OriginPolicy(own, policy_extra),

@@ -93,7 +93,6 @@ _HANDSHAKE_READ_SIZE = 16 * KiB
 
 # Close codes (RFC 6455 §7.4.1).
 CLOSE_NORMAL = 1000
-CLOSE_PROTOCOL_ERROR = 1002
 CLOSE_UNSUPPORTED_DATA = 1003
 CLOSE_MESSAGE_TOO_BIG = 1009
 
@@ -116,7 +115,8 @@ def split_whole_messages(data: bytes | bytearray, bound: int) -> list[memoryview
     """Cut ``data`` (whole msgpack protocol messages) into runs of at most ``bound`` bytes.
 
     Cuts fall only between protocol messages; a single message larger than
-    ``bound`` becomes a run of its own.
+    ``bound`` becomes a run of its own, and so does anything that does not
+    parse as msgpack (never produced by a session; it goes out uncut).
     """
     view = memoryview(data)
     unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1))
@@ -124,8 +124,12 @@ def split_whole_messages(data: bytes | bytearray, bound: int) -> list[memoryview
     runs: list[memoryview] = []
     start = end = 0
     while end < len(data):
-        unpacker.skip()
-        boundary = unpacker.tell()
+        try:
+            unpacker.skip()
+        except Exception:  # msgpack's parse errors have no common base class
+            boundary = len(data)
+        else:
+            boundary = unpacker.tell()
         if boundary - start > bound and end > start:
             runs.append(view[start:end])
             start = end
@@ -188,7 +192,8 @@ class WebSocketStream(trio.abc.Stream):
         """Send ``data`` (whole protocol messages) as one binary message.
 
         Data over :data:`MAX_OUTGOING_MESSAGE` goes as several messages, cut
-        between protocol messages.
+        between protocol messages. Cancellation: as the transport's
+        ``send_all`` (the stream is then broken); always checkpoints.
 
         Raises:
             trio.ClosedResourceError: this stream was closed.
@@ -338,6 +343,8 @@ async def _client_handshake(stream: trio.abc.Stream, connection: WSConnection, r
         body = bytearray()
         while True:
             data = await stream.receive_some(_HANDSHAKE_READ_SIZE)
+            if not data and status is None:
+                raise ConnectionError("the server closed the connection during the WebSocket handshake")
             try:
                 connection.receive_data(bytes(data) if data else None)
                 for event in connection.events():
@@ -360,10 +367,8 @@ async def _client_handshake(stream: trio.abc.Stream, connection: WSConnection, r
                             raise _refused(status, body)
             except WebSocketProtocolError as exc:
                 raise ConnectionError(f"WebSocket handshake failed: {exc}") from None
-            if not data:
-                if status is not None:
-                    raise _refused(status, body)
-                raise ConnectionError("the server closed the connection during the WebSocket handshake")
+            if not data:  # a refusal whose body ended with the connection
+                raise _refused(status, body)
     raise TimeoutError(f"no WebSocket handshake answer within {config.handshake_timeout:g} s")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import msgpack
@@ -27,6 +27,7 @@ from rstreams._websocket import (
     MAX_OUTGOING_MESSAGE,
     SUBPROTOCOL,
     WebSocketStream,
+    open_websocket_client,
     split_whole_messages,
     websocket_config,
 )
@@ -264,6 +265,13 @@ def test_split_whole_messages(sizes: list[int]) -> None:
         assert len(run) <= MAX_OUTGOING_MESSAGE or len(messages) == 1
 
 
+def test_split_whole_messages_leaves_what_does_not_parse_alone() -> None:
+    data = msgpack.packb(b"x" * 200_000) + b"\xc1" * 100_000  # 0xc1: never valid msgpack
+    runs = split_whole_messages(data, MAX_OUTGOING_MESSAGE)
+    assert b"".join(runs) == data
+    assert [len(run) for run in runs] == [200_005, 100_000]
+
+
 async def test_a_burst_over_the_bound_goes_as_several_messages() -> None:
     # Control messages are taken whole: thousands of subscribe answers at once.
     subscribers = 30_000
@@ -428,8 +436,7 @@ async def test_a_client_app_publishes_over_websocket_within_the_bound() -> None:
                 assert 0 < session_stream.largest_message_sent <= MAX_OUTGOING_MESSAGE  # type: ignore[attr-defined]
 
 
-async def test_hello_in_the_first_message_after_the_handshake() -> None:
-    # The server may get frames in the same read as the upgrade request's end.
+async def test_several_protocol_messages_in_one_client_message() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving() as (server, port):
             async with raw_client(port) as (peer, stream):
@@ -530,3 +537,60 @@ async def test_the_peer_closing_is_end_of_stream() -> None:
         assert isinstance(close, CloseConnection)
         with pytest.raises(trio.ClosedResourceError):
             await stream.receive_some()
+
+
+async def fake_server(stream: trio.abc.Stream, answer: Callable[[WSConnection, WebSocketRequest], bytes]) -> None:
+    """Read a client's upgrade request and write ``answer(...)`` in one piece."""
+    server = WSConnection(ConnectionType.SERVER)
+    while True:
+        server.receive_data(bytes(await stream.receive_some()))
+        requests = [event for event in server.events() if isinstance(event, WebSocketRequest)]
+        if requests:
+            await stream.send_all(answer(server, requests[0]))
+            return
+
+
+async def test_the_client_keeps_frames_that_came_with_the_101(nursery: trio.Nursery) -> None:
+    client, server = trio.testing.memory_stream_pair()
+
+    def accept_and_hello(connection: WSConnection, request: WebSocketRequest) -> bytes:
+        assert request.subprotocols == [SUBPROTOCOL] and request.target == "/path"
+        return connection.send(AcceptConnection(subprotocol=SUBPROTOCOL)) + connection.send(BytesMessage(data=encode(Hello())))
+
+    nursery.start_soon(fake_server, server, accept_and_hello)
+    with trio.fail_after(TIMEOUT):
+        endpoint = rstreams.parse_url("ws://127.0.0.1:1/path")
+        stream = await open_websocket_client(client, endpoint, config=rstreams.SessionConfig())
+        assert stream.subprotocol == SUBPROTOCOL
+        assert await stream.receive_some() == encode(Hello())
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (
+            lambda c, r: c.send(AcceptConnection(subprotocol=SUBPROTOCOL)).replace(b"rstreams.v0", b"rstreams.v9"),
+            "handshake failed: unrecognized subprotocol rstreams.v9",
+        ),
+        (lambda c, r: b"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\nsad!", "refused: HTTP 500: sad!"),
+        (lambda c, r: b"HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", "WebSocket handshake failed"),
+        (lambda c, r: b"", "closed the connection during the WebSocket handshake"),
+    ],
+)
+async def test_client_handshake_failures(nursery: trio.Nursery, answer: Callable[[WSConnection, WebSocketRequest], bytes], error: str) -> None:
+    client, server = trio.testing.memory_stream_pair()
+
+    async def answer_then_close() -> None:
+        await fake_server(server, answer)
+        await server.aclose()
+
+    nursery.start_soon(answer_then_close)
+    with trio.fail_after(TIMEOUT), pytest.raises(ConnectionError, match=error):
+        await open_websocket_client(client, rstreams.parse_url("ws://h:1/"), config=rstreams.SessionConfig())
+
+
+async def test_client_handshake_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()  # nobody answers
+    config = rstreams.SessionConfig(handshake_timeout=3)
+    with pytest.raises(TimeoutError, match="within 3 s"):
+        await open_websocket_client(client, rstreams.parse_url("ws://h:1/"), config=config)
