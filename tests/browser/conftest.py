@@ -54,28 +54,41 @@ def chromium_path() -> str:
 
 
 @pytest.fixture(scope="module")
-def browser_context() -> Iterator[Any]:
-    """One headless Chromium (fresh profile) per test module."""
-    executable = chromium_path()
+def playwright() -> Iterator[Any]:
+    """Playwright's sync API, once per module (it cannot be nested)."""
+    chromium_path()
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing("Python playwright is not installed (it is in the test extra: pip install -e '.[test]')")
-    profile = tempfile.mkdtemp(prefix="rstreams-chromium-")
+    with sync_playwright() as playwright:
+        yield playwright
+
+
+def launch_chromium(playwright: Any, profile: Path, **options: Any) -> Any:
+    """A headless Chromium with a fresh profile in ``profile``."""
+    context = playwright.chromium.launch_persistent_context(
+        str(profile),
+        executable_path=chromium_path(),
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1400, "height": 900},
+        **options,
+    )
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    return context
+
+
+@pytest.fixture(scope="module")
+def browser_context(playwright: Any) -> Iterator[Any]:
+    """One headless Chromium (fresh profile) per test module."""
+    profile = Path(tempfile.mkdtemp(prefix="rstreams-chromium-"))
     try:
-        with sync_playwright() as playwright:
-            context = playwright.chromium.launch_persistent_context(
-                profile,
-                executable_path=executable,
-                headless=True,
-                args=CHROMIUM_ARGS,
-                viewport={"width": 1400, "height": 900},
-            )
-            context.set_default_timeout(STEP_TIMEOUT_MS)
-            try:
-                yield context
-            finally:
-                context.close()
+        context = launch_chromium(playwright, profile)
+        try:
+            yield context
+        finally:
+            context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import http_url, start_demo_server
+from cli._support import ServeProcess
+
+from .conftest import http_url, launch_chromium, start_demo_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -275,3 +277,35 @@ def test_readme_browser_example(browser_context: Any, demo_server: Any) -> None:
     assert lines[0] == "sum of range: 499500"
     assert [line.split(":")[0] for line in lines[1:4]] == ["tick 0", "tick 1", "tick 2"]
     assert lines[4:] == ["echo: hi", "echo: there"]
+
+
+def test_wss_page_and_session(playwright: Any, tmp_path: Path) -> None:
+    # Served with TLS, the page is https:// and connects to wss:// on its own.
+    # The certificate is a throwaway one from trustme, which this browser is
+    # told to accept (a Chromium of its own, so the others trust nothing).
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    args = ["serve", "examples.demo:app", "--ws", "127.0.0.1:0"]
+    args += ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
+    with ServeProcess.start(args, tmp_path / "stderr.log") as server:
+        assert server.url.startswith("wss://127.0.0.1:")
+        context = launch_chromium(playwright, tmp_path / "profile", ignore_https_errors=True)
+        try:
+            page = context.new_page()
+            page.goto("https://" + server.url.removeprefix("wss://").rstrip("/") + "/")
+            page.wait_for_function("window.rstreamsDemo && window.rstreamsDemo.ready === true")
+            assert page.evaluate("() => window.rstreamsDemo.wsUrl").startswith("wss://127.0.0.1:")
+            count = page.evaluate(
+                """async () => {
+                  let n = 0;
+                  for await (const _ of window.rstreamsDemo.session.subscribe("range?count=1000")) n++;
+                  return n;
+                }"""
+            )
+            assert count == 1000
+        finally:
+            context.close()
