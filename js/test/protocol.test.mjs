@@ -639,10 +639,15 @@ test("dataToSendPieces cuts at message boundaries and never splits a message", (
 
 test("publish without encode: bytes as they are, strings as UTF-8, anything else fails the stream", async () => {
   const { session, ws } = await open();
+  let closed = false;
   session.publish("mixed", function* () {
-    yield "é";
-    yield new Uint16Array([0x0102]);
-    yield { not: "bytes" };
+    try {
+      yield "é";
+      yield new Uint16Array([0x0102]);
+      yield { not: "bytes" };
+    } finally {
+      closed = true;
+    }
   });
   ws.take();
   ws.deliver(HELLO, [Code.subscribe, "mixed", 1, 10]);
@@ -655,4 +660,5 @@ test("publish without encode: bytes as they are, strings as UTF-8, anything else
   ]);
   assert.equal(messages[3][0], Code.onError);
   assert.match(messages[3][2], /must be bytes or a string, not object/);
+  assert.ok(closed, "the generator was closed (its finally ran)");
 });

@@ -1861,7 +1861,8 @@ class Publication {
         conn.sendOnError(id, err?.message ?? String(err));
         session._publications.delete(id);
         session._scheduleFlush();
-        iterator = null;
+        // The iterator is still closed below: when the error was ours (an
+        // element that does not encode), the generator's finally must run.
       }
     } finally {
       this.stopped = true;
