@@ -842,6 +842,7 @@ export class Connection {
    * @throws {RemoteProtocolError}
    */
   receive(bytes) {
+    if (this.closedByPeer) return []; // nothing follows the peer's goodbye
     const reader = new Reader(bytes, this.decodeLimits);
     const events = [];
     while (reader.pos < reader.end) {
