@@ -661,6 +661,29 @@ const SubState = Object.freeze({ OPENING: "opening", OPEN: "open" });
  * parts not interleaved within a stream and joined within limits, terminal
  * signals exclusive, late messages for cancelled Ids dropped, unknown Ids
  * refused.
+ *
+ * How it works. The connection is waiting for the peer's hello, then open,
+ * then over once either goodbye is seen (ours: `closed`, nothing more is
+ * sent; the peer's: `closedByPeer`, nothing more is read). Each of our
+ * subscriptions moves through the states below on what the peer sends
+ * (anything not listed is a protocol error):
+ *
+ *   state     message                    next      event
+ *   opening   subscribed                 open      subscribed
+ *   opening   onError                    (gone)    error (refused)
+ *   open      onNext, onNextPacked       open      elements (demand taken)
+ *   open      onNextPart                 in part   -
+ *   in part   onNextPart (same element)  in part   -
+ *   in part   onNextLastPart (same)      open      elements (demand taken once)
+ *   open      onComplete                 (gone)    complete
+ *   open, in part   onError              (gone)    error
+ *   (gone, Id below our counter)  anything   -     dropped: it was in flight
+ *
+ * ("in part" is `open` with `part` set.) The peer's subscriptions to our
+ * publishers are simpler: subscribe opens one (its Id must not be open),
+ * request adds demand (n <= 0 ends it with onError, rule 3.9), cancel or
+ * our onComplete/onError ends it, and a request or cancel for an Id we
+ * ended recently is ignored, for one never seen is a protocol error.
  */
 export class Connection {
   constructor(limits = {}) {
