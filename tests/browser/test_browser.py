@@ -213,6 +213,32 @@ def test_server_goodbye_ends_open_streams(browser_context: Any, tmp_path: Path) 
             page.close()
 
 
+def test_lost_connection_is_session_broken(browser_context: Any, tmp_path: Path) -> None:
+    with start_demo_server(tmp_path / "stderr.log") as server:
+        page = browser_context.new_page()
+        try:
+            page.goto(http_url(server) + "/")
+            page.wait_for_function("window.rstreamsDemo && window.rstreamsDemo.ready === true")
+            page.evaluate(
+                """() => {
+                  const sub = window.rstreamsDemo.session.subscribe("ticker?interval=0.02");
+                  window.outcome = (async () => {
+                    try { for await (const _ of sub); return { type: "completed" }; }
+                    catch (err) { return { type: err.constructor.name, byPeer: err.byPeer, message: err.message }; }
+                  })();
+                }"""
+            )
+            page.wait_for_function("window.rstreamsDemo.ticker.stats().elements >= 3")
+            server.process.kill()  # no goodbye: the connection just goes
+            server.process.wait(timeout=10)
+            outcome = page.evaluate("() => window.outcome")
+            assert outcome["type"] == "SessionBroken"
+            assert outcome["byPeer"] is True
+            assert "lost without goodbye" in outcome["message"]
+        finally:
+            page.close()
+
+
 def test_demo_page_live_and_screenshot(page: Any, tmp_path: Path) -> None:
     # The ticker plots as it arrives.
     page.wait_for_function("window.rstreamsDemo.ticker.stats().elements >= 20")
