@@ -1,0 +1,1 @@
+"""Real-browser tests: the demo page and rstreams.js in headless Chromium."""
