@@ -36,7 +36,7 @@ demand allows on the wire, plus for each client publishing into it at most
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,8 @@ DEFAULT_CAPACITY = 1024
 #: At most this many elements go to one subscriber per step, so that one
 #: fast subscriber with a huge demand does not hold the topic's attention.
 MAX_TAKE = 4096
+#: publish_to_topic hands a synchronous iterable over in batches of this many.
+PUBLISH_BATCH = 256
 #: The suffix of the route that clients publish through.
 PUBLISH_SUFFIX = "/publish"
 
@@ -326,7 +328,7 @@ class Topic:
 async def publish_to_topic(
     session: Session,
     topic: str,
-    values: Iterable[Any] | Sequence[Any],
+    values: Iterable[Any] | AsyncIterable[Any],
     *,
     codec: CodecLike = None,
     source: str | None = None,
@@ -338,7 +340,8 @@ async def publish_to_topic(
     duration of the call (default: a fresh name), and the server subscribes
     back to it. Values are
     pulled from ``values`` only as demand arrives, so a full topic holds this
-    call back instead of filling memory. Returns once the server has accepted
+    call back instead of filling memory. ``values`` may be an async iterable
+    (each value is sent as soon as it comes and demand allows). Returns once the server has accepted
     every element into the topic.
 
     Raises:
@@ -357,15 +360,26 @@ async def publish_to_topic(
     async def publisher(sink: Sink) -> None:
         nonlocal count
         batch: list[Any] = []
-        for value in values:
-            batch.append(encoder.encode(value) if encoder is not None else value)
-            if len(batch) >= 256:
-                await sink.send_many(batch)
-                count += len(batch)
-                batch = []
-        if batch:
+
+        async def flush() -> None:
+            nonlocal count, batch
             await sink.send_many(batch)
             count += len(batch)
+            batch = []
+
+        if isinstance(values, AsyncIterable):
+            # A live source (a sensor): send each value as it comes, so
+            # nothing waits in a batch for the next reading.
+            async for value in values:
+                batch.append(encoder.encode(value) if encoder is not None else value)
+                await flush()
+            return
+        for value in values:
+            batch.append(encoder.encode(value) if encoder is not None else value)
+            if len(batch) >= PUBLISH_BATCH:
+                await flush()
+        if batch:
+            await flush()
 
     app.add(source, publisher)
     try:
