@@ -248,6 +248,7 @@ def _spark_session() -> Any:
         .appName("rstreams-pipeline")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
         .getOrCreate()

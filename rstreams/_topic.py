@@ -27,6 +27,8 @@ number + element (:func:`encode_sequenced`); a ``from`` older than what the
 topic holds is answered with onError, never silently skipped. ``until=now``
 completes the stream once it reached the element that was newest when it
 subscribed (a high-water mark, used by Spark's availableNow trigger).
+``history=N`` starts N elements back (as many as are held), unframed: a chat
+client joining sees the last messages, a chart its recent past.
 
 Memory: at most ``capacity`` elements per topic, plus what each subscriber's
 demand allows on the wire, plus for each client publishing into it at most
@@ -261,6 +263,11 @@ class Topic:
             start = self._log.first_sequence
         elif raw_from is not None:
             start = request.int_param("from", 0, minimum=0)
+        if "history" in request.params:
+            if sequenced:
+                raise ValueError("parameters from and history exclude each other")
+            history = request.int_param("history", 0, minimum=0)
+            start = max(self._log.first_sequence, self._log.next_sequence - history)
         until: int | None = None
         if request.params.get("until") == "now":
             until = self._log.next_sequence

@@ -104,6 +104,8 @@ async def test_replay_from_a_sequence_number_and_until_now() -> None:
                 assert got == [(i, b"e%d" % i) for i in range(7, 15)]
                 async with session.subscribe("log?from=earliest&until=now") as replay:
                     assert len([raw async for raw in replay]) == 10
+                async with session.subscribe("log?history=3&until=now") as recent:
+                    assert [raw async for raw in recent] == [b"e12", b"e13", b"e14"]
                 with pytest.raises(rstreams.PublisherError, match="sequence 2 is no longer retained"):
                     async with session.subscribe("log?from=2") as gone:
                         async for _ in gone:
