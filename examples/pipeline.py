@@ -185,6 +185,7 @@ class Services:
     def __init__(self, host: str, port: int, ws_port: int | None, sensor_count: int, rate: float) -> None:
         self.url = ""
         self.ws_url: str | None = None
+        self.ws_error: str | None = None
         self._args = (host, port, ws_port, sensor_count, rate)
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -213,16 +214,23 @@ class Services:
             self.url = f"tcp://{host}:{rstreams.listener_port(listeners[0])}"
             serve_websocket = getattr(rstreams, "serve_websocket", None)
             if serve_websocket is not None and ws_port is not None:
-                # The WebSocket listener (issue 5) also serves rstreams/web/.
-                ws_listeners = await nursery.start(serve_websocket, app, host, ws_port)
+                # The WebSocket listener (issue 5) also serves rstreams/web/,
+                # pipeline.html included. Without it the pipeline still runs.
                 try:
-                    self.ws_url = f"http://{host}:{rstreams.listener_port(ws_listeners[0])}/pipeline.html"
-                except Exception:  # noqa: BLE001 - only the printed URL depends on it
+                    ws_listeners = await nursery.start(serve_websocket, app, host, ws_port)
+                    ws_port = rstreams.listener_port(ws_listeners[0])
+                except Exception as error:  # noqa: BLE001 - the page is optional
+                    self.ws_error = f"{type(error).__name__}: {error}"
+                else:
                     self.ws_url = f"http://{host}:{ws_port}/pipeline.html"
             nursery.start_soon(run_sensors, self.url, sensor_count, rate)
             self._ready.set()
             await self._stop.wait()
             nursery.cancel_scope.cancel()
+
+    def topic_stats(self, topic: rstreams.Topic) -> dict[str, Any]:
+        """``topic``'s counters, read in the trio thread that owns the topic."""
+        return trio.from_thread.run_sync(_topic_stats, topic, trio_token=self._token)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self._token is not None and self._stop is not None:
@@ -242,7 +250,12 @@ def _spark_session() -> Any:
     log_config.write_text("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
                           "appender.console.type = Console\nappender.console.name = console\n"
                           "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
-                          "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n")
+                          "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+                          # Stopping the query interrupts a batch; Spark logs that
+                          # as errors with stack traces. They are expected here.
+                          "logger.v2.name = org.apache.spark.sql.execution.datasources.v2\n"
+                          "logger.v2.level = off\nlogger.utils.name = org.apache.spark.util.Utils\n"
+                          "logger.utils.level = off\n")
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("rstreams-pipeline")
@@ -272,6 +285,8 @@ def main() -> int:
     if services.ws_url:
         print(f"pipeline: open {services.ws_url}", flush=True)
     else:
+        if services.ws_error:
+            print(f"pipeline: the WebSocket listener did not start ({services.ws_error})", flush=True)
         print("pipeline: no WebSocket listener in this rstreams; watch with "
               f"`rstreams sub {services.url} stats --format json`", flush=True)
     print("pipeline: starting Spark (about 10 s)...", flush=True)
@@ -279,17 +294,19 @@ def main() -> int:
     checkpoint = tempfile.mkdtemp(prefix="rstreams-pipeline-ckpt-")
     query = start_query(spark, services.url, checkpoint)
     started = time.monotonic()
+    last_batch = None
     try:
         while query.isActive and (not args.duration or time.monotonic() - started < args.duration):
             time.sleep(1.0)
             summary = record_progress(query)
-            if summary:
-                sensor_stats = _topic_stats(sensors)
+            if summary and summary["batch"] != last_batch:
+                last_batch = summary["batch"]
+                sensor_stats = services.topic_stats(sensors)
                 print(
                     f"pipeline: batch {summary['batch']}: {summary['inputRows']} rows in "
                     f"{summary['batchMs']} ms ({summary['processedRowsPerSecond']} rows/s); "
                     f"sensors published {sensor_stats['published']}, room {sensor_stats['room']}; "
-                    f"results published {results.statistics().published}",
+                    f"results published {services.topic_stats(results)['published']}",
                     flush=True,
                 )
         if query.exception():
@@ -300,8 +317,9 @@ def main() -> int:
     finally:
         query.stop()
         spark.stop()
-        services.close()
-    print(f"pipeline: done; {results.statistics().published} windows published", flush=True)
+    published = services.topic_stats(results)["published"]
+    services.close()
+    print(f"pipeline: done; {published} windows published", flush=True)
     return 0
 
 

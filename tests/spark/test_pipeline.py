@@ -43,7 +43,7 @@ def test_sensor_windows_flow_from_spark_into_the_results_topic(spark: Any, tmp_p
     query = pipeline.start_query(spark, services.url, str(tmp_path / "ckpt"), trigger="500 milliseconds")
     try:
         deadline = time.monotonic() + 90
-        while pipeline.results.statistics().published < 9 and time.monotonic() < deadline:
+        while services.topic_stats(pipeline.results)["published"] < 9 and time.monotonic() < deadline:
             assert query.isActive, query.exception()
             time.sleep(0.25)
         assert pipeline.record_progress(query) is not None

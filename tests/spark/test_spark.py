@@ -10,6 +10,7 @@ starting up and its ~0.3 s fixed cost per micro-batch.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,13 @@ QUERY_DEADLINE = 90.0
 
 def msgpack_row(i: int) -> bytes:
     return msgpack.packb({"n": i, "square": i * i}, use_bin_type=True)
+
+
+@dataclass
+class Served:
+    server: ServerThread
+    sent: dict[str, int]  # what the publishers sent, by name
+    log: rstreams.Topic  # a topic the tests fill themselves
 
 
 def make_app() -> tuple[rstreams.Router, dict[str, int]]:
@@ -78,10 +86,12 @@ def make_app() -> tuple[rstreams.Router, dict[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[ServerThread, dict[str, int]]]:
+def served() -> Iterator[Served]:
     app, sent = make_app()
+    log = rstreams.Topic("log", capacity=5_000)
+    log.mount(app)
     server = ServerThread(app)
-    yield server, sent
+    yield Served(server, sent, log)
     server.close()
 
 
@@ -126,8 +136,8 @@ def run_available_now(frame: Any, sink: Callable[[Any, int], None], checkpoint: 
     return query
 
 
-def test_raw_source_counts_rows_and_bounds_batches(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
-    server, _ = served
+def test_raw_source_counts_rows_and_bounds_batches(spark: Any, served: Served, tmp_path: Path) -> None:
+    server = served.server
     frame = source(spark, server.url, "numbers?count=2500", maxRowsPerBatch=1000, quietPeriod=1)
     assert [(f.name, f.dataType.typeName()) for f in frame.schema.fields] == [("value", "binary"), ("offset", "long")]
     batches = Batches()
@@ -139,8 +149,8 @@ def test_raw_source_counts_rows_and_bounds_batches(spark: Any, served: tuple[Ser
     assert max(sizes) <= 1000 and sum(sizes) == 2500, sizes
 
 
-def test_typed_rows_and_a_bad_element_fails_or_is_skipped(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
-    server, _ = served
+def test_typed_rows_and_a_bad_element_fails_or_is_skipped(spark: Any, served: Served, tmp_path: Path) -> None:
+    server = served.server
     schema = "n LONG, square LONG, offset LONG"
     # badElements=skip: the undecodable element 7 is left out, counted nowhere else.
     batches = Batches()
@@ -158,8 +168,8 @@ def test_typed_rows_and_a_bad_element_fails_or_is_skipped(spark: Any, served: tu
         query.awaitTermination(QUERY_DEADLINE)
 
 
-def test_a_fast_publisher_is_held_to_sparks_pace(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
-    server, sent = served
+def test_a_fast_publisher_is_held_to_sparks_pace(spark: Any, served: Served, tmp_path: Path) -> None:
+    server, sent = served.server, served.sent
     batches = Batches()
     frame = source(spark, server.url, "endless", format="msgpack", schema="n LONG, square LONG", maxRowsPerBatch=200)
     query = frame.writeStream.foreachBatch(batches).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="100 milliseconds").start()
@@ -182,8 +192,8 @@ def test_a_fast_publisher_is_held_to_sparks_pace(spark: Any, served: tuple[Serve
     assert ns == list(range(len(ns)))
 
 
-def test_exactly_once_across_a_crash_and_restart_with_replay(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
-    server, _ = served
+def test_exactly_once_across_a_crash_and_restart_with_replay(spark: Any, served: Served, tmp_path: Path) -> None:
+    server = served.server
     checkpoint = tmp_path / "ckpt"
 
     def frame() -> Any:
@@ -207,11 +217,38 @@ def test_exactly_once_across_a_crash_and_restart_with_replay(spark: Any, served:
     assert all(n == offset for batch in combined.values() for n, offset in batch)
 
 
-def test_live_mode_restart_numbers_on_from_the_checkpoint(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
+def test_exactly_once_from_a_topic_across_a_stop_and_restart(spark: Any, served: Served, tmp_path: Path) -> None:
+    # A topic is a replaying publisher within what it holds. The first run is
+    # stopped wherever it happens to be (maybe mid-batch); the restart must
+    # re-read any planned batch identically and go on without gap or repeat.
+    server = served.server
+    server.call(served.log.publish_many, [msgpack_row(i) for i in range(1200)])
+    checkpoint = tmp_path / "ckpt"
+
+    def frame() -> Any:
+        return source(spark, server.url, "log", replay="true", format="msgpack", schema="n LONG, offset LONG", maxRowsPerBatch=150, quietPeriod=1)
+
+    first = Batches()
+    query = frame().writeStream.foreachBatch(first).option("checkpointLocation", str(checkpoint)).trigger(processingTime="200 milliseconds").start()
+    deadline = time.monotonic() + QUERY_DEADLINE
+    while len(first.rows) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+    assert 3 <= len(first.rows) < 8
+    second = Batches()
+    run_available_now(frame(), second, checkpoint)
+    for batch_id in set(first.rows) & set(second.rows):
+        assert second.rows[batch_id] == first.rows[batch_id]  # a replayed batch is the same batch
+    combined = {**first.rows, **second.rows}
+    ns = [row[0] for batch_id in sorted(combined) for row in combined[batch_id]]
+    assert ns == list(range(1200))
+
+
+def test_live_mode_restart_numbers_on_from_the_checkpoint(spark: Any, served: Served, tmp_path: Path) -> None:
     # Without replay the publisher cannot re-send: after a crash the planned
     # batch is filled with what arrives next (the elements that were in the
     # dead driver's buffer are lost), offsets continue and nothing repeats.
-    server, _ = served
+    server = served.server
     checkpoint = tmp_path / "ckpt"
 
     def frame() -> Any:
@@ -228,8 +265,8 @@ def test_live_mode_restart_numbers_on_from_the_checkpoint(spark: Any, served: tu
     assert second.rows[1] == [(i, 300 + i) for i in range(300)]  # a fresh subscription, renumbered
 
 
-def test_a_publisher_failing_mid_stream_fails_the_query_after_its_elements(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
-    server, _ = served
+def test_a_publisher_failing_mid_stream_fails_the_query_after_its_elements(spark: Any, served: Served, tmp_path: Path) -> None:
+    server = served.server
     batches = Batches()
     frame = source(spark, server.url, "failing?after=250", format="msgpack", schema="n LONG", quietPeriod=5)
     query = frame.writeStream.foreachBatch(batches).option("checkpointLocation", str(tmp_path / "ckpt")).trigger(processingTime="200 milliseconds").start()
@@ -244,8 +281,8 @@ async def read_topic(url: str, name: str) -> list[Any]:
             return [msgpack.unpackb(rstreams.decode_sequenced(raw)[1]) async for raw in sub]
 
 
-def test_the_sink_publishes_rows_into_a_topic_tagged_for_deduplication(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
-    server, _ = served
+def test_the_sink_publishes_rows_into_a_topic_tagged_for_deduplication(spark: Any, served: Served, tmp_path: Path) -> None:
+    server = served.server
     frame = source(spark, server.url, "numbers?count=700", format="msgpack", schema="n LONG, square LONG", maxRowsPerBatch=300, quietPeriod=1)
     query = (
         frame.writeStream.format("rstreams")
@@ -264,10 +301,10 @@ def test_the_sink_publishes_rows_into_a_topic_tagged_for_deduplication(spark: An
     assert {row["_batch"] for row in rows} == {0, 1, 2}
 
 
-def test_the_foreach_batch_helper_publishes_update_mode_output(spark: Any, served: tuple[ServerThread, dict[str, int]], tmp_path: Path) -> None:
+def test_the_foreach_batch_helper_publishes_update_mode_output(spark: Any, served: Served, tmp_path: Path) -> None:
     import rstreams.spark
 
-    server, _ = served
+    server = served.server
     before = len(server.call(read_topic, server.url, "results"))
     counts = (
         source(spark, server.url, "numbers?count=600", format="msgpack", schema="n LONG, square LONG", maxRowsPerBatch=300, quietPeriod=1)
