@@ -252,7 +252,7 @@ def test_live_mode_restart_numbers_on_from_the_checkpoint(spark: Any, served: Se
     checkpoint = tmp_path / "ckpt"
 
     def frame() -> Any:
-        return source(spark, server.url, "numbers?count=900", format="msgpack", schema="n LONG, offset LONG", maxRowsPerBatch=300, quietPeriod=1)
+        return source(spark, server.url, "numbers?count=900", format="msgpack", schema="n LONG, offset LONG", maxRowsPerBatch=300, quietPeriod=1, pollTimeout=10)
 
     first = Batches(fail_on_batch=1)
     query = frame().writeStream.foreachBatch(first).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
