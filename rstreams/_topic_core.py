@@ -35,6 +35,7 @@ This module imports no trio: :mod:`rstreams._topic` does the waiting.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections import deque
 from dataclasses import dataclass
 
@@ -177,10 +178,13 @@ class TopicLog:
         count = min(limit, waiting)
         index = cursor.position - self._first
         first = cursor.position
-        if index == 0 and count == len(self._elements):
-            taken = list(self._elements)
+        # One walk from the nearer end: indexing a deque in the middle costs
+        # O(n) per element, which would make a large take quadratic.
+        if index <= len(self._elements) // 2:
+            taken = list(itertools.islice(self._elements, index, index + count))
         else:
-            taken = [self._elements[index + i] for i in range(count)]
+            from_end = len(self._elements) - index
+            taken = list(itertools.islice(reversed(self._elements), from_end - count, from_end))[::-1]
         cursor.position += count
         cursor.delivered += count
         return first, taken
