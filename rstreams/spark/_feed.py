@@ -252,18 +252,21 @@ class Feed:
 
     def _receive(self, batch: Sequence[bytes]) -> bool:
         elements: Sequence[bytes] = batch
+        problem: str | None = None
         if self.sequenced:
+            # Keep the elements before a bad one: they are good, and Spark
+            # should get them before the query fails at the bad one.
             elements = []
             expected = self.next_offset
             for raw in batch:
                 try:
                     sequence, payload = decode_sequenced(raw)
                 except ValueError as error:
-                    self._finish(f"not a sequenced element (replay convention): {error}")
-                    return False
+                    problem = f"not a sequenced element (replay convention): {error}"
+                    break
                 if sequence != expected:
-                    self._finish(f"sequence gap: expected element {expected}, the publisher sent {sequence}")
-                    return False
+                    problem = f"sequence gap: expected element {expected}, the publisher sent {sequence}"
+                    break
                 elements.append(payload)
                 expected += 1
         with self._condition:
@@ -271,6 +274,9 @@ class Feed:
             self._outstanding -= len(batch)
             self._received += len(batch)
             self._condition.notify_all()
+        if problem is not None:
+            self._finish(problem)
+            return False
         return True
 
     def _finish(self, error: str | None) -> None:
