@@ -118,7 +118,8 @@ class Topic:
         codec: how :meth:`publish` encodes values (elements are stored as
             bytes); subscribers choose their own codec.
 
-    A topic belongs to one trio run; all methods must be called from it.
+    A topic is used from one trio run at a time (its own thread); call
+    :meth:`statistics` from another thread through ``trio.from_thread``.
     """
 
     def __init__(self, name: str, *, capacity: int = DEFAULT_CAPACITY, codec: CodecLike = None) -> None:

@@ -96,6 +96,7 @@ class SourceOptions:
     available_now_timeout: float = 60.0
     replay_timeout: float = 30.0
     bad_elements: str = "fail"
+    num_partitions: int = 1
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -128,6 +129,7 @@ class SourceOptions:
             available_now_timeout=_float_option(options, "availableNowTimeout", 60.0),
             replay_timeout=_float_option(options, "replayTimeout", 30.0),
             bad_elements=bad,
+            num_partitions=_int_option(options, "numPartitions", 1, 1),
         )
 
 

@@ -129,7 +129,12 @@ class RstreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"rstreams source {self._options.publisher!r}: could not re-read elements {begin}..{stop - 1} "
                     f"({feed.error or 'timed out'})"
                 )
-        return [ElementsPartition(begin, feed.slice(begin, stop))]
+        elements = feed.slice(begin, stop)
+        # Split into numPartitions contiguous runs so that decoding a large
+        # batch uses more than one core; each run keeps its own first offset.
+        parts = max(1, min(self._options.num_partitions, len(elements)))
+        size = -(-len(elements) // parts) if elements else 0
+        return [ElementsPartition(begin + i, elements[i : i + size]) for i in range(0, len(elements), size)] if elements else []
 
     def commit(self, end: dict[str, int]) -> None:
         if self._feed is not None:

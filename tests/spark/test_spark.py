@@ -138,7 +138,7 @@ def run_available_now(frame: Any, sink: Callable[[Any, int], None], checkpoint: 
 
 def test_raw_source_counts_rows_and_bounds_batches(spark: Any, served: Served, tmp_path: Path) -> None:
     server = served.server
-    frame = source(spark, server.url, "numbers?count=2500", maxRowsPerBatch=1000, quietPeriod=1)
+    frame = source(spark, server.url, "numbers?count=2500", maxRowsPerBatch=1000, quietPeriod=1, numPartitions=2)
     assert [(f.name, f.dataType.typeName()) for f in frame.schema.fields] == [("value", "binary"), ("offset", "long")]
     batches = Batches()
     run_available_now(frame, batches, tmp_path / "ckpt")
