@@ -27,13 +27,21 @@ import rstreams
 
 ROOT = Path(__file__).resolve().parents[2]
 
-try:
-    import pyspark  # noqa: F401
-    import pyarrow  # noqa: F401
-except ImportError as error:  # pragma: no cover - depends on the environment
-    if os.environ.get("CI"):
-        raise RuntimeError(f"CI must run the Spark tests, but {error.name} is not installed: pip install -e '.[spark]'") from error
-    pytest.skip(f"pyspark and pyarrow are not installed ({error}): pip install -e '.[spark]'", allow_module_level=True)
+
+
+def require_spark() -> None:
+    """Skip the calling test module if pyspark or pyarrow is missing, with the
+    reason; in CI (env ``CI`` set) fail instead, since CI must run them.
+
+    Called at the top of each test module (a skip raised while loading a
+    conftest is an error in pytest, not a skip)."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as error:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"CI must run the Spark tests, but {error.name} is not installed: pip install -e '.[spark]'") from error
+        pytest.skip(f"pyspark and pyarrow are not installed ({error}): pip install -e '.[spark]'", allow_module_level=True)
 
 
 LOG4J2 = """\

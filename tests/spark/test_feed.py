@@ -9,10 +9,13 @@ import msgpack
 import pytest
 
 import rstreams
-from rstreams.spark import BadElement, Feed, SinkOptions, SourceOptions
-from rstreams.spark._rows import encode_rows, row_decoder
 
-from .conftest import ServerThread
+from .conftest import ServerThread, require_spark
+
+require_spark()
+
+from rstreams.spark import BadElement, Feed, SinkOptions, SourceOptions  # noqa: E402
+from rstreams.spark._rows import encode_rows, row_decoder  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ import trio
 
 import rstreams
 
-from .conftest import ROOT
+from .conftest import ROOT, require_spark
+
+require_spark()
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -10,8 +10,8 @@ starting up and its ~0.3 s fixed cost per micro-batch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,9 @@ import trio
 
 import rstreams
 
-from .conftest import ServerThread
+from .conftest import ServerThread, require_spark
+
+require_spark()
 
 pytestmark = pytest.mark.timeout(240)
 
