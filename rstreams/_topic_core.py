@@ -134,14 +134,20 @@ class TopicLog:
         """A new cursor at ``start`` (default: the next element published).
 
         Raises:
-            RetentionError: ``start`` is older than the oldest element held;
-                a replaying subscriber must learn that it missed elements
-                rather than silently skip them.
+            RetentionError: ``start`` is older than the oldest element held,
+                or beyond the next one to be published; a replaying
+                subscriber must learn that it missed elements rather than
+                silently skip them.
         """
         if start is None:
             start = self.next_sequence
         if start < self._first:
             raise RetentionError(f"sequence {start} is no longer retained (the oldest held is {self._first})")
+        if start > self.next_sequence:
+            # Most likely a checkpoint from another life of this topic (the
+            # server restarted and numbers from 0 again): waiting for that
+            # number would silently skip everything until then.
+            raise RetentionError(f"sequence {start} is ahead of the newest ({self.next_sequence - 1})")
         cursor = Cursor(policy, start)
         self._cursors.add(cursor)
         return cursor

@@ -71,6 +71,9 @@ def test_a_start_older_than_what_is_held_is_an_error_not_a_skip() -> None:
         log.attach(CursorPolicy.BLOCK, 1)
     cursor = log.attach(CursorPolicy.BLOCK, 2)
     assert log.take(cursor, 5) == (2, elements(2, 4))
+    log.attach(CursorPolicy.BLOCK, 4)  # the next one: fine
+    with pytest.raises(RetentionError, match="sequence 5 is ahead of the newest"):
+        log.attach(CursorPolicy.BLOCK, 5)
 
 
 def test_sequenced_framing_round_trips() -> None:
