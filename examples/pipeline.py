@@ -278,6 +278,7 @@ def main() -> int:
     parser.add_argument("--sensors", type=int, default=4)
     parser.add_argument("--rate", type=float, default=20.0, help="readings per sensor per second")
     parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: run until Ctrl-C)")
+    parser.add_argument("--windows", type=int, default=0, help="stop once this many windows are published (0: never)")
     args = parser.parse_args()
 
     services = Services(args.host, args.port, args.ws_port, args.sensors, args.rate)
@@ -297,6 +298,8 @@ def main() -> int:
     last_batch = None
     try:
         while query.isActive and (not args.duration or time.monotonic() - started < args.duration):
+            if args.windows and services.topic_stats(results)["published"] >= args.windows:
+                break
             time.sleep(1.0)
             summary = record_progress(query)
             if summary and summary["batch"] != last_batch:

@@ -9,6 +9,7 @@ each stage's counters and Spark's progress.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -66,3 +67,15 @@ def test_sensor_windows_flow_from_spark_into_the_results_topic(spark: Any, tmp_p
     assert sensors_stats["published"] > 0 and sensors_stats["subscribers"][0]["policy"] == "block"
     assert stats["topics"]["results"]["published"] >= 9
     assert stats["spark"]["batch"] is not None
+
+
+def test_the_one_command_from_the_readme_runs_the_pipeline() -> None:
+    # Its own Spark (a second JVM for ~30 s): this is what a new user runs.
+    command = [sys.executable, "examples/pipeline.py", "--port", "0", "--ws-port", "0", "--windows", "4", "--duration", "150"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("pipeline: rstreams on tcp://127.0.0.1:")
+    assert any(line.startswith("pipeline: batch ") for line in lines), result.stdout
+    done = lines[-1]
+    assert done.startswith("pipeline: done; ") and int(done.split()[2]) >= 4, result.stdout
