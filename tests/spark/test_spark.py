@@ -40,6 +40,7 @@ class Served:
     server: ServerThread
     sent: dict[str, int]  # what the publishers sent, by name
     log: rstreams.Topic  # a topic the tests fill themselves
+    slow: rstreams.Topic  # a small topic for a slow subscriber
 
 
 def make_app() -> tuple[rstreams.Router, dict[str, int]]:
@@ -92,8 +93,10 @@ def served() -> Iterator[Served]:
     app, sent = make_app()
     log = rstreams.Topic("log", capacity=5_000)
     log.mount(app)
+    slow = rstreams.Topic("slow", capacity=50)
+    slow.mount(app)
     server = ServerThread(app)
-    yield Served(server, sent, log)
+    yield Served(server, sent, log, slow)
     server.close()
 
 
@@ -301,6 +304,44 @@ def test_the_sink_publishes_rows_into_a_topic_tagged_for_deduplication(spark: An
     tags = {(row["_batch"], row["_partition"], row["_row"]) for row in rows}
     assert len(tags) == 700
     assert {row["_batch"] for row in rows} == {0, 1, 2}
+
+
+def test_a_slow_topic_subscriber_holds_the_sink_back(spark: Any, served: Served, tmp_path: Path) -> None:
+    from rstreams.spark import Feed
+
+    server = served.server
+
+    async def statistics() -> rstreams.TopicStatistics:
+        return served.slow.statistics()
+
+    # A blocking subscriber that takes 10 elements and then asks for nothing
+    # until we release them: the topic (capacity 50) fills, and then the
+    # Spark task writing into it gets no more demand.
+    reader = Feed(server.url, "slow", start=0, capacity=10, sequenced=False)
+    try:
+        deadline = time.monotonic() + 10
+        while not server.call(statistics).subscribers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        frame = source(spark, server.url, "numbers?count=300", format="msgpack", schema="n LONG", quietPeriod=1)
+        query = (
+            frame.writeStream.format("rstreams").option("url", server.url).option("topic", "slow").option("format", "msgpack")
+            .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+        )
+        time.sleep(4)
+        stats = server.call(statistics)
+        assert stats.published <= 60 and query.isActive, stats
+        deadline = time.monotonic() + QUERY_DEADLINE
+        while reader.next_offset < 300 and time.monotonic() < deadline:
+            reader.release(reader.next_offset)  # now read at full speed
+            time.sleep(0.02)
+        assert query.awaitTermination(QUERY_DEADLINE)
+        held_from = reader.base
+        rows = [msgpack.unpackb(raw) for raw in reader.slice(held_from, 300)]
+    finally:
+        reader.close()
+    assert reader.next_offset == 300 and server.call(statistics).published == 300
+    # Batches are written one after the other, each by one task: in order.
+    assert [row["n"] for row in rows] == list(range(held_from, 300))
 
 
 def test_the_foreach_batch_helper_publishes_update_mode_output(spark: Any, served: Served, tmp_path: Path) -> None:
