@@ -38,7 +38,7 @@ demand allows on the wire, plus for each client publishing into it at most
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -344,13 +344,13 @@ async def publish_to_topic(
     """Publish ``values`` into the peer's topic ``topic``; return how many.
 
     The session must have been opened with an ``app`` (a :class:`Router`,
-    possibly empty): a route named ``source`` is added to it for the
-    duration of the call (default: a fresh name), and the server subscribes
-    back to it. Values are
-    pulled from ``values`` only as demand arrives, so a full topic holds this
-    call back instead of filling memory. ``values`` may be an async iterable
-    (each value is sent as soon as it comes and demand allows). Returns once the server has accepted
-    every element into the topic.
+    possibly empty): a route named ``source`` (default: a fresh name) is
+    added to it for the duration of the call, and the server subscribes back
+    to it. The server asks only for what the topic has room for, so a full
+    topic holds this call back instead of filling memory: a synchronous
+    iterable is read at most PUBLISH_BATCH values ahead of demand, an async
+    iterable one value (each is sent as soon as it comes and demand allows).
+    Returns once the server has accepted every element into the topic.
 
     Raises:
         ValueError: the session has no app to serve the source from.

@@ -92,8 +92,15 @@ class RstreamsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         begin = int(start["offset"])
         feed = self._feed_at(begin)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self._options.buffer_rows
-        max_rows = min(max_rows, self._options.max_rows_per_batch if self._available_now else self._options.buffer_rows)
+        # Never more than maxRowsPerBatch, whatever the limit (ReadAllAvailable
+        # included): the batch before this one is not committed yet and may
+        # hold up to that many, so only this keeps room in bufferRows for the
+        # next batch. With more, the feed could be full of uncommitted rows,
+        # find nothing new, and Spark would never plan the batch whose
+        # planning commits the previous one.
+        max_rows = self._options.max_rows_per_batch
+        if isinstance(limit, ReadMaxRows):
+            max_rows = min(max_rows, limit.max_rows)
         if self._available_now:
             if self._target is None:
                 remaining = max(0.0, self._available_deadline - time.monotonic())
