@@ -175,7 +175,15 @@ class Topic:
         Raises:
             trio.ClosedResourceError: the topic is closed.
         """
-        await self._append_all([self._encode(value) for value in values])
+        # In chunks, so a long (or endless) iterable is never held whole.
+        iterator = iter(values)
+        chunk = [self._encode(value) for value in itertools.islice(iterator, PUBLISH_BATCH)]
+        if not chunk:
+            await trio.lowlevel.checkpoint()
+            return
+        while chunk:
+            await self._append_all(chunk)
+            chunk = [self._encode(value) for value in itertools.islice(iterator, PUBLISH_BATCH)]
 
     async def _append_all(self, pending: list[bytes]) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
