@@ -138,3 +138,22 @@ async def test_bad_parameters_fail_the_stream_only() -> None:
                 async with session.subscribe("t/publish") as sub:
                     async for _ in sub:
                         pass
+
+
+async def test_publish_many_waits_for_room_and_cancels_cleanly() -> None:
+    topic = rstreams.Topic("t", capacity=4)
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as session:
+            async with session.subscribe("t", prefetch=0) as sub:
+                await wait_until(lambda: len(topic.statistics().subscribers) == 1)
+                with trio.move_on_after(0.2) as scope:
+                    await topic.publish_many(b"%d" % i for i in range(10))
+                assert scope.cancelled_caught
+                # What was accepted stays; the rest was never published.
+                assert topic.statistics().published == 4
+                with pytest.raises(trio.WouldBlock):
+                    topic.publish_nowait(b"x")
+                sub.request(2)
+                with trio.fail_after(5):
+                    assert [await sub.__anext__() for _ in range(2)] == [b"0", b"1"]
+                    assert await topic.wait_room() == 2
