@@ -17,6 +17,7 @@ rows whose tag they have seen.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,11 @@ class RstreamsStreamWriter(DataSourceStreamWriter):
         batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1) if context else -1
         partition = context.partitionId() if context else 0
         options = self._options
-        rows = (row.asDict(recursive=True) for row in iterator)
+        first = next(iterator, None)
+        if first is None:
+            # An empty partition (common after a shuffle): no connection.
+            return RstreamsCommitMessage(batch_id, partition, 0)
+        rows = (row.asDict(recursive=True) for row in itertools.chain([first], iterator))
         tag = (batch_id, partition) if options.tag_rows else None
         elements = encode_rows(rows, format=options.format, tag=tag)
         count = trio.run(publish_elements, options.url, options.topic, elements)
