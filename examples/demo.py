@@ -21,6 +21,11 @@ Publishers (the query parameters are optional; defaults in brackets):
 ``echo?source=NAME``
     Subscribes back to the client's publisher NAME on the same connection and
     republishes its elements, passing demand through.
+``chat`` and ``sensors`` (topics, see ``rstreams.Topic``)
+    Pub/sub hubs. Clients publish into them through ``chat/publish?source=NAME``
+    (``examples/chat.py``, ``examples/sensors.py``) and every subscriber reads
+    every element at its own pace: ``chat?history=20`` shows the last 20
+    messages first; ``sensors?policy=latest`` skips to the newest reading.
 
 Any other name is answered with onError ``no such publisher: NAME`` by the
 router. Invalid parameters are answered with onError too: a publisher that
@@ -44,6 +49,18 @@ import rstreams
 __all__ = ["app"]
 
 app = rstreams.Router()
+
+#: A chat room: JSON messages ``{"from", "text"}``. The default ``block``
+#: policy means a subscriber that stops reading holds the room back once 256
+#: messages are waiting for it, so nobody misses a message; a chat with many
+#: idle readers would subscribe with ``policy=drop`` instead.
+chat = rstreams.Topic("chat", capacity=256)
+chat.mount(app)
+#: A live sensor feed: msgpack ``{"sensor", "ts", "value"}``. Hot data: a
+#: dashboard subscribes with ``policy=latest`` (never holds the sensors back,
+#: always shows the newest); a recorder with ``block`` (sees every reading).
+sensors = rstreams.Topic("sensors", capacity=1024)
+sensors.mount(app)
 
 #: Elements per precomputed ``range`` block (512 KiB of packed elements).
 RANGE_BLOCK = 65536

@@ -26,6 +26,8 @@ from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, pub
 from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websocket
 from ._session import Session, SessionStatistics, open_stream_session
 from ._subscribe import Subscription, SubscriptionStatistics
+from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
+from ._topic_core import decode_sequenced, encode_sequenced
 from ._transport import Endpoint, parse_url
 from ._version import __version__
 from .protocol import ElementBatch, ProtocolLimits
@@ -58,12 +60,18 @@ __all__ = [
     "Subscription",
     "SubscriptionError",
     "SubscriptionStatistics",
+    "Topic",
+    "TopicStatistics",
+    "TopicSubscriberStatistics",
     "UnknownPublisher",
     "__version__",
     "open_session",
     "listener_port",
     "open_stream_session",
     "parse_url",
+    "publish_to_topic",
+    "decode_sequenced",
+    "encode_sequenced",
     "publisher_from_async_gen",
     "serve_stream",
     "serve_tcp",
