@@ -6,8 +6,8 @@ Run from the repository root (after ``pip install -e '.[spark]'``)::
 
 What runs, all in this one process:
 
-1. an rstreams server on 127.0.0.1:9000 (and a WebSocket listener on :9001
-   when this rstreams has ``serve_websocket``) with two topics, ``sensors``
+1. an rstreams server on 127.0.0.1:9000 (and a WebSocket listener on :9001,
+   which also serves the page) with two topics, ``sensors``
    and ``results``, and a ``stats`` publisher;
 2. a sensor client that publishes readings (msgpack ``{"sensor", "ts",
    "value"}``) into ``sensors`` over TCP, as fast as the topic lets it up to
@@ -212,14 +212,13 @@ class Services:
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(rstreams.serve_tcp, app, host, port)
             self.url = f"tcp://{host}:{rstreams.listener_port(listeners[0])}"
-            serve_websocket = getattr(rstreams, "serve_websocket", None)
-            if serve_websocket is not None and ws_port is not None:
-                # The WebSocket listener (issue 5) also serves rstreams/web/,
-                # pipeline.html included. Without it the pipeline still runs.
+            if ws_port is not None:
+                # The WebSocket listener also serves rstreams/web/, pipeline.html
+                # included. Without it (port taken) the pipeline still runs.
                 try:
-                    ws_listeners = await nursery.start(serve_websocket, app, host, ws_port)
+                    ws_listeners = await nursery.start(rstreams.serve_websocket, app, host, ws_port)
                     ws_port = rstreams.listener_port(ws_listeners[0])
-                except Exception as error:  # noqa: BLE001 - the page is optional
+                except OSError as error:  # the page is optional: a taken port does not stop the pipeline
                     self.ws_error = f"{type(error).__name__}: {error}"
                 else:
                     self.ws_url = f"http://{host}:{ws_port}/pipeline.html"
