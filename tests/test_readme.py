@@ -21,9 +21,9 @@ def test_readme_opens_with_the_two_commands() -> None:
     commands = [line for line in first_block.group(1).splitlines() if line and not line.startswith("#")]
     assert len(commands) == 2
     assert commands[0].endswith("examples/tour.py") and (ROOT / "examples" / "tour.py").is_file()
-    assert commands[1].endswith("-m pytest")
-    # CI runs the same test command.
-    assert "-m pytest" in (ROOT / ".ci" / "run").read_text()
+    assert "-m pytest" in commands[1] and commands[1].endswith("node --test js/test/")
+    # CI runs the same test command, to the letter.
+    assert commands[1] in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
 def test_quickstart_code_is_the_example_files() -> None:
