@@ -506,3 +506,34 @@ async def test_by_peer_is_consistent_after_a_handshake_timeout(autojump_clock) -
             assert after.value.reason == during.value.reason
             assert after.value.by_peer is during.value.by_peer
     await silent.aclose()
+
+
+# ---- leaving at once ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("publisher", ["range?count=5", "no-such-thing", "bad name?%zz=&"])
+async def test_subscribe_and_goodbye_in_one_write(harness, publisher: str) -> None:
+    # A peer that subscribes and leaves at once: its goodbye arrives in the
+    # same read as the subscribe, so by the time the subscribe is dispatched
+    # the goodbye has already ended every stream (the spec: goodbye closes
+    # all open streams). The subscribe gets no answer; the goodbye does.
+    with trio.fail_after(10):
+        peer, session = await harness.open_raw()
+        await peer.send(Hello(), Subscribe(publisher=publisher, subscriber=1, initial_demand=10), Goodbye(reason="bye"))
+        messages = await peer.rest()
+        assert messages == [Hello(), Goodbye(reason="goodbye")]
+        await session.wait_closed()
+        assert session.close_reason == "bye"
+        await assert_recovered(harness, session)
+
+
+async def test_many_subscribes_then_goodbye_in_one_write(harness) -> None:
+    with trio.fail_after(10):
+        peer, session = await harness.open_raw()
+        subscribes = [Subscribe(publisher="range?count=3", subscriber=n, initial_demand=3) for n in range(1, 3001)]
+        await peer.send(Hello(), *subscribes, Goodbye(reason="bye"))
+        messages = await peer.rest()
+        assert messages[0] == Hello() and messages[-1] == Goodbye(reason="goodbye")
+        assert sum(isinstance(m, Goodbye) for m in messages) == 1
+        await session.wait_closed()
+        await assert_recovered(harness, session)
