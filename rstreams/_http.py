@@ -377,6 +377,10 @@ async def _answer(stream: trio.abc.Stream, connection: h11.Connection, route: Ro
             status, body = 404, b"not found\n"
         else:
             body, kind = content, content_type(route.name)
+            # The client and pages are public: a page of another origin may
+            # import /rstreams.js (module scripts are fetched with CORS). Its
+            # WebSocket still has to pass the origin policy.
+            headers.append(("Access-Control-Allow-Origin", "*"))
     if status == 405:
         headers.append(("Allow", "GET, HEAD"))
     headers += [("Content-Type", kind), ("Content-Length", str(len(body)))]

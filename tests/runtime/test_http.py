@@ -144,6 +144,16 @@ async def test_get_serves_files_of_the_static_directory(static_dir: Path, path: 
     assert headers["content-type"] == kind
     assert body == FILES[name]
     assert headers["content-length"] == str(len(FILES[name]))
+    assert headers["access-control-allow-origin"] == "*"
+
+
+async def test_only_files_are_open_to_other_origins(static_dir: Path) -> None:
+    # A page elsewhere may import the module; errors and upgrades say nothing of CORS.
+    with trio.fail_after(TIMEOUT):
+        async with serving(static_dir) as port:
+            status, headers, _ = parse_response(await exchange(port, get("/nothing-here")))
+    assert status == 404
+    assert "access-control-allow-origin" not in headers
 
 
 async def test_head_sends_the_headers_only(static_dir: Path) -> None:
