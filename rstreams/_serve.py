@@ -120,12 +120,7 @@ class Server:
         accept loop leaves the sessions running until :meth:`aclose` has said
         goodbye on each.
         """
-        tcp_listeners = await trio.open_tcp_listeners(port, host=host)
-        listeners: list[Listener]
-        if ssl_context is not None:
-            listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
-        else:
-            listeners = list(tcp_listeners)
+        listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
         await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def serve_websocket(
@@ -175,11 +170,7 @@ class Server:
             origins=OriginPolicy(own, policy_extra),
             max_message_size=self.config.limits.max_message_size,
         )
-        listeners: list[Listener]
-        if ssl_context is not None:
-            listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
-        else:
-            listeners = list(tcp_listeners)
+        listeners = with_tls(tcp_listeners, ssl_context)
         handler = partial(self._serve_http, site)
         await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
@@ -199,6 +190,17 @@ class Server:
         async with trio.open_nursery() as nursery:
             for session in list(self._sessions):
                 nursery.start_soon(session.aclose, reason)
+
+
+def with_tls(tcp_listeners: list[trio.SocketListener], ssl_context: ssl.SSLContext | None) -> list[Listener]:
+    """The listeners as they are, or wrapped in TLS when there is a context.
+
+    ``https_compatible``: our goodbye (or the bridged protocol's own ending),
+    not TLS close_notify, marks a clean end.
+    """
+    if ssl_context is None:
+        return list(tcp_listeners)
+    return [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
 
 
 def listener_port(listener: Listener) -> int:

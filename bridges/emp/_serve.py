@@ -15,6 +15,8 @@ from typing import NoReturn
 
 import trio
 
+from rstreams._serve import Listener, with_tls
+
 from ._errors import EmpError, ErrorCode
 from ._config import DEFAULT_CONFIG, EmpConfig
 from ._connection import Connection
@@ -25,7 +27,6 @@ __all__ = ["EmpServer", "EmpHandler", "serve_emp"]
 
 logger = logging.getLogger("rstreams.emp")
 
-Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
 EmpHandler = Callable[[EmpConnection], Awaitable[None]]
 
 
@@ -89,12 +90,7 @@ class EmpServer:
         ``await nursery.start(server.serve_tcp, "127.0.0.1", 0)`` returns the
         listeners (``rstreams.listener_port`` reads the port).
         """
-        tcp_listeners = await trio.open_tcp_listeners(port, host=host)
-        listeners: list[Listener]
-        if ssl_context is not None:
-            listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
-        else:
-            listeners = list(tcp_listeners)
+        listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
         await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def aclose(self) -> None:
