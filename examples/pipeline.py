@@ -196,7 +196,12 @@ class Services:
         if not self._ready.wait(15):
             raise RuntimeError("the rstreams server did not start")
         if self._error is not None:
-            raise RuntimeError(f"the rstreams server failed: {self._error}")
+            # trio wraps a failed listener in an ExceptionGroup whose own text
+            # ("Exceptions from Trio nursery") says nothing: show the cause.
+            cause = self._error
+            while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+                cause = cause.exceptions[0]
+            raise RuntimeError(f"the rstreams server on {host}:{port} failed: {type(cause).__name__}: {cause}") from self._error
 
     def _thread_main(self) -> None:
         try:
@@ -280,7 +285,11 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=0, help="stop once this many windows are published (0: never)")
     args = parser.parse_args()
 
-    services = Services(args.host, args.port, args.ws_port, args.sensors, args.rate)
+    try:
+        services = Services(args.host, args.port, args.ws_port, args.sensors, args.rate)
+    except RuntimeError as error:  # typically the port is taken (another pipeline still running)
+        print(f"pipeline: {error}; --port 0 picks a free port", file=sys.stderr)
+        return 1
     print(f"pipeline: rstreams on {services.url}", flush=True)
     if services.ws_url:
         print(f"pipeline: open {services.ws_url}", flush=True)

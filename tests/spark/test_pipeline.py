@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import examples.pipeline as pipeline  # noqa: E402
+from browser.test_pipeline_page import SINK_TAGS, WINDOW_FIELDS  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -60,6 +61,9 @@ def test_sensor_windows_flow_from_spark_into_the_results_topic(spark: Any, tmp_p
         assert window["end"] - window["start"] == 1
         assert window["count"] > 0 and window["min"] <= window["avg"] <= window["max"]
         assert "_batch" in window  # the sink's de-duplication tag
+        # Exactly what tests/browser/test_pipeline_page.py feeds the page in Spark's stead.
+        assert list(window) == WINDOW_FIELDS + SINK_TAGS, window
+        assert [type(window[key]) for key in WINDOW_FIELDS] == [str, int, int, int, float, float, float], window
     # A closed window is complete: about 40 readings per sensor per second.
     full = [w["count"] for w in windows[3:]]
     assert full and max(full) >= 20, full
