@@ -1,6 +1,7 @@
 // A fake WebSocket for the node tests: records what the client sends and
 // lets a test play the server's part (open, deliver bytes, close).
-import { decodeMulti, encodeMessage } from "../rstreams/web/rstreams.js";
+import { decodeMulti } from "../rstreams/web/msgpack.js";
+import { encodeMessage } from "../rstreams/web/protocol.js";
 
 export class FakeWebSocket {
   static last = null;

@@ -1,4 +1,4 @@
-// Shared helpers for the node tests of rstreams/web/rstreams.js.
+// Shared helpers for the node tests of the browser client (rstreams/web/*.js).
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import path from "node:path";

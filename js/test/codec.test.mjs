@@ -1,16 +1,9 @@
-// The msgpack codec of rstreams.js against Python's msgpack (shared vectors).
+// The msgpack codec (rstreams/web/msgpack.js) against Python's msgpack (shared vectors).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import {
-  decode,
-  decodeMulti,
-  encode,
-  MsgpackDecodeError,
-  MsgpackEncodeError,
-  MsgpackLimitError,
-  RStreamsError,
-} from "../../rstreams/web/rstreams.js";
+import { decode, decodeMulti, encode } from "../../rstreams/web/msgpack.js";
+import { MsgpackDecodeError, MsgpackEncodeError, MsgpackLimitError, RStreamsError } from "../../rstreams/web/errors.js";
 import { fromHex, loadJson, toHex } from "../helpers.mjs";
 
 const data = loadJson("tests/data/msgpack-vectors.json");

@@ -3,7 +3,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { Code, Connection, decode, encode, encodeMessage, MsgpackDecodeError, RemoteProtocolError } from "../../rstreams/web/rstreams.js";
+import { MsgpackDecodeError, RemoteProtocolError } from "../../rstreams/web/errors.js";
+import { decode, encode } from "../../rstreams/web/msgpack.js";
+import { Code, Connection, encodeMessage } from "../../rstreams/web/protocol.js";
 
 // A small deterministic PRNG (mulberry32), so a failure can be replayed.
 function prng(seed) {

@@ -1,23 +1,12 @@
-// The protocol state and the session API of rstreams.js, against the golden
-// wire vectors and a fake WebSocket playing the server.
+// The protocol state (protocol.js) and the session API (rstreams.js, imported
+// as a page does), against the golden wire vectors and a fake WebSocket
+// playing the server.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import {
-  Code,
-  connect,
-  Connection,
-  decode,
-  decodeMulti,
-  DemandWindow,
-  encodeMessage,
-  PublisherError,
-  RemoteProtocolError,
-  SessionBroken,
-  SessionClosed,
-  UNBOUNDED,
-  UnknownPublisher,
-} from "../../rstreams/web/rstreams.js";
+import { decode, decodeMulti } from "../../rstreams/web/msgpack.js";
+import { Code, Connection, encodeMessage, UNBOUNDED } from "../../rstreams/web/protocol.js";
+import { connect, PublisherError, RemoteProtocolError, SessionBroken, SessionClosed, UnknownPublisher } from "../../rstreams/web/rstreams.js";
 import { FakeWebSocket, settle } from "../fake-websocket.mjs";
 import { fromHex, loadJson, toHex } from "../helpers.mjs";
 
@@ -132,15 +121,6 @@ test("messages queued in one turn go out in one WebSocket message", async () => 
 });
 
 // ---- demand ----
-
-test("DemandWindow: request what was consumed once half the window is", () => {
-  const window = new DemandWindow(4);
-  assert.equal(window.initial, 4);
-  assert.deepStrictEqual([1, 1, 1, 1, 1].map((n) => window.consumed(n)), [0, 2, 0, 2, 0]);
-  const one = new DemandWindow(1);
-  assert.deepStrictEqual([1, 1].map((n) => one.consumed(n)), [1, 1]);
-  assert.throws(() => new DemandWindow(0), RangeError);
-});
 
 test("automatic demand: never more requested than consumed plus prefetch, and never starved", async () => {
   const { session, ws } = await open();

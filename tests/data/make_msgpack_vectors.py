@@ -1,6 +1,6 @@
 """Write ``msgpack-vectors.json``: msgpack bytes made by Python's msgpack, for the JS codec.
 
-The browser client (``rstreams/web/rstreams.js``) has its own small msgpack
+The browser client has its own small msgpack (``rstreams/web/msgpack.js``)
 encoder and decoder; ``js/test/codec.test.mjs`` checks it against these
 vectors, and ``tests/test_msgpack_vectors.py`` checks that this file is what
 this script writes, so the two sides cannot drift apart. Run it from the

@@ -147,6 +147,22 @@ async def test_get_serves_files_of_the_static_directory(static_dir: Path, path: 
     assert headers["access-control-allow-origin"] == "*"
 
 
+#: The browser client's ES modules: rstreams.js (the entry point) imports the
+#: others by relative URL, so each is fetched on its own and must be served.
+CLIENT_MODULES = ["rstreams.js", "errors.js", "msgpack.js", "protocol.js", "demand.js"]
+
+
+@pytest.mark.parametrize("name", CLIENT_MODULES)
+async def test_every_client_module_is_served_from_the_package(name: str) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with serving(DEFAULT_STATIC_DIR) as port:
+            status, headers, body = parse_response(await exchange(port, get("/" + name)))
+    assert status == 200
+    assert headers["content-type"] == "text/javascript"
+    assert headers["access-control-allow-origin"] == "*"
+    assert body == (DEFAULT_STATIC_DIR / name).read_bytes()
+
+
 async def test_only_files_are_open_to_other_origins(static_dir: Path) -> None:
     # A page elsewhere may import the module; errors and upgrades say nothing of CORS.
     with trio.fail_after(TIMEOUT):
