@@ -82,6 +82,39 @@ test("the session of docs/PROTOCOL.md section 7, byte for byte", async () => {
   assert.equal(ws.closedWith, 1000);
 });
 
+test("an answered goodbye leaves no timer behind", async () => {
+  // The goodbye timeout must be cleared once the peer answers: a pending
+  // timer would keep a Node process alive, and a page's timer list growing.
+  const pending = new Set();
+  const realSet = globalThis.setTimeout;
+  const realClear = globalThis.clearTimeout;
+  globalThis.setTimeout = (fn, ms, ...args) => {
+    const id = realSet(() => {
+      pending.delete(id);
+      fn(...args);
+    }, ms);
+    if (ms > 0) pending.add(id);
+    return id;
+  };
+  globalThis.clearTimeout = (id) => {
+    pending.delete(id);
+    realClear(id);
+  };
+  try {
+    const { session, ws } = await open({ goodbyeTimeout: 60_000 });
+    ws.deliver(HELLO);
+    const closing = session.close();
+    await settle();
+    assert.ok(pending.size > 0, "close() arms its goodbye timeout");
+    ws.deliver([Code.goodbye, "goodbye"]);
+    await closing;
+    assert.equal(pending.size, 0);
+  } finally {
+    globalThis.setTimeout = realSet;
+    globalThis.clearTimeout = realClear;
+  }
+});
+
 test("after our goodbye, a subscribe from the peer starts nothing", async () => {
   const { session, ws } = await open({ goodbyeTimeout: 60_000 });
   let started = false;

@@ -401,8 +401,13 @@ export class Session {
     this._conn.sendGoodbye(reason);
     this._flush();
     const answered = new Promise((resolve) => {
-      this._onPeerGoodbye = resolve;
-      setTimeout(resolve, this._goodbyeTimeout);
+      // Whichever comes first; the other is cleared, so no timer outlives
+      // the session (in Node a pending timer keeps the process alive).
+      const timer = setTimeout(resolve, this._goodbyeTimeout);
+      this._onPeerGoodbye = () => {
+        clearTimeout(timer);
+        resolve();
+      };
     });
     this._end(new SessionClosed(reason, { byPeer: false }));
     this._closing = answered.then(() => this._closeSocket(1000));
