@@ -66,6 +66,9 @@ logger = logging.getLogger("rstreams")
 _TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
 # How long a forced close may spend saying goodbye on its way out.
 _CLOSE_TRANSPORT_TIMEOUT = 1.0
+# How long a failed write waits for the reader to report why the connection
+# was lost, before it reports the write error itself.
+_WRITE_ERROR_GRACE = 1.0
 
 
 class _CloseKind(enum.Enum):
@@ -365,6 +368,12 @@ class Session(trio.abc.AsyncResource):
                         if conn.queued_bytes(handle.subscriber) < max_queued:
                             handle.wake()
         except _TRANSPORT_ERRORS as exc:
+            # A write fails when the peer is gone, and the reader usually learns
+            # why (EOF without goodbye, a reset, a failed TLS handshake) at the
+            # same moment: let it report the cause, and speak up only if it
+            # stays silent.
+            with trio.move_on_after(_WRITE_ERROR_GRACE):
+                await self._reader_done.wait()
             self._request_close(_CloseKind.LOST, f"connection lost while writing: {_describe(exc)}", exc)
         finally:
             self._writing = False
