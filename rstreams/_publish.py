@@ -67,6 +67,11 @@ class SubscribeRequest:
     @staticmethod
     def parse_name(name: str) -> tuple[str, dict[str, str]]:
         """Split a publisher name into its path and query parameters."""
+        if ":" not in name and "#" not in name and name.isprintable() and not name.startswith(("//", " ")):
+            # The usual ``path?query``: what urlsplit would return, without
+            # its cost (it runs once per subscribe).
+            path, _, query = name.partition("?")
+            return path, dict(parse_qsl(query, keep_blank_values=True)) if query else {}
         parts = urlsplit(name)
         path = parts.path if not parts.scheme else name.split("?", 1)[0]
         return path, dict(parse_qsl(parts.query, keep_blank_values=True))
