@@ -341,6 +341,7 @@ class Session(trio.abc.AsyncResource):
             # Once per session: let the transport get ready (a TLS handshake
             # that fails is then reported by the reader, as a lost connection).
             await stream.wait_send_all_might_not_block()
+            bulk = False
             while True:
                 while not conn.has_data_to_send:
                     if conn.goodbye_sent:
@@ -351,10 +352,16 @@ class Session(trio.abc.AsyncResource):
                         idle.set()
                     await self._writer_wakeup.wait()
                     self._writer_wakeup = trio.Event()
-                # Collect at once: with 2 cores, waiting for writability first
-                # (an epoll registration and a scheduling pass each time)
-                # costs more than it coalesces. Whatever woke us is collected
-                # now, so a wake-up from here on means new data.
+                if bulk:
+                    # The last write was a full one: the socket buffer is
+                    # likely full, so wait until it drains before choosing
+                    # what to send (trio's advice for protocols that decide
+                    # late). After a small write, collect at once: there the
+                    # wait (an epoll registration and a scheduling pass)
+                    # costs more than it could coalesce.
+                    await stream.wait_send_all_might_not_block()
+                # Whatever woke us is collected now, so a wake-up from here on
+                # means new data.
                 self._writer_wakeup = trio.Event()
                 data = conn.data_to_send(write_size)
                 if not data:
@@ -363,6 +370,7 @@ class Session(trio.abc.AsyncResource):
                 await stream.send_all(data)
                 self._writing = False
                 self._bytes_out += len(data)
+                bulk = len(data) >= write_size
                 if self._room_waiters:
                     for handle in list(self._room_waiters):
                         if conn.queued_bytes(handle.subscriber) < max_queued:
