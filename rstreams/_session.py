@@ -366,15 +366,19 @@ class Session(trio.abc.AsyncResource):
                 data = conn.data_to_send(write_size)
                 if not data:
                     continue
+                if self._room_waiters:
+                    # What was collected has left the queues: publishers may
+                    # prepare their next batch while this one is being sent.
+                    # (A publication then pins at most max_queued_bytes plus
+                    # its share of one write.)
+                    for handle in list(self._room_waiters):
+                        if conn.queued_bytes(handle.subscriber) < max_queued:
+                            handle.wake()
                 self._writing = True
                 await stream.send_all(data)
                 self._writing = False
                 self._bytes_out += len(data)
                 bulk = len(data) >= write_size
-                if self._room_waiters:
-                    for handle in list(self._room_waiters):
-                        if conn.queued_bytes(handle.subscriber) < max_queued:
-                            handle.wake()
         except _TRANSPORT_ERRORS as exc:
             # A write fails when the peer is gone, and the reader usually learns
             # why (EOF without goodbye, a reset, a failed TLS handshake) at the
