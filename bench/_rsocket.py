@@ -96,7 +96,7 @@ class _Handler(BaseRequestHandler):
 
 async def serve(port: int) -> None:
     # Cancels crossing the last element are routine here; keep its log quiet.
-    logging.getLogger("rsocket").setLevel(logging.ERROR)
+    logging.getLogger("pyrsocket").setLevel(logging.ERROR)
 
     def session(*connection):  # type: ignore[no-untyped-def]
         RSocketServer(TransportTCP(*connection, read_buffer_size=READ_BUFFER_SIZE), handler_factory=_Handler)

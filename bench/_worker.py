@@ -21,16 +21,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 URL = "tcp://127.0.0.1:{port}"
+WS_URL = "ws://127.0.0.1:{port}/"
 
 
 # ---- rstreams -----------------------------------------------------------------
 
 
-async def rstreams_stream(port: int, name: str, prefetch: int, mode: str = "batches") -> dict[str, Any]:
+async def rstreams_stream(
+    port: int, name: str, prefetch: int, mode: str = "batches", scheme: str = "tcp"
+) -> dict[str, Any]:
     import rstreams
 
     elements = nbytes = 0
-    async with rstreams.open_session(URL.format(port=port)) as session:
+    async with rstreams.open_session((WS_URL if scheme == "ws" else URL).format(port=port)) as session:
         start = time.perf_counter()
         async with session.subscribe(name, prefetch=prefetch) as subscription:
             if mode == "batches":
@@ -237,6 +240,15 @@ def run_raw(command: dict[str, Any]) -> dict[str, Any]:
     return _raw.consume("127.0.0.1", command["port"], command["name"])
 
 
+def run_tws(command: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    import _ws
+
+    assert command.pop("case") == "stream"
+    return trio.run(_ws.consume, WS_URL.format(port=command["port"]), command["name"])  # type: ignore[no-any-return]
+
+
 def run_rsocket(command: dict[str, Any]) -> dict[str, Any]:
     import asyncio
 
@@ -252,7 +264,7 @@ def run_rsocket(command: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    run = {"rstreams": run_rstreams, "raw": run_raw, "rsocket": run_rsocket}[sys.argv[1]]
+    run = {"rstreams": run_rstreams, "raw": run_raw, "rsocket": run_rsocket, "tws": run_tws}[sys.argv[1]]
     for line in sys.stdin:
         command = json.loads(line)
         try:

@@ -50,13 +50,22 @@ ROOT = HERE.parent
 BENCH_VENV = HERE / ".venv"
 RSOCKET_VERSION = "0.4.20"
 
-SYSTEMS = ("rstreams", "probe", "rsocket", "raw")
+SYSTEMS = ("rstreams", "probe", "rsocket", "raw", "rstreams_ws", "tws")
 LABELS = {
     "rstreams": "rstreams",
     "probe": "rstreams server, raw consumer",
     "rsocket": "rsocket-py",
     "raw": "raw ceiling",
+    "rstreams_ws": "rstreams over ws://",
+    "tws": "trio-websocket, one message per element",
 }
+
+
+def websocket_available() -> bool:
+    """Whether this rstreams serves WebSocket (the transport of issue-ws)."""
+    import rstreams
+
+    return hasattr(rstreams, "serve_websocket")
 
 
 # ---- environment ----------------------------------------------------------------
@@ -88,10 +97,12 @@ def ensure_environment() -> None:
 
 
 class Server:
-    def __init__(self, argv: list[str], parse_port: Any) -> None:
+    def __init__(self, argv: list[str], parse_port: Any, listeners: int = 1) -> None:
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert self.process.stdout is not None
-        self.port = parse_port(self.process.stdout.readline())
+        # One line per listener, in the order they were asked for.
+        self.ports = [parse_port(self.process.stdout.readline()) for _ in range(listeners)]
+        self.port = self.ports[0]
 
     @property
     def pid(self) -> int:
@@ -134,12 +145,15 @@ class Worker:
         self.process.wait(timeout=30)
 
 
-def start_servers() -> dict[str, Server]:
+def start_servers(websocket: bool) -> dict[str, Server]:
     servers = {}
-    servers["rstreams"] = Server(
-        [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", str(HERE), "--tcp", "127.0.0.1:0"],
-        lambda line: int(line.rsplit(":", 1)[1]),
-    )
+    argv = [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", str(HERE), "--tcp", "127.0.0.1:0"]
+    if websocket:
+        argv += ["--ws", "127.0.0.1:0"]
+    # "rstreams: serving APP on tcp://HOST:PORT", then "... on ws://HOST:PORT/".
+    servers["rstreams"] = Server(argv, lambda line: int(line.strip().rstrip("/").rsplit(":", 1)[1]), 2 if websocket else 1)
+    if websocket:
+        servers["tws"] = Server([sys.executable, str(HERE / "_ws.py"), "0"], int)
     servers["raw"] = Server([sys.executable, str(HERE / "_raw.py"), "0"], int)
     servers["rsocket"] = Server([sys.executable, str(HERE / "_rsocket.py"), "0"], int)
     return servers
@@ -182,7 +196,7 @@ def throughput_case(
     return Case(key, title, unit, commands, element_size=size, **goals)
 
 
-def make_cases(scale: float) -> list[Case]:
+def make_cases(scale: float, websocket: bool = False) -> list[Case]:
     def n(count: int) -> int:
         return max(1, int(count * scale))
 
@@ -247,15 +261,24 @@ def make_cases(scale: float) -> list[Case]:
             goal=60_000, goal_rsocket=3,
         )
     )
+    if websocket:
+        ws = throughput_case(
+            "ws8", "8-byte elements over WebSocket", "el/s", "blob?count={count}&size=8",
+            {"rstreams_ws": n(1_000_000), "tws": n(20_000)}, 65536, 8, goal=500_000,
+        )
+        ws.commands["rstreams_ws"]["scheme"] = "ws"
+        ws.goal_tws = 10  # type: ignore[attr-defined]
+        cases.append(ws)
     return cases
 
 
 def worker_for(system: str) -> str:
-    return {"rstreams": "rstreams", "probe": "raw", "rsocket": "rsocket", "raw": "raw"}[system]
+    return {"rstreams": "rstreams", "probe": "raw", "rsocket": "rsocket", "raw": "raw", "rstreams_ws": "rstreams", "tws": "tws"}[system]
 
 
-def server_for(system: str) -> str:
-    return {"rstreams": "rstreams", "probe": "rstreams", "rsocket": "rsocket", "raw": "raw"}[system]
+def server_for(system: str) -> tuple[str, int]:
+    """Which server a system reads from, and which of its listeners."""
+    return {"probe": ("rstreams", 0), "rstreams_ws": ("rstreams", 1)}.get(system, (system, 0))
 
 
 # ---- summaries --------------------------------------------------------------------
@@ -299,9 +322,10 @@ def run(args: argparse.Namespace) -> None:
     started = time.time()
     scale = 0.25 if args.quick else 1.0
     rounds = args.rounds or (2 if args.quick else 5)
-    cases = make_cases(scale)
-    servers = start_servers()
-    workers = {kind: Worker(kind) for kind in ("rstreams", "raw", "rsocket")}
+    websocket = websocket_available()
+    cases = make_cases(scale, websocket)
+    servers = start_servers(websocket)
+    workers = {kind: Worker(kind) for kind in ("rstreams", "raw", "rsocket") + (("tws",) if websocket else ())}
     extra: dict[str, Any] = {}
     try:
         for round_index in range(rounds):
@@ -311,7 +335,8 @@ def run(args: argparse.Namespace) -> None:
                 # Rotate the order each round, so no system always goes first.
                 shift = round_index % len(systems)
                 for system in systems[shift:] + systems[:shift]:
-                    command = dict(case.commands[system], port=servers[server_for(system)].port)
+                    server, listener = server_for(system)
+                    command = dict(case.commands[system], port=servers[server].ports[listener])
                     result = workers[worker_for(system)].run(**command)
                     case.results.setdefault(system, []).append(case.value(result))
                 line = "  ".join(f"{s}={case.results[s][-1]:,.0f}" for s in systems)
@@ -446,7 +471,7 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in cases:
-        if not case.headline and case.key != "onnext8_each":
+        if (not case.headline and case.key != "onnext8_each") or case.key == "ws8":
             continue
         r_rsocket = ratios(case, "rstreams", "rsocket")
         r_raw = ratios(case, "rstreams", "raw")
@@ -473,8 +498,20 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
             f" | {fmt_summary(r_rsocket, 'x')} | {fmt_summary(r_raw, 'x')} | {fmt_summary(r_probe, 'x')}"
             f" | {'; '.join(goal_parts) or '–'} | {verdict(all(checks) if checks else None)} |"
         )
+    ws_case = next((c for c in cases if c.key == "ws8"), None)
+    if ws_case is not None and ws_case.results.get("rstreams_ws"):
+        r_tws = ratios(ws_case, "rstreams_ws", "tws")
+        lines.append(
+            f"| 8-byte elements over WebSocket (rstreams client over ws://; the pair: trio-websocket, one message per element)"
+            f" | el/s | {fmt_summary(ws_case.results['rstreams_ws'])} | – | {fmt_summary(ws_case.results.get('tws', []))} (trio-websocket)"
+            f" | – | {fmt_summary(r_tws, 'x')} vs trio-websocket | – | ≥ 500,000; ≥ 10x trio-websocket one message per element"
+            f" | {verdict(bool(r_tws) and statistics.median(r_tws) >= 10)} |"
+        )
+    else:
+        lines.append(
+            "| 8-byte elements over WebSocket | el/s | pending the WebSocket transport | | | | | | ≥ 500,000; ≥ 10x trio-websocket one message per element | – |"
+        )
     lines += [
-        "| 8-byte elements over WebSocket | el/s | pending the WebSocket transport | | | | | | ≥ 500,000; ≥ 10x trio-websocket one message per element | – |",
         "",
         "The ratio goals count as held when the median ratio reaches them; the absolute goals are",
         "given for orientation (they assume a quiet machine). `probe vs raw` is the rstreams",
