@@ -1,8 +1,8 @@
 """rstreams: Reactive Streams over the network, on trio.
 
 Publishers are ``async def`` functions fed by demand; subscribers are async
-iterators that request as they consume. Both run over TCP, TLS (and any
-``trio.abc.Stream``) with the reactive-streams-io protocol, wire profile v0.
+iterators that request as they consume. Both run over TCP, TLS, WebSocket
+(and any ``trio.abc.Stream``) with the reactive-streams-io protocol, wire profile v0.
 """
 
 import logging as _logging
@@ -23,7 +23,7 @@ from ._errors import (
     UnknownPublisher,
 )
 from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, publisher_from_async_gen
-from ._serve import Server, listener_port, serve_stream, serve_tcp
+from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websocket
 from ._session import Session, SessionStatistics, open_stream_session
 from ._subscribe import Subscription, SubscriptionStatistics
 from ._transport import Endpoint, parse_url
@@ -67,6 +67,7 @@ __all__ = [
     "publisher_from_async_gen",
     "serve_stream",
     "serve_tcp",
+    "serve_websocket",
 ]
 
 # The library convention: log to "rstreams", print nothing unless the

@@ -1,4 +1,4 @@
-"""Server entry points: serve an app over any stream, or over TCP / TLS.
+"""Server entry points: serve an app over any stream, over TCP / TLS, or over WebSocket.
 
 A :class:`Server` keeps track of its live sessions so that shutting down is
 graceful: stop accepting, say goodbye on every session (each drains what it
@@ -9,17 +9,23 @@ one-call form for when no graceful shutdown is needed beyond cancellation.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
 from typing import NoReturn
 
 import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
+from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
 from ._publish import Router
 from ._session import Session, open_stream_session
+from ._websocket import websocket_config
 from .protocol import Connection
 
-__all__ = ["Server", "serve_stream", "serve_tcp"]
+__all__ = ["Server", "serve_stream", "serve_tcp", "serve_websocket"]
 
 logger = logging.getLogger("rstreams")
 
@@ -72,6 +78,9 @@ class Server:
         A misbehaving peer ends only this session; nothing escapes from here
         but cancellation.
         """
+        await self._serve_session(stream, self.config)
+
+    async def _serve_session(self, stream: trio.abc.Stream, config: SessionConfig) -> None:
         if self._closing:
             await _refuse(stream, "server shutting down")
             return
@@ -82,7 +91,7 @@ class Server:
             return
         self._active += 1
         try:
-            async with open_stream_session(stream, app=self.app, config=self.config) as session:
+            async with open_stream_session(stream, app=self.app, config=config) as session:
                 self._sessions.add(session)
                 try:
                     await session.wait_closed()
@@ -118,6 +127,66 @@ class Server:
         else:
             listeners = list(tcp_listeners)
         await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
+
+    async def serve_websocket(
+        self,
+        host: str | None,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        allowed_origins: Iterable[str] = (),
+        static_dir: str | os.PathLike[str] = DEFAULT_STATIC_DIR,
+        handler_nursery: trio.Nursery | None = None,
+        task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Accept WebSocket (``ws://``, or ``wss://`` with ``ssl_context``) connections until cancelled.
+
+        One HTTP listener does two jobs: a WebSocket upgrade at ``/`` becomes
+        a session (binary messages, subprotocol ``rstreams.v0``), and
+        ``GET /NAME`` serves the file ``NAME`` of ``static_dir`` (``GET /``
+        serves ``index.html``), so a browser can load the client and its
+        page from the server it then connects to. See docs/websocket.md.
+
+        Use ``await nursery.start(server.serve_websocket, "127.0.0.1", 0)``:
+        it returns the listeners (read the port with :func:`listener_port`).
+        Sessions count against ``max_connections`` and get their goodbye
+        from :meth:`aclose` like TCP ones.
+
+        Args:
+            allowed_origins: origins (``scheme://host:port``, or ``"*"``)
+                allowed besides the listener's own; an upgrade with any other
+                ``Origin`` header is refused with 403. Requests without
+                ``Origin`` (not from a browser) are allowed.
+            static_dir: the directory of static files (default: the
+                package's ``rstreams/web``); only files directly in it are served.
+            handler_nursery: as for :meth:`serve_tcp`.
+
+        Raises:
+            ValueError: an entry of ``allowed_origins`` is not an origin.
+            OSError: the address cannot be listened on.
+        """
+        policy_extra = list(allowed_origins)
+        OriginPolicy((), policy_extra)  # fail before listening on a bad origin
+        tcp_listeners = await trio.open_tcp_listeners(port, host=host)
+        addresses = [(str(name[0]), int(name[1])) for name in (listener.socket.getsockname() for listener in tcp_listeners)]
+        own = listener_origins(host, addresses, secure=ssl_context is not None)
+        site = Site(
+            static_dir=Path(static_dir),
+            origins=OriginPolicy(own, policy_extra),
+            max_message_size=self.config.limits.max_message_size,
+        )
+        listeners: list[Listener]
+        if ssl_context is not None:
+            listeners = [trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in tcp_listeners]
+        else:
+            listeners = list(tcp_listeners)
+        handler = partial(self._serve_http, site)
+        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
+
+    async def _serve_http(self, site: Site, stream: trio.abc.Stream) -> None:
+        websocket = await accept_http(stream, site)
+        if websocket is not None:
+            await self._serve_session(websocket, websocket_config(self.config))
 
     async def aclose(self, reason: str = "server shutting down") -> None:
         """Say goodbye on every session and wait until they have closed.
@@ -181,3 +250,35 @@ async def serve_tcp(
     """
     server = Server(app, config=config, max_connections=max_connections)
     await server.serve_tcp(host, port, ssl_context, handler_nursery=handler_nursery, task_status=task_status)
+
+
+async def serve_websocket(
+    app: Router,
+    host: str | None,
+    port: int,
+    ssl_context: ssl.SSLContext | None = None,
+    *,
+    allowed_origins: Iterable[str] = (),
+    static_dir: str | os.PathLike[str] = DEFAULT_STATIC_DIR,
+    config: SessionConfig = DEFAULT_CONFIG,
+    max_connections: int | None = None,
+    handler_nursery: trio.Nursery | None = None,
+    task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve ``app`` over WebSocket (``wss://`` with ``ssl_context``) until cancelled.
+
+    Use ``await nursery.start(serve_websocket, app, "127.0.0.1", 0)``; clients
+    connect to ``ws://127.0.0.1:PORT/``. The same listener serves the static
+    files of ``static_dir`` to browsers. See :meth:`Server.serve_websocket`
+    for the arguments; for a graceful shutdown, use :class:`Server`.
+    """
+    server = Server(app, config=config, max_connections=max_connections)
+    await server.serve_websocket(
+        host,
+        port,
+        ssl_context,
+        allowed_origins=allowed_origins,
+        static_dir=static_dir,
+        handler_nursery=handler_nursery,
+        task_status=task_status,
+    )

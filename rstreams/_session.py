@@ -411,6 +411,12 @@ class Session(trio.abc.AsyncResource):
         except _TRANSPORT_ERRORS as exc:
             if self._close_kind is None:
                 self._request_close(_CloseKind.LOST, f"connection lost: {_describe(exc)}", exc)
+        except RemoteProtocolError as exc:
+            # Raised by a transport that frames the protocol itself (WebSocket:
+            # a text message); the close sequence queues the goodbye.
+            if self._close_kind is None:
+                logger.warning("closing the session: %s", exc.goodbye_reason)
+                self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
         finally:
             self._reader_done.set()
 

@@ -21,10 +21,12 @@ import logging
 import signal
 import ssl
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
+
 import trio
 
+from .._http import normalize_origin
 from .._serve import Listener, Server
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "CommandError",
     "HelpFormatter",
     "parse_address",
+    "parse_origin",
     "add_log_level_argument",
     "add_server_arguments",
     "configure_logging",
@@ -131,14 +134,19 @@ def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """The listener, TLS and logging options of ``serve`` and ``pub``."""
+def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool = True) -> None:
+    """The listener, TLS and logging options of ``serve`` and ``pub``.
+
+    ``tcp_required=False`` is for commands with other kinds of listener
+    (``serve --ws``); they check that at least one listener was named.
+    """
     parser.add_argument(
         "--tcp",
         metavar="HOST:PORT",
         type=parse_address,
         action="append",
-        required=True,
+        required=tcp_required,
+        default=None if tcp_required else [],
         help="listen on this address; repeat for several listeners (port 0: any free port)",
     )
     parser.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
@@ -174,11 +182,20 @@ def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | No
     return context
 
 
-def _listener_url(listener: Listener, secure: bool) -> str:
+def parse_origin(text: str) -> str:
+    """An ``--allow-origin`` value: ``scheme://host[:port]``, or ``*`` for any."""
+    if text != "*" and normalize_origin(text) is None:
+        raise argparse.ArgumentTypeError(f"expected an origin such as http://localhost:8000, got {text!r}")
+    return text
+
+
+def _listener_url(listener: Listener, secure: bool, websocket: bool = False) -> str:
     transport = listener.transport_listener if isinstance(listener, trio.SSLListener) else listener
     assert isinstance(transport, trio.SocketListener)
     host, port = transport.socket.getsockname()[:2]
     host = f"[{host}]" if ":" in host else host
+    if websocket:
+        return f"{'wss' if secure else 'ws'}://{host}:{port}/"
     return f"{'tls' if secure else 'tcp'}://{host}:{port}"
 
 
@@ -199,8 +216,15 @@ async def serve_until_stopped(
     label: str,
     *,
     stop: trio.Event | None = None,
+    websocket_addresses: Sequence[tuple[str | None, int]] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> int:
     """Serve on every address until SIGINT / SIGTERM (or ``stop``), then shut down.
+
+    ``addresses`` are TCP (TLS with ``ssl_context``) listeners,
+    ``websocket_addresses`` WebSocket ones (``wss://`` with ``ssl_context``;
+    ``allowed_origins`` as for ``Server.serve_websocket``), all serving the
+    same ``server``.
 
     Prints ``rstreams: serving LABEL on URL`` on stdout per listener once all
     listen, and ``rstreams: shut down`` at the end. A second signal during the
@@ -225,6 +249,23 @@ async def serve_until_stopped(
                         raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
                     for listener in listeners:
                         print(f"rstreams: serving {label} on {_listener_url(listener, ssl_context is not None)}", flush=True)
+                for host, port in websocket_addresses:
+                    serve = partial(
+                        server.serve_websocket,
+                        host,
+                        port,
+                        ssl_context,
+                        allowed_origins=allowed_origins,
+                        handler_nursery=sessions,
+                    )
+                    try:
+                        listeners = await listening.start(serve)
+                    except OSError as exc:
+                        where = _format_address(host, port)
+                        raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+                    for listener in listeners:
+                        url = _listener_url(listener, ssl_context is not None, websocket=True)
+                        print(f"rstreams: serving {label} on {url}", flush=True)
                 await _wait_for_stop(signals, stop)
                 listening.cancel_scope.cancel()
             # Not accepting any more: say goodbye to every session. A second

@@ -16,6 +16,8 @@ from ._common import (
     HelpFormatter,
     add_server_arguments,
     configure_logging,
+    parse_address,
+    parse_origin,
     run_command,
     serve_until_stopped,
     server_ssl_context,
@@ -24,7 +26,7 @@ from ._common import (
 __all__ = ["add_parser", "load_app"]
 
 DESCRIPTION = """\
-Serve the publishers of an rstreams.Router over TCP (or TLS).
+Serve the publishers of an rstreams.Router over TCP (or TLS), WebSocket, or both.
 
 MODULE:APP names the router: APP is an attribute of the module MODULE (dots
 reach further: pkg.mod:obj.app). As with uvicorn, --app-dir (default: the
@@ -32,6 +34,13 @@ current directory) goes first on sys.path, so apps next to you are found.
 
 Once every listener is up, one line per listener goes to stdout:
   rstreams: serving MODULE:APP on tcp://HOST:PORT
+  rstreams: serving MODULE:APP on ws://HOST:PORT/
+A --ws listener accepts WebSocket sessions at / (subprotocol rstreams.v0) and
+serves the browser client to browsers on the same port: GET / (index.html),
+GET /rstreams.js and the other files of the package's rstreams/web. Browser
+pages from another origin than the listener's own are refused (HTTP 403)
+unless allowed with --allow-origin. With --tls-cert every listener uses TLS
+(tls://, wss://).
 Ctrl-C or SIGTERM stops accepting, says goodbye to every session (queued
 elements drain first, within bounds), prints "rstreams: shut down" and exits
 with status 0; a second Ctrl-C closes the remaining sessions at once (130).
@@ -45,6 +54,9 @@ examples:
   rstreams serve myapp:app --app-dir src --tcp 127.0.0.1:9000
   rstreams serve examples.demo:app --tcp 127.0.0.1:9443 \\
       --tls-cert server.pem --tls-key server-key.pem           # tls://
+  rstreams serve examples.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
+  rstreams serve examples.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
+  rstreams serve examples.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
 """
 
 
@@ -57,7 +69,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. examples.demo:app")
-    add_server_arguments(parser)
+    add_server_arguments(parser, tcp_required=False)
+    parser.add_argument(
+        "--ws",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        default=[],
+        help="serve WebSocket (and the browser client) on this address; repeatable",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        metavar="ORIGIN",
+        type=parse_origin,
+        action="append",
+        default=[],
+        help="also accept WebSocket upgrades from browser pages of ORIGIN "
+        "(scheme://host:port; * for any); repeatable",
+    )
     parser.add_argument(
         "--app-dir",
         metavar="DIR",
@@ -102,11 +131,22 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    if not args.tcp and not args.ws:
+        raise CommandError("name at least one listener: --tcp HOST:PORT or --ws HOST:PORT", EXIT_USAGE)
+    if args.allow_origin and not args.ws:
+        raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
     server = Server(app, max_connections=args.max_connections)
 
     async def serve() -> int:
-        return await serve_until_stopped(server, args.tcp, ssl_context, args.app)
+        return await serve_until_stopped(
+            server,
+            args.tcp,
+            ssl_context,
+            args.app,
+            websocket_addresses=args.ws,
+            allowed_origins=args.allow_origin,
+        )
 
     return run_command(serve)

@@ -45,7 +45,8 @@ DESCRIPTION = """\
 Subscribe to the publisher NAME at URL and print its elements as they arrive,
 one per line.
 
-URL is tcp://HOST:PORT or tls://HOST:PORT. NAME is the publisher name with
+URL is tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/ or wss://HOST:PORT/
+(a server started with `rstreams serve --ws`). NAME is the publisher name with
 its query, e.g. 'range?count=5' (quote it for the shell).
 
 formats:
@@ -68,6 +69,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'blob?count=3&size=16' --format hex
   rstreams sub tcp://127.0.0.1:9000 lines                     # what `rstreams pub lines` reads
   rstreams sub tls://example.org:9443 ticker --ca ca.pem --format msgpack
+  rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'range?count=1000000' --format hex | head -3
 
 """
@@ -102,7 +104,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("url", metavar="URL", help="tcp://HOST:PORT or tls://HOST:PORT")
+    parser.add_argument("url", metavar="URL", help="tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/ or wss://HOST:PORT/")
     parser.add_argument("name", metavar="NAME", help="the publisher name, e.g. 'range?count=5'")
     parser.add_argument("--count", metavar="N", type=_non_negative_int, help="stop after N elements (then cancel)")
     parser.add_argument(
@@ -113,7 +115,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"elements kept requested ahead of printing (default: {DEFAULT_PREFETCH}; at least 1)",
     )
     parser.add_argument("--format", choices=FORMATS, default="raw", help="how to print each element (default: raw)")
-    parser.add_argument("--ca", metavar="FILE", help="for tls://, trust the CA certificates in FILE (PEM)")
+    parser.add_argument("--ca", metavar="FILE", help="for tls:// and wss://, trust the CA certificates in FILE (PEM)")
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
@@ -208,7 +210,7 @@ def _client_ssl_context(url: str, ca: str | None) -> ssl.SSLContext | None:
     endpoint = parse_url(url)
     if not endpoint.secure:
         if ca is not None:
-            raise CommandError("--ca is for tls:// URLs", EXIT_USAGE)
+            raise CommandError("--ca is for tls:// and wss:// URLs", EXIT_USAGE)
         return None
     try:
         return ssl.create_default_context(cafile=ca)

@@ -29,7 +29,9 @@ COMMAND_TIMEOUT = 30.0
 #: answer goodbye at once, so anything close to this is a bug.
 SHUTDOWN_TIMEOUT = 10.0
 
-SERVING_LINE = re.compile(r"^rstreams: serving (?P<label>.+) on (?P<url>(?P<scheme>tcp|tls)://(?P<host>.+):(?P<port>\d+))$")
+SERVING_LINE = re.compile(
+    r"^rstreams: serving (?P<label>.+) on (?P<url>(?P<scheme>tcp|tls|ws|wss)://(?P<host>.+):(?P<port>\d+)/?)$"
+)
 
 
 def rstreams(*args: str, input: bytes | None = None, cwd: Path = ROOT, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[bytes]:
@@ -116,7 +118,7 @@ class ServeProcess:
 
     @property
     def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
+        return int(self.url.rstrip("/").rsplit(":", 1)[1])
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

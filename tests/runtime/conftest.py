@@ -1,10 +1,11 @@
 """Fixtures: one session test suite over every transport.
 
 ``connect`` is parametrised over ``memory`` (``trio.testing`` memory streams),
-``tcp`` and ``tls`` (a real listener on 127.0.0.1, port 0, through
-:class:`rstreams.Server`, with trustme certificates for TLS). It gives a
-factory of ``(client_session, server_session)`` pairs, so a test written once
-runs three times::
+``tcp``, ``tls``, ``ws`` and ``wss`` (a real listener on 127.0.0.1, port 0,
+through :class:`rstreams.Server`: ``serve_tcp`` or ``serve_websocket``, with
+trustme certificates for TLS). It gives a factory of
+``(client_session, server_session)`` pairs, so a test written once runs five
+times::
 
     async def test_x(connect):
         async with connect(server_app=app) as (client, server):
@@ -32,7 +33,7 @@ import rstreams.testing
 
 from ._support import RawPeer, new_session, standard_app
 
-TRANSPORTS = ["memory", "tcp", "tls"]
+TRANSPORTS = ["memory", "tcp", "tls", "ws", "wss"]
 
 
 @pytest.fixture(scope="session")
@@ -78,12 +79,11 @@ def connect(transport: str, server_ssl_context: ssl.SSLContext, client_ssl_conte
                 async with rstreams.open_stream_session(client_stream, app=client_app, config=config) as client:
                     yield client, server
             return
-        tls = transport == "tls"
+        tls = transport in ("tls", "wss")
         server_obj = rstreams.Server(server_app or rstreams.Router(), config=server_config)
+        serve = server_obj.serve_websocket if transport in ("ws", "wss") else server_obj.serve_tcp
         async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(
-                server_obj.serve_tcp, "127.0.0.1", 0, server_ssl_context if tls else None
-            )
+            listeners = await nursery.start(serve, "127.0.0.1", 0, server_ssl_context if tls else None)
             url = f"{transport}://127.0.0.1:{rstreams.listener_port(listeners[0])}"
             async with rstreams.open_session(
                 url, app=client_app, ssl_context=client_ssl_context if tls else None, config=config

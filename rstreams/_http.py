@@ -1,0 +1,398 @@
+"""The HTTP front of a WebSocket listener: one request, then a file or an upgrade.
+
+A WebSocket listener is an HTTP server with a small job. Each connection
+sends one request head, read here with h11 under a size limit
+(:data:`MAX_REQUEST_HEAD`) and a time limit (:data:`REQUEST_HEAD_TIMEOUT`),
+and :func:`route_request` (pure, no I/O) decides what it gets:
+
+* a WebSocket upgrade at ``/``: the ``Origin`` is checked
+  (:class:`OriginPolicy`), wsproto completes the handshake from the headers
+  h11 parsed, selecting ``rstreams.v0`` when offered, and the caller gets a
+  :class:`WebSocketStream` to run a session on;
+* ``GET`` / ``HEAD`` of ``/`` (``index.html``) or ``/NAME`` where ``NAME`` is a
+  file directly in the static directory: the file, with a content type from
+  :data:`CONTENT_TYPES`. Names are looked up in the directory's listing, so
+  no request can reach outside it (no path is ever joined from user input);
+* anything else: 404, 405 (other methods), 403 (a refused origin) or 400,
+  and the connection is closed (``Connection: close``: one request each).
+
+trio-websocket's server could not do this: it answers every non-upgrade
+request with 400 before a handler sees it.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import os
+from http import HTTPStatus
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import h11
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection
+from wsproto.events import Request as WebSocketRequest
+from wsproto.utilities import ProtocolError as WebSocketProtocolError
+
+from ._websocket import SUBPROTOCOL, WebSocketStream
+
+__all__ = [
+    "DEFAULT_STATIC_DIR",
+    "MAX_REQUEST_HEAD",
+    "REQUEST_HEAD_TIMEOUT",
+    "CONTENT_TYPES",
+    "OriginPolicy",
+    "Route",
+    "RouteKind",
+    "route_request",
+    "is_upgrade",
+    "normalize_origin",
+    "listener_origins",
+    "accept_http",
+]
+
+KiB = 1024
+
+#: Where the browser client and demo pages ship: ``rstreams/web/``.
+DEFAULT_STATIC_DIR = Path(__file__).resolve().parent / "web"
+#: The largest request head read (h11's default, and plenty for a browser).
+MAX_REQUEST_HEAD = 16 * KiB
+#: Seconds a client has to send its request head (and, for a file, to
+#: receive the answer) before the connection is dropped.
+REQUEST_HEAD_TIMEOUT = 10.0
+_READ_SIZE = 4 * KiB
+
+#: Content types by file suffix; anything else is application/octet-stream.
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".htm": "text/html; charset=utf-8",
+    ".js": "text/javascript",
+    ".mjs": "text/javascript",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".ico": "image/x-icon",
+    ".webp": "image/webp",
+    ".wasm": "application/wasm",
+}
+_DEFAULT_CONTENT_TYPE = "application/octet-stream"
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+# ---- origins ---------------------------------------------------------------
+
+
+def normalize_origin(text: str) -> str | None:
+    """``scheme://host:port`` in lower case with the port spelled out; None if not an origin.
+
+    ``http://LocalHost`` and ``http://localhost:80`` are the same origin.
+    """
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    host = parts.hostname
+    if scheme not in _DEFAULT_PORTS or not host or parts.path not in ("", "/") or parts.query or parts.username:
+        return None
+    if port is None:
+        port = _DEFAULT_PORTS[scheme]
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}"
+
+
+def listener_origins(host: str | None, addresses: Iterable[tuple[str, int]], *, secure: bool) -> frozenset[str]:
+    """The origins of pages a listener serves itself.
+
+    For each address the listener is bound to, and for ``host`` as given (a
+    name such as ``localhost``), ``http://HOST:PORT`` and ``ws://HOST:PORT``
+    (``https`` / ``wss`` with TLS); ``localhost`` too for a loopback address. A wildcard bind (``0.0.0.0``, ``::``) has no
+    origin of its own: name the origins the pages are served from with
+    ``allowed_origins``.
+    """
+    schemes = ("https", "wss") if secure else ("http", "ws")
+    origins: set[str] = set()
+    for address, port in addresses:
+        names = {address, host}
+        if _is_loopback(address):
+            # Browsers resolve localhost to loopback themselves, so a page at
+            # http://localhost:PORT is this listener's whatever the bind said.
+            names.add("localhost")
+        for name in names:
+            if name is None or name in _WILDCARD_HOSTS:
+                continue
+            for scheme in schemes:
+                origin = normalize_origin(f"{scheme}://{f'[{name}]' if ':' in name else name}:{port}")
+                if origin is not None:
+                    origins.add(origin)
+    return frozenset(origins)
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class OriginPolicy:
+    """Which ``Origin`` headers a WebSocket upgrade may carry.
+
+    Allowed: no ``Origin`` at all (not a browser), the listener's own origins,
+    and every origin in ``allowed`` (``"*"`` allows any). Everything else is
+    refused: a page from another site must not drive a browser into this
+    server's publishers.
+
+    Raises:
+        ValueError: an entry of ``allowed`` that is not an origin.
+    """
+
+    def __init__(self, own: Iterable[str] = (), allowed: Iterable[str] = ()) -> None:
+        self.any = False
+        origins: set[str] = set()
+        for text in (*own, *allowed):
+            if text == "*":
+                self.any = True
+                continue
+            origin = normalize_origin(text)
+            if origin is None:
+                raise ValueError(f"not an origin: {text!r} (expected scheme://host[:port], e.g. http://localhost:8000)")
+            origins.add(origin)
+        self.origins = frozenset(origins)
+
+    def allows(self, origin: str | None) -> bool:
+        if origin is None or self.any:
+            return True
+        normalized = normalize_origin(origin)
+        return normalized is not None and normalized in self.origins
+
+
+# ---- routing (pure) -------------------------------------------------------------
+
+
+class RouteKind(enum.Enum):
+    UPGRADE = "upgrade"
+    FILE = "file"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What to do with one request: upgrade, send ``name``, or answer ``status``."""
+
+    kind: RouteKind
+    name: str = ""
+    status: int = 200
+    message: str = ""
+    head_only: bool = False
+
+
+def _header(request: h11.Request, name: bytes) -> list[bytes]:
+    return [value for key, value in request.headers if key == name]
+
+
+def is_upgrade(request: h11.Request) -> bool:
+    """True for a request that asks to switch to WebSocket."""
+    return any(b"websocket" in value.lower() for value in _header(request, b"upgrade"))
+
+
+def route_request(request: h11.Request, files: Iterable[str], origins: OriginPolicy) -> Route:
+    """Decide what a request gets. ``files``: the names in the static directory."""
+    # Every answer to HEAD is headers only, errors included.
+    head_only = request.method == b"HEAD"
+    target = request.target
+    if not target.startswith(b"/"):
+        return Route(RouteKind.ERROR, status=400, message="bad request target", head_only=head_only)
+    path = target.split(b"?", 1)[0].decode("ascii", "replace")
+    if is_upgrade(request):
+        if request.method != b"GET":
+            return Route(RouteKind.ERROR, status=405, message="a WebSocket upgrade must be a GET", head_only=head_only)
+        if path != "/":
+            return Route(RouteKind.ERROR, status=404, message="the WebSocket endpoint is /", head_only=head_only)
+        origin_headers = _header(request, b"origin")
+        if len(origin_headers) > 1:
+            return Route(RouteKind.ERROR, status=403, message="more than one Origin header", head_only=head_only)
+        origin = origin_headers[0].decode("latin-1") if origin_headers else None
+        if not origins.allows(origin):
+            return Route(
+                RouteKind.ERROR,
+                status=403,
+                message=f"origin {origin} is not allowed (allow it with --allow-origin {origin})",
+                head_only=head_only,
+            )
+        return Route(RouteKind.UPGRADE)
+    if request.method not in (b"GET", b"HEAD"):
+        return Route(RouteKind.ERROR, status=405, message="only GET and HEAD (and WebSocket upgrades at /)", head_only=head_only)
+    name = unquote(path[1:], errors="replace") or "index.html"
+    # Only a name listed in the directory: never a path built from the request.
+    if name in set(files):
+        return Route(RouteKind.FILE, name=name, head_only=head_only)
+    return Route(RouteKind.ERROR, status=404, message="not found", head_only=head_only)
+
+
+def content_type(name: str) -> str:
+    return CONTENT_TYPES.get(os.path.splitext(name)[1].lower(), _DEFAULT_CONTENT_TYPE)
+
+
+def _static_files(directory: Path) -> list[str]:
+    # Regular files directly in the directory; dot files stay private.
+    try:
+        with os.scandir(directory) as entries:
+            return [entry.name for entry in entries if entry.is_file() and not entry.name.startswith(".")]
+    except OSError:
+        return []
+
+
+def _read_static(directory: Path, name: str) -> bytes | None:
+    # Run in a thread: the listing is taken at request time, so files added
+    # to the directory are served without a restart.
+    if name not in _static_files(directory):
+        return None
+    try:
+        return (directory / name).read_bytes()
+    except OSError:
+        return None
+
+
+# ---- I/O ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Site:
+    """Everything a listener's HTTP front needs to answer a request."""
+
+    static_dir: Path
+    origins: OriginPolicy
+    max_message_size: int
+    head_timeout: float = REQUEST_HEAD_TIMEOUT
+
+
+async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | None:
+    """Read one request from ``stream`` and answer it.
+
+    Returns:
+        The WebSocket stream, for an accepted upgrade (the caller owns it);
+        None once any other request has been answered and ``stream`` closed.
+
+    Cancellation: ``stream`` is closed.
+    """
+    try:
+        with trio.move_on_after(site.head_timeout):
+            connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
+            request = await _read_request(stream, connection)
+            if request is None:
+                await trio.aclose_forcefully(stream)
+                return None
+            if isinstance(request, h11.RemoteProtocolError):
+                status = request.error_status_hint
+                await _answer(stream, connection, Route(RouteKind.ERROR, status=status, message=str(request)))
+                return None
+            # The listing is only needed for files (a thread hop: skip it for upgrades).
+            files = [] if is_upgrade(request) else await trio.to_thread.run_sync(_static_files, site.static_dir)
+            route = route_request(request, files, site.origins)
+            if route.kind is RouteKind.UPGRADE:
+                return await _upgrade(stream, connection, request, site)
+            await _answer(stream, connection, route, site.static_dir)
+            return None
+        await trio.aclose_forcefully(stream)
+        return None
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        await trio.aclose_forcefully(stream)
+        return None
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+
+
+async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:
+    # Never read more than MAX_REQUEST_HEAD bytes before the head is whole
+    # (h11's own limit only applies to what it holds unparsed).
+    received = 0
+    while True:
+        try:
+            event = connection.next_event()
+        except h11.RemoteProtocolError as exc:
+            return exc
+        if isinstance(event, h11.Request):
+            return event
+        if event is h11.NEED_DATA:
+            if received >= MAX_REQUEST_HEAD:
+                return h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            data = await stream.receive_some(min(_READ_SIZE, MAX_REQUEST_HEAD - received))
+            if not data:
+                return None  # closed before a whole head: nothing to answer
+            received += len(data)
+            connection.receive_data(bytes(data))
+        else:  # ConnectionClosed (the only other event before a request)
+            return None
+
+
+async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request: h11.Request, site: Site) -> WebSocketStream | None:
+    try:
+        event = connection.next_event()
+    except h11.RemoteProtocolError:
+        event = None
+    if not isinstance(event, h11.EndOfMessage):
+        await _answer(stream, connection, Route(RouteKind.ERROR, status=400, message="a WebSocket upgrade has no body"))
+        return None
+    websocket = WSConnection(ConnectionType.SERVER)
+    try:
+        websocket.initiate_upgrade_connection(list(request.headers), request.target)
+        [handshake] = [event for event in websocket.events() if isinstance(event, WebSocketRequest)]
+    except (WebSocketProtocolError, ValueError) as exc:
+        await _answer(stream, connection, Route(RouteKind.ERROR, status=400, message=f"bad WebSocket upgrade: {exc}"))
+        return None
+    subprotocol = SUBPROTOCOL if SUBPROTOCOL in handshake.subprotocols else None
+    await stream.send_all(websocket.send(AcceptConnection(subprotocol=subprotocol)))
+    trailing, _ = connection.trailing_data
+    return WebSocketStream(
+        stream,
+        websocket,
+        max_message_size=site.max_message_size,
+        subprotocol=subprotocol,
+        trailing=trailing,
+    )
+
+
+async def _answer(stream: trio.abc.Stream, connection: h11.Connection, route: Route, static_dir: Path | None = None) -> None:
+    status, body, kind = route.status, (route.message + "\n").encode(), "text/plain; charset=utf-8"
+    headers = [("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"), ("Connection", "close")]
+    if route.kind is RouteKind.FILE:
+        assert static_dir is not None
+        content = await trio.to_thread.run_sync(_read_static, static_dir, route.name)
+        if content is None:  # gone since the listing
+            status, body = 404, b"not found\n"
+        else:
+            body, kind = content, content_type(route.name)
+    if status == 405:
+        headers.append(("Allow", "GET, HEAD"))
+    headers += [("Content-Type", kind), ("Content-Length", str(len(body)))]
+    reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+    try:
+        if connection.our_state is not h11.SEND_RESPONSE:
+            raise h11.LocalProtocolError("no request to answer")
+        data = connection.send(h11.Response(status_code=status, headers=headers, reason=reason.encode())) or b""
+        if not route.head_only:
+            data += connection.send(h11.Data(data=body)) or b""
+        data += connection.send(h11.EndOfMessage()) or b""
+    except h11.LocalProtocolError:
+        # h11 cannot answer this one (the request was unreadable): a bare response.
+        head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers) + "\r\n"
+        data = head.encode() + (b"" if route.head_only else body)
+    try:
+        await stream.send_all(data)
+    finally:
+        await trio.aclose_forcefully(stream)
