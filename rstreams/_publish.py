@@ -285,6 +285,12 @@ class Sink:
         while view_offset < total:
             await self.wait_demand()
             count = min((total - view_offset) // size, self._room())
+            if not count:
+                # Cancelled (or the session began closing) during the schedule
+                # point at the end of wait_demand: the next wait_demand raises
+                # Cancelled, or waits, instead of queueing on a stream that
+                # is gone.
+                continue
             end = view_offset + count * size
             chunk = packed if (view_offset == 0 and end == total) else packed[view_offset:end]
             self._conn.send_packed(self._subscriber, chunk)
