@@ -77,11 +77,10 @@ def _range_elements(start: int, count: int) -> bytes:
     # six bytes are the block's index in every element, so copy the slice of
     # block 0 and write each high byte into every 8th position at once.
     offset = start % RANGE_BLOCK
-    data = _RANGE_BLOCK_0[offset * 8 : (offset + count) * 8]
     index = start // RANGE_BLOCK
     if not index:
-        return data
-    block = bytearray(data)
+        return _RANGE_BLOCK_0[offset * 8 : (offset + count) * 8]
+    block = bytearray(memoryview(_RANGE_BLOCK_0)[offset * 8 : (offset + count) * 8])
     for position, byte in enumerate(index.to_bytes(6, "big")):
         if byte:
             block[position::8] = bytes((byte,)) * count

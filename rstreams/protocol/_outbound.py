@@ -200,7 +200,8 @@ class Outbound:
                     out += pub.on_next_header(size)
                     out += element
                 else:
-                    data = chunk[head * size : (head + count) * size]
+                    # A view, not a slice: the bytes are copied once, into out.
+                    data = memoryview(chunk)[head * size : (head + count) * size]
                     out += pub.packed_header(count, len(data))
                     out += data
                 taken, nbytes = count, count * size
