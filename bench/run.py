@@ -530,7 +530,7 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
             )
     lines += ["", "### Throughput against element size", "", "![throughput](performance/throughput.png)", ""]
     lines += ["| element size | rstreams MB/s | rsocket-py MB/s | raw ceiling MB/s |", "|---|---|---|---|"]
-    for case in sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each")), key=lambda c: c.element_size):
+    for case in sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "ws8")), key=lambda c: c.element_size):
         values = {s: mbps(case, s) for s in ("rstreams", "rsocket", "raw")}
         lines.append(f"| {case.element_size:,} | " + " | ".join(fmt_summary(values[s]) for s in ("rstreams", "rsocket", "raw")) + " |")
     lines += ["", "## Latency", ""]
@@ -604,7 +604,7 @@ def plot_throughput(cases: list[Case], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sized = sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each")), key=lambda c: c.element_size)
+    sized = sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "ws8")), key=lambda c: c.element_size)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for system, style in (("rstreams", "o-"), ("rsocket", "s-"), ("raw", "^--")):
         xs, ys, lows, highs = [], [], [], []
