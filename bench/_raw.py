@@ -20,6 +20,7 @@ Run the server with ``python bench/_raw.py PORT``; it prints its port.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from functools import partial
 import sys
 import time
@@ -82,7 +83,7 @@ def consume(host: str, port: int, name: str) -> dict[str, float]:
 # ---- the raw server ---------------------------------------------------------
 
 
-def _range_messages(subscriber: int, count: int):  # type: ignore[no-untyped-def]
+def _range_messages(subscriber: int, count: int) -> Iterator[bytes]:
     packer = msgpack.Packer(use_bin_type=True)
     first = b"".join(i.to_bytes(8, "big") for i in range(PACKED_PER_MESSAGE))
     index = 0
@@ -102,7 +103,7 @@ def _range_messages(subscriber: int, count: int):  # type: ignore[no-untyped-def
         index += n
 
 
-def _blob_messages(subscriber: int, count: int, size: int):  # type: ignore[no-untyped-def]
+def _blob_messages(subscriber: int, count: int, size: int) -> Iterator[bytes]:
     packer = msgpack.Packer(use_bin_type=True)
     pattern = bytes(range(256)) * (size // 256 + 2)
     if size > SPLIT:
