@@ -1,7 +1,7 @@
 """Every performance case of issue 6, side by side, in one run.
 
-    python bench/run.py               # 5 rounds, about 4 minutes
-    python bench/run.py --quick       # 2 rounds, smaller counts, under 2 minutes
+    python bench/run.py               # 5 rounds, 1.5-3 minutes
+    python bench/run.py --quick       # 2 rounds, smaller counts, about 20 s
     python bench/run.py --rounds 9 --out /tmp/perf.md
 
 Three systems answer the same requests on loopback TCP, each server in its
