@@ -1,55 +1,45 @@
-"""The publishers the benchmarks subscribe to, served by ``server.py``.
+"""The app the benchmark serves: the demo's publishers, plus ``stamps``.
 
-Each one builds its elements ahead of time, so the numbers measure rstreams
-(codec, scheduler, session, transport) and not element construction.
+Every throughput and round-trip case subscribes to the demo's own ``range``
+and ``blob`` (so the numbers are those of ``rstreams serve examples.demo:app``);
+``stamps`` exists only for the latency case, which needs elements published
+at a steady rate and stamped with the time they were handed to the sink.
+
+Served by the benchmark as ``rstreams serve _bench_app:app --app-dir bench``.
 """
 
 from __future__ import annotations
 
-import struct
+import sys
+import time
+from pathlib import Path
+
+import trio
 
 import rstreams
 
-app = rstreams.Router()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for examples/
+from examples import demo  # noqa: E402
 
-_BLOCK = 65536
-_NUMBERS = [i.to_bytes(8, "big") for i in range(_BLOCK)]
-_PACKED = struct.pack(f">{_BLOCK}Q", *range(_BLOCK))
-
-
-@app.publisher("numbers")
-async def numbers(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-    """8-byte elements, one onNext each (elementSize 0)."""
-    remaining = request.int_param("count", 1_000_000, minimum=0)
-    while remaining:
-        count = min(remaining, _BLOCK)
-        await sink.send_many(_NUMBERS if count == _BLOCK else _NUMBERS[:count])
-        remaining -= count
+__all__ = ["app"]
 
 
-@app.publisher("packed", element_size=8)
-async def packed(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-    """8-byte elements announced with elementSize 8, so they go out packed."""
-    remaining = request.int_param("count", 1_000_000, minimum=0)
-    while remaining:
-        count = min(remaining, _BLOCK)
-        await sink.send_packed(_PACKED if count == _BLOCK else _PACKED[: count * 8])
-        remaining -= count
+async def stamps(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``count`` elements at ``rate`` per second, each ``time.perf_counter_ns()``
+    (8 bytes, big-endian) at the moment it is handed to the sink.
+
+    The clock is CLOCK_MONOTONIC, shared by every process on the machine, so
+    the consumer can subtract it from its own reading.
+    """
+    rate = request.float_param("rate", 10_000.0, minimum=1.0)
+    count = request.int_param("count", 10_000, minimum=0)
+    start = trio.current_time()
+    for index in range(count):
+        # Elements fall due on a fixed schedule; a late wake-up sends every
+        # element already due, one send each, as a steady producer would.
+        await trio.sleep_until(start + index / rate)
+        await sink.send(time.perf_counter_ns().to_bytes(8, "big"))
 
 
-@app.publisher("blob")
-async def blob(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-    """``count`` elements of ``size`` bytes (split when large)."""
-    remaining = request.int_param("count", 1000, minimum=0)
-    element = bytes(request.int_param("size", 1024, minimum=0, maximum=64 * 1024 * 1024))
-    batch = [element] * max(1, min(4096, (1 << 20) // max(1, len(element))))
-    while remaining:
-        count = min(remaining, len(batch))
-        await sink.send_many(batch[:count])
-        remaining -= count
-
-
-@app.publisher("one")
-async def one(sink: rstreams.Sink) -> None:
-    """A single 8-byte element: the subscribe round-trip benchmark."""
-    sink.send_nowait(b"\x00" * 8) if sink.demand else await sink.send(b"\x00" * 8)
+app = rstreams.Router({path: demo.app.resolve(path) for path in demo.app.paths})  # type: ignore[misc]
+app.add("stamps", stamps, element_size=8)

@@ -64,6 +64,9 @@ sensors.mount(app)
 
 #: Elements per precomputed ``range`` block (512 KiB of packed elements).
 RANGE_BLOCK = 65536
+#: How many ``range`` elements are built ahead while the subscriber has no
+#: demand outstanding (they are sent as demand arrives).
+RANGE_IDLE_RUN = 256
 #: The largest ``blob`` element: what a peer with default limits accepts.
 MAX_BLOB_SIZE = 64 * 1024 * 1024
 #: About how many bytes of ``blob`` elements are handed over per batch, so a
@@ -85,29 +88,32 @@ _MAX_COUNT = 2**64  # range elements are 8-byte unsigned ints
 _RANGE_BLOCK_0 = struct.pack(f">{RANGE_BLOCK}Q", *range(RANGE_BLOCK))
 
 
-def _range_block(index: int) -> bytes:
-    # Block ``index`` holds the elements index * RANGE_BLOCK + j. Since
-    # RANGE_BLOCK is 2**16, the low two bytes of each element are those of
-    # block 0 and the high six bytes are ``index`` in every element: copy
+def _range_elements(start: int, count: int) -> bytes:
+    # Elements start .. start+count-1, within one block of RANGE_BLOCK (a
+    # power of two): their low two bytes are those of block 0 and their high
+    # six bytes are the block's index in every element, so copy the slice of
     # block 0 and write each high byte into every 8th position at once.
-    if index == 0:
-        return _RANGE_BLOCK_0
-    block = bytearray(_RANGE_BLOCK_0)
+    offset = start % RANGE_BLOCK
+    index = start // RANGE_BLOCK
+    if not index:
+        return _RANGE_BLOCK_0[offset * 8 : (offset + count) * 8]
+    block = bytearray(memoryview(_RANGE_BLOCK_0)[offset * 8 : (offset + count) * 8])
     for position, byte in enumerate(index.to_bytes(6, "big")):
         if byte:
-            block[position::8] = bytes((byte,)) * RANGE_BLOCK
+            block[position::8] = bytes((byte,)) * count
     return bytes(block)
 
 
 async def _send_range(sink: rstreams.Sink, count: int) -> None:
-    index = 0
-    while count > 0:
-        block = _range_block(index)
-        if count < RANGE_BLOCK:
-            block = block[: count * 8]
-        await sink.send_packed(block)
-        count -= RANGE_BLOCK
-        index += 1
+    # Build only what the subscriber has asked for (at most a block, and a
+    # small run while it has asked for nothing yet), so that a slow subscriber
+    # pins a few bytes of this task's memory, not a 512 KiB block.
+    sent = 0
+    while sent < count:
+        wanted = sink.demand or RANGE_IDLE_RUN
+        run = min(count - sent, RANGE_BLOCK - sent % RANGE_BLOCK, wanted)
+        await sink.send_packed(_range_elements(sent, run))
+        sent += run
 
 
 @app.publisher("range", element_size=8)

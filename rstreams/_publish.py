@@ -67,6 +67,11 @@ class SubscribeRequest:
     @staticmethod
     def parse_name(name: str) -> tuple[str, dict[str, str]]:
         """Split a publisher name into its path and query parameters."""
+        if ":" not in name and "#" not in name and name.isprintable() and not name.startswith(("//", " ")):
+            # The usual ``path?query``: what urlsplit would return, without
+            # its cost (it runs once per subscribe).
+            path, _, query = name.partition("?")
+            return path, dict(parse_qsl(query, keep_blank_values=True)) if query else {}
         parts = urlsplit(name)
         path = parts.path if not parts.scheme else name.split("?", 1)[0]
         return path, dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -280,6 +285,12 @@ class Sink:
         while view_offset < total:
             await self.wait_demand()
             count = min((total - view_offset) // size, self._room())
+            if not count:
+                # Cancelled (or the session began closing) during the schedule
+                # point at the end of wait_demand: the next wait_demand raises
+                # Cancelled, or waits, instead of queueing on a stream that
+                # is gone.
+                continue
             end = view_offset + count * size
             chunk = packed if (view_offset == 0 and end == total) else packed[view_offset:end]
             self._conn.send_packed(self._subscriber, chunk)

@@ -66,6 +66,9 @@ logger = logging.getLogger("rstreams")
 _TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
 # How long a forced close may spend saying goodbye on its way out.
 _CLOSE_TRANSPORT_TIMEOUT = 1.0
+# How long a failed write waits for the reader to report why the connection
+# was lost, before it reports the write error itself.
+_WRITE_ERROR_GRACE = 1.0
 
 
 class _CloseKind(enum.Enum):
@@ -335,6 +338,10 @@ class Session(trio.abc.AsyncResource):
         write_size = self.config.write_size
         max_queued = self.config.max_queued_bytes
         try:
+            # Once per session: let the transport get ready (a TLS handshake
+            # that fails is then reported by the reader, as a lost connection).
+            await stream.wait_send_all_might_not_block()
+            bulk = False
             while True:
                 while not conn.has_data_to_send:
                     if conn.goodbye_sent:
@@ -345,21 +352,40 @@ class Session(trio.abc.AsyncResource):
                         idle.set()
                     await self._writer_wakeup.wait()
                     self._writer_wakeup = trio.Event()
-                # Choose what to send as late as possible (trio's advice for
-                # protocols that decide late), then send it all at once.
-                await stream.wait_send_all_might_not_block()
+                if bulk:
+                    # The last write was a full one: the socket buffer is
+                    # likely full, so wait until it drains before choosing
+                    # what to send (trio's advice for protocols that decide
+                    # late). After a small write, collect at once: there the
+                    # wait (an epoll registration and a scheduling pass)
+                    # costs more than it could coalesce.
+                    await stream.wait_send_all_might_not_block()
+                # Whatever woke us is collected now, so a wake-up from here on
+                # means new data.
+                self._writer_wakeup = trio.Event()
                 data = conn.data_to_send(write_size)
                 if not data:
                     continue
+                if self._room_waiters:
+                    # What was collected has left the queues: publishers may
+                    # prepare their next batch while this one is being sent.
+                    # (A publication then pins at most max_queued_bytes plus
+                    # its share of one write.)
+                    for handle in list(self._room_waiters):
+                        if conn.queued_bytes(handle.subscriber) < max_queued:
+                            handle.wake()
                 self._writing = True
                 await stream.send_all(data)
                 self._writing = False
                 self._bytes_out += len(data)
-                if self._room_waiters:
-                    for handle in list(self._room_waiters):
-                        if conn.queued_bytes(handle.subscriber) < max_queued:
-                            handle.wake()
+                bulk = len(data) >= write_size
         except _TRANSPORT_ERRORS as exc:
+            # A write fails when the peer is gone, and the reader usually learns
+            # why (EOF without goodbye, a reset, a failed TLS handshake) at the
+            # same moment: let it report the cause, and speak up only if it
+            # stays silent.
+            with trio.move_on_after(_WRITE_ERROR_GRACE):
+                await self._reader_done.wait()
             self._request_close(_CloseKind.LOST, f"connection lost while writing: {_describe(exc)}", exc)
         finally:
             self._writing = False

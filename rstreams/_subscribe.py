@@ -250,17 +250,19 @@ class Subscription:
         return element
 
     def _take_all(self, limit: int) -> Sequence[bytes]:
-        # Everything buffered (up to limit), as one sequence without copying
-        # a whole chunk when the take is exactly one chunk.
-        taken: list[bytes] | None = None
-        result: Sequence[bytes] | None = None
+        # Everything buffered (up to limit), as one sequence. A take of
+        # exactly one chunk hands the chunk over as it is; several chunks are
+        # joined at C speed: lists into one list, and on a fixed-size stream
+        # into one packed buffer, so a packed run never turns into one bytes
+        # object per element.
+        parts: list[Sequence[bytes]] = []
         remaining = min(limit, self._buffered)
         while remaining:
             chunk = self._chunks[0]
             head = self._head
             available = len(chunk) - head
             count = min(available, remaining)
-            part: Sequence[bytes] = chunk if head == 0 and count == len(chunk) else chunk[head : head + count]
+            parts.append(chunk if head == 0 and count == len(chunk) else chunk[head : head + count])
             if count == available:
                 self._chunks.popleft()
                 self._head = 0
@@ -268,14 +270,21 @@ class Subscription:
                 self._head = head + count
             remaining -= count
             self._buffered -= count
-            if result is None:
-                result = part
-            else:
-                if taken is None:
-                    taken = list(result)
-                    result = taken
-                taken.extend(part)
-        return result if result is not None else []
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return []
+        size = self._element_size
+        if size:
+            packed = b"".join(
+                part.packed if isinstance(part, ElementBatch) and part.packed is not None else b"".join(part)
+                for part in parts
+            )
+            return ElementBatch(packed=packed, element_size=size)
+        merged: list[bytes] = []
+        for part in parts:
+            merged.extend(part)
+        return merged
 
     def batches(self, max_elements: int = 2**31) -> _BatchIterator:
         """Iterate over everything buffered at once, for high-rate consumers.

@@ -25,7 +25,8 @@ the ``*_header`` helpers here, a few byte-string appends per element.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgpack
 
@@ -86,40 +87,35 @@ def bin_header(length: int) -> bytes:
     return b"\xc6" + length.to_bytes(4, "big")
 
 
+# Each message class's code and fields, in wire order: encode() looks the
+# message's exact type up here instead of walking an isinstance chain (it runs
+# for every control message: a few per subscribe).
+_FIELDS: dict[type, tuple[int, Callable[[Any], tuple[object, ...]]]] = {
+    OnNext: (MessageType.ON_NEXT, lambda m: (m.subscriber, m.element)),
+    Request: (MessageType.REQUEST, lambda m: (m.subscriber, m.demand)),
+    Hello: (MessageType.HELLO, lambda m: (m.version, list(m.extensions))),
+    Subscribe: (MessageType.SUBSCRIBE, lambda m: (m.publisher, m.subscriber, m.initial_demand)),
+    Cancel: (MessageType.CANCEL, lambda m: (m.subscriber,)),
+    Subscribed: (MessageType.SUBSCRIBED, lambda m: (m.subscriber, m.element_size)),
+    OnComplete: (MessageType.ON_COMPLETE, lambda m: (m.subscriber,)),
+    OnError: (MessageType.ON_ERROR, lambda m: (m.subscriber, m.error)),
+    OnNextPacked: (MessageType.ON_NEXT_PACKED, lambda m: (m.subscriber, m.count, m.messages)),
+    OnNextPart: (MessageType.ON_NEXT_PART, lambda m: (m.subscriber, m.element, m.data)),
+    OnNextLastPart: (MessageType.ON_NEXT_LAST_PART, lambda m: (m.subscriber, m.element, m.data)),
+    Goodbye: (MessageType.GOODBYE, lambda m: (m.reason,)),
+}
+
+
 def encode(message: Message) -> bytes:
     """Encode one message as its msgpack array.
 
     Every field is written, defaults included (the golden vectors do so).
     """
-    code: int
-    fields: tuple[object, ...]
-    if isinstance(message, OnNext):
-        code, fields = MessageType.ON_NEXT, (message.subscriber, message.element)
-    elif isinstance(message, Request):
-        code, fields = MessageType.REQUEST, (message.subscriber, message.demand)
-    elif isinstance(message, Hello):
-        code, fields = MessageType.HELLO, (message.version, list(message.extensions))
-    elif isinstance(message, Subscribe):
-        code, fields = MessageType.SUBSCRIBE, (message.publisher, message.subscriber, message.initial_demand)
-    elif isinstance(message, Cancel):
-        code, fields = MessageType.CANCEL, (message.subscriber,)
-    elif isinstance(message, Subscribed):
-        code, fields = MessageType.SUBSCRIBED, (message.subscriber, message.element_size)
-    elif isinstance(message, OnComplete):
-        code, fields = MessageType.ON_COMPLETE, (message.subscriber,)
-    elif isinstance(message, OnError):
-        code, fields = MessageType.ON_ERROR, (message.subscriber, message.error)
-    elif isinstance(message, OnNextPacked):
-        code, fields = MessageType.ON_NEXT_PACKED, (message.subscriber, message.count, message.messages)
-    elif isinstance(message, OnNextPart):
-        code, fields = MessageType.ON_NEXT_PART, (message.subscriber, message.element, message.data)
-    elif isinstance(message, OnNextLastPart):
-        code, fields = MessageType.ON_NEXT_LAST_PART, (message.subscriber, message.element, message.data)
-    elif isinstance(message, Goodbye):
-        code, fields = MessageType.GOODBYE, (message.reason,)
-    else:
+    entry = _FIELDS.get(type(message))
+    if entry is None:
         raise LocalProtocolError(f"not a protocol message: {message!r}")
-    encoded: bytes = _packer.pack((int(code), *fields))
+    code, fields = entry
+    encoded: bytes = _packer.pack((int(code), *fields(message)))
     return encoded
 
 

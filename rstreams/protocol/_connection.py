@@ -157,7 +157,8 @@ class Connection:
             raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
 
     def _check_can_send(self) -> None:
-        if self._state not in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+        state = self._state
+        if state is not ConnectionState.OPEN and state is not ConnectionState.HANDSHAKING:
             raise LocalProtocolError(f"cannot send in state {self._state.name}")
 
     # ---- receiving -----------------------------------------------------

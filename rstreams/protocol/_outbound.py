@@ -42,6 +42,10 @@ from ._state import PublicationState
 __all__ = ["Publication", "Outbound"]
 
 _MAX_CACHED_HEADERS = 64
+# Runs of elements up to this size are written with one join (which copies
+# each element twice, once into the joined bytes and once into the output):
+# cheaper than two appends per element while the copies are small.
+_JOINED_ELEMENT_SIZE = 1024
 
 
 class Publication:
@@ -200,7 +204,8 @@ class Outbound:
                     out += pub.on_next_header(size)
                     out += element
                 else:
-                    data = chunk[head * size : (head + count) * size]
+                    # A view, not a slice: the bytes are copied once, into out.
+                    data = memoryview(chunk)[head * size : (head + count) * size]
                     out += pub.packed_header(count, len(data))
                     out += data
                 taken, nbytes = count, count * size
@@ -212,7 +217,24 @@ class Outbound:
                 nbytes = 0
                 start = head
                 headers = pub._on_next_headers
-                while head < end:
+                joined = False
+                length = len(chunk[head])
+                if length <= _JOINED_ELEMENT_SIZE:
+                    # Small elements, most often all of one size: as many as
+                    # the loop below would take, written by one C-speed join
+                    # (header + e1 + header + e2 ...) instead of two appends
+                    # each; a run of mixed sizes falls through to the loop.
+                    header = pub.on_next_header(length)
+                    step = len(header) + length
+                    count = min(end - head, max(1, -(-(limit - len(out)) // step)))
+                    run = chunk[head : head + count]
+                    if count == 1 or max(map(len, run)) == min(map(len, run)) == length:
+                        out += header
+                        out += header.join(run)
+                        head += count
+                        nbytes = count * length
+                        joined = True
+                while not joined and head < end:
                     element = chunk[head]
                     length = len(element)
                     if length > threshold:
@@ -223,10 +245,8 @@ class Outbound:
                             head += 1
                             nbytes += length
                         break
-                    header = headers.get(length)
-                    if header is None:
-                        header = pub.on_next_header(length)
-                    out += header
+                    cached = headers.get(length)
+                    out += cached if cached is not None else pub.on_next_header(length)
                     out += element
                     nbytes += length
                     head += 1

@@ -48,7 +48,14 @@ __all__ = [
 ]
 
 
-class ConnectionState(enum.Enum):
+class _State(enum.Enum):
+    # Members are singletons compared by identity, so hashing by identity is
+    # consistent, and it keeps Enum's Python-level __hash__ (hash of the
+    # name) off the path of every transition-table lookup.
+    __hash__ = object.__hash__
+
+
+class ConnectionState(_State):
     HANDSHAKING = "handshaking"  # the peer's hello has not arrived yet
     OPEN = "open"
     GOODBYE_SENT = "goodbye sent"  # waiting for the peer's goodbye
@@ -57,7 +64,7 @@ class ConnectionState(enum.Enum):
     ERROR = "error"  # a protocol error; only our goodbye goes out
 
 
-class ConnectionEvent(enum.Enum):
+class ConnectionEvent(_State):
     RECEIVE_HELLO = "receive hello"
     RECEIVE_GOODBYE = "receive goodbye"
     SEND_GOODBYE = "send goodbye"
@@ -78,14 +85,14 @@ CONNECTION_TRANSITIONS: dict[tuple[ConnectionState, ConnectionEvent], Connection
 }
 
 
-class SubscriptionState(enum.Enum):
+class SubscriptionState(_State):
     SUBSCRIBING = "subscribing"  # subscribe sent, no answer yet
     ACTIVE = "active"  # subscribed received
     CANCELLED = "cancelled"  # we sent cancel; late messages are dropped
     DONE = "done"
 
 
-class SubscriptionEvent(enum.Enum):
+class SubscriptionEvent(_State):
     RECEIVE_SUBSCRIBED = "receive subscribed"
     RECEIVE_ELEMENT = "receive element"
     RECEIVE_COMPLETE = "receive onComplete"
@@ -111,14 +118,14 @@ SUBSCRIPTION_TRANSITIONS: dict[tuple[SubscriptionState, SubscriptionEvent], Subs
 }
 
 
-class PublicationState(enum.Enum):
+class PublicationState(_State):
     REQUESTED = "requested"  # subscribe received; the application decides
     ACTIVE = "active"  # subscribed sent; elements may be queued
     TERMINATING = "terminating"  # onComplete/onError queued behind elements
     DONE = "done"
 
 
-class PublicationEvent(enum.Enum):
+class PublicationEvent(_State):
     SEND_SUBSCRIBED = "send subscribed"
     SEND_ELEMENTS = "send elements"
     SEND_COMPLETE = "send onComplete"

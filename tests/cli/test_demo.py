@@ -70,14 +70,17 @@ async def test_range_counts_ten_by_default(demo_url: str) -> None:
     assert [u64(element) for element in received] == list(range(10))
 
 
-def test_range_blocks_beyond_the_first_are_built_by_arithmetic() -> None:
+def test_range_elements_beyond_the_first_block_are_built_by_arithmetic() -> None:
     for index in (1, 2, 255, 256, 65537, 2**40 + 3, 2**48 - 1):
-        block = demo._range_block(index)
         start = index * demo.RANGE_BLOCK
+        block = demo._range_elements(start, demo.RANGE_BLOCK)
         assert len(block) == demo.RANGE_BLOCK * 8
         for j in (0, 1, 255, 256, 40000, demo.RANGE_BLOCK - 1):
             assert block[j * 8 : j * 8 + 8] == (start + j).to_bytes(8, "big")
-    assert demo._range_block(5) == struct.pack(f">{demo.RANGE_BLOCK}Q", *range(5 * 65536, 6 * 65536))
+    assert demo._range_elements(5 * 65536, 65536) == struct.pack(f">{demo.RANGE_BLOCK}Q", *range(5 * 65536, 6 * 65536))
+    # Runs shorter than a block, starting anywhere inside one.
+    for start, count in ((0, 1), (7, 16), (65530, 6), (3 * 65536 + 100, 1000), (2**40 + 9, 256)):
+        assert demo._range_elements(start, count) == struct.pack(f">{count}Q", *range(start, start + count))
 
 
 @pytest.mark.parametrize("name", ["range?count=-1", "range?count=ten"])

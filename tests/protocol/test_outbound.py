@@ -185,3 +185,27 @@ def test_packed_messages_fit_the_peers_max_message_size(small_pair: ConnectionPa
     pair.server.send_elements(subscriber, [b"a" * 3000, b"b" * 3000])
     # ...and must then receive its elements without a protocol error.
     assert elements_of(pair.send(pair.server), subscriber) == [b"a" * 3000, b"b" * 3000]
+
+
+@pytest.mark.parametrize("max_bytes", [1, 7, 40, 100, 1000, 100_000])
+def test_runs_of_small_elements_keep_order_sizes_and_write_bounds(small_pair: ConnectionPair, max_bytes: int) -> None:
+    # Runs of one size go out through one join, runs of mixed sizes (empty
+    # elements included) element by element: either way every element
+    # arrives in order, and a write passes max_bytes by at most one message.
+    pair = small_pair
+    subscriber = pair.open_stream(pair.client, initial_demand=10_000)
+    uniform = [bytes([i % 256]) * 10 for i in range(300)]
+    mixed = [bytes([i % 256]) * (i % 7) for i in range(300)]
+    large = [b"y" * 900, b"z" * 5]
+    pair.server.send_elements(subscriber, uniform)
+    pair.server.send_elements(subscriber, mixed)
+    pair.server.send_elements(subscriber, large)
+    largest = max(len(encode(OnNext(subscriber=subscriber, element=e))) for e in uniform + mixed + large)
+    received: list[bytes] = []
+    while pair.server.has_data_to_send:
+        data = bytes(pair.server.data_to_send(max_bytes))
+        assert len(data) < max(max_bytes, 1) + largest
+        for message in decode(data, SMALL_LIMITS):
+            assert isinstance(message, OnNext)
+            received.append(message.element)
+    assert received == uniform + mixed + large

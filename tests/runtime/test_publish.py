@@ -614,3 +614,45 @@ async def test_a_session_without_app_knows_no_publisher(connect) -> None:
             with pytest.raises(rstreams.UnknownPublisher, match="no such publisher: range"):
                 async with server.subscribe("range"):
                     pass  # pragma: no cover
+
+
+async def test_send_packed_cancelled_during_its_schedule_point_queues_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cancel that lands while the publisher sits in the (shielded) schedule
+    # point at the end of wait_demand: the stream may already be forgotten,
+    # so send_packed must not queue on it (an empty run included) but go
+    # round and raise Cancelled.
+    outcome: list[str] = []
+    queued: list[int] = []
+    room_calls = 0
+    real_room = rstreams.Sink._room
+    real_send_packed = rstreams.protocol.Connection.send_packed
+
+    def room(sink: rstreams.Sink) -> int:
+        nonlocal room_calls
+        room_calls += 1
+        if room_calls == 2:  # right after wait_demand returned
+            sink._handle.stop()
+        return real_room(sink)
+
+    def send_packed(conn: rstreams.protocol.Connection, subscriber: int, packed: bytes) -> None:
+        queued.append(len(packed))
+        real_send_packed(conn, subscriber, packed)
+
+    monkeypatch.setattr(rstreams.Sink, "_room", room)
+    monkeypatch.setattr(rstreams.protocol.Connection, "send_packed", send_packed)
+
+    async def packed(sink: rstreams.Sink) -> None:
+        try:
+            await sink.send_packed(b"\x00" * 64)
+        except trio.Cancelled:
+            outcome.append("cancelled")
+            raise
+
+    app = rstreams.Router()
+    app.add("packed", packed, element_size=4)
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, _):
+            async with client.subscribe("packed", prefetch=4):
+                await trio.testing.wait_all_tasks_blocked()
+    assert outcome == ["cancelled"]
+    assert queued == []

@@ -1,0 +1,278 @@
+"""A benchmark client process: ``python bench/_worker.py rstreams|raw|rsocket``.
+
+It reads one JSON command per line on stdin, runs it against the server it
+names, and writes one JSON result per line on stdout, so the runner keeps one
+warm client process per system for the whole run and every measurement
+opens its own connection. Nothing is timed here but the work itself:
+connection setup is outside the clock for the stream and round-trip cases.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+URL = "tcp://127.0.0.1:{port}"
+WS_URL = "ws://127.0.0.1:{port}/"
+
+
+# ---- rstreams -----------------------------------------------------------------
+
+
+async def rstreams_stream(
+    port: int, name: str, prefetch: int, mode: str = "batches", scheme: str = "tcp"
+) -> dict[str, Any]:
+    import rstreams
+
+    elements = nbytes = 0
+    async with rstreams.open_session((WS_URL if scheme == "ws" else URL).format(port=port)) as session:
+        start = time.perf_counter()
+        async with session.subscribe(name, prefetch=prefetch) as subscription:
+            if mode == "batches":
+                async for batch in subscription.batches():
+                    elements += len(batch)
+                    packed = getattr(batch, "packed", None)
+                    nbytes += len(packed) if packed is not None else sum(map(len, batch))
+            else:
+                async for element in subscription:
+                    elements += 1
+                    nbytes += len(element)
+        elapsed = time.perf_counter() - start
+    return {"elements": elements, "bytes": nbytes, "seconds": elapsed}
+
+
+async def rstreams_round_trips(port: int, total: int, concurrency: int) -> dict[str, Any]:
+    import trio
+
+    import rstreams
+
+    async with rstreams.open_session(URL.format(port=port)) as session:
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                async with session.subscribe("range?count=1", prefetch=1) as subscription:
+                    async for _element in subscription:
+                        pass
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for index in range(concurrency):
+                nursery.start_soon(worker, total // concurrency + (1 if index < total % concurrency else 0))
+        elapsed = time.perf_counter() - start
+    return {"elements": total, "bytes": 0, "seconds": elapsed}
+
+
+async def rstreams_latency(port: int, rate: float, count: int) -> dict[str, Any]:
+    import rstreams
+
+    latencies: list[float] = []
+    async with rstreams.open_session(URL.format(port=port)) as session:
+        async with session.subscribe(f"stamps?rate={rate}&count={count}", prefetch=256) as subscription:
+            async for element in subscription:
+                latencies.append((time.perf_counter_ns() - int.from_bytes(element, "big")) / 1000.0)
+    return {"latencies_us": latencies}
+
+
+async def rstreams_idle_memory(port: int, n: int) -> dict[str, Any]:
+    import tracemalloc
+
+    import rstreams
+
+    async with rstreams.open_session(URL.format(port=port)) as session:
+        # prefetch=0: subscribed, no demand, so the publisher sits waiting.
+        warm = [session.subscribe("range?count=1", prefetch=0) for _ in range(10)]
+        for subscription in warm:
+            await subscription.__aenter__()
+        subscriptions = []
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(n):
+            subscription = session.subscribe("range?count=1", prefetch=0)
+            await subscription.__aenter__()
+            subscriptions.append(subscription)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        for subscription in subscriptions + warm:
+            await subscription.__aexit__(None, None, None)
+    return {"bytes_per_subscription": (after - before - 8 * n) / n, "n": n}
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+async def rstreams_slow_subscribers(port: int, server_pid: int, n: int, connections: int, seconds: float) -> dict[str, Any]:
+    import trio
+
+    import rstreams
+
+    received = 0
+    samples: list[tuple[float, int]] = []
+
+    async def slow(session: rstreams.Session) -> None:
+        nonlocal received
+        async with session.subscribe("range?count=1000000000000", prefetch=16) as subscription:
+            async for batch in subscription.batches():
+                received += len(batch)
+                await trio.sleep(0.01)
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as outer:
+        sessions = []
+        for _ in range(connections):
+            sessions.append(await outer.start(_session_task, port))
+        async with trio.open_nursery() as nursery:
+            for index in range(n):
+                nursery.start_soon(slow, sessions[index % connections])
+            while time.perf_counter() - start < seconds:
+                samples.append((time.perf_counter() - start, _rss(server_pid)))
+                await trio.sleep(0.25)
+            nursery.cancel_scope.cancel()
+        outer.cancel_scope.cancel()
+    return {"samples": samples, "received": received, "seconds": time.perf_counter() - start}
+
+
+async def _session_task(port: int, task_status: Any) -> None:
+    import trio
+
+    import rstreams
+
+    async with rstreams.open_session(URL.format(port=port)) as session:
+        task_status.started(session)
+        await trio.sleep_forever()
+
+
+async def rstreams_many_streams(port: int, n: int) -> dict[str, Any]:
+    """n streams open at once on one connection, each reading 100 elements."""
+    import trio
+
+    import rstreams
+
+    opened = 0
+    everyone_open = trio.Event()
+    elements = 0
+
+    async def one(session: rstreams.Session) -> None:
+        nonlocal opened, elements
+        async with session.subscribe("range?count=100", prefetch=128) as subscription:
+            opened += 1
+            if opened == n:
+                everyone_open.set()
+            await everyone_open.wait()
+            async for batch in subscription.batches():
+                elements += len(batch)
+
+    async with rstreams.open_session(URL.format(port=port)) as session:
+        start = time.perf_counter()
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for _ in range(n):
+                    nursery.start_soon(one, session)
+        elapsed = time.perf_counter() - start
+    return {"opened": opened, "elements": elements, "seconds": elapsed}
+
+
+async def rstreams_many_connections(port: int, n: int) -> dict[str, Any]:
+    """n sessions open at once to one server, each reading 100 elements."""
+    import trio
+
+    import rstreams
+
+    opened = 0
+    everyone_open = trio.Event()
+    elements = 0
+
+    async def one() -> None:
+        nonlocal opened, elements
+        async with rstreams.open_session(URL.format(port=port)) as session:
+            async with session.subscribe("range?count=100", prefetch=128) as subscription:
+                opened += 1
+                if opened == n:
+                    everyone_open.set()
+                await everyone_open.wait()
+                async for batch in subscription.batches():
+                    elements += len(batch)
+
+    start = time.perf_counter()
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(one)
+    return {"opened": opened, "elements": elements, "seconds": time.perf_counter() - start}
+
+
+def run_rstreams(command: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    case = command.pop("case")
+    function = {
+        "stream": rstreams_stream,
+        "round_trips": rstreams_round_trips,
+        "latency": rstreams_latency,
+        "idle_memory": rstreams_idle_memory,
+        "slow_subscribers": rstreams_slow_subscribers,
+        "many_streams": rstreams_many_streams,
+        "many_connections": rstreams_many_connections,
+    }[case]
+    return trio.run(lambda: function(**command))  # type: ignore[no-any-return]
+
+
+# ---- raw and rsocket ------------------------------------------------------------
+
+
+def run_raw(command: dict[str, Any]) -> dict[str, Any]:
+    import _raw
+
+    assert command.pop("case") == "stream"
+    return _raw.consume("127.0.0.1", command["port"], command["name"])
+
+
+def run_tws(command: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    import _ws
+
+    assert command.pop("case") == "stream"
+    return trio.run(_ws.consume, WS_URL.format(port=command["port"]), command["name"])  # type: ignore[no-any-return]
+
+
+def run_rsocket(command: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    import _rsocket
+
+    case = command.pop("case")
+    if case == "stream":
+        command.pop("mode", None)
+        return asyncio.run(_rsocket.stream(command["port"], command["name"], command["prefetch"]))
+    if case == "round_trips":
+        return asyncio.run(_rsocket.round_trips(**command))
+    raise ValueError(f"rsocket has no case {case}")
+
+
+def main() -> None:
+    run = {"rstreams": run_rstreams, "raw": run_raw, "rsocket": run_rsocket, "tws": run_tws}[sys.argv[1]]
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            result = run(command)
+        except Exception as exc:  # reported to the runner, which records the failure
+            result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
