@@ -240,6 +240,8 @@ def test_lost_connection_is_session_broken(browser_context: Any, tmp_path: Path)
 
 
 def test_demo_page_live_and_screenshot(page: Any, tmp_path: Path) -> None:
+    # The shared look (theme.css) loaded: the palette's background, not the browser's white.
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(15, 19, 32)"
     # The ticker plots as it arrives.
     page.wait_for_function("window.rstreamsDemo.ticker.stats().elements >= 20")
     # The explorer: subscribe by typing names, as a person would.

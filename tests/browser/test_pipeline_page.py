@@ -156,6 +156,8 @@ def test_pipeline_page_shows_windows_and_stages(browser_context: Any, pipeline_s
     try:
         page.goto(services.ws_url)
         page.wait_for_function("window.rstreamsPipeline && window.rstreamsPipeline.ready === true")
+        # The shared look (theme.css) loaded.
+        assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(15, 19, 32)"
         # The history, and at least three stats messages (rates need two).
         page.wait_for_function("window.rstreamsPipeline.windows === 120 && window.rstreamsPipeline.statsMessages >= 3")
 
