@@ -9,15 +9,12 @@ there: the packages are registered bare.)
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import bridges.emp
-from tests.protocol.test_no_io_imports import forbidden_imports
+from tests.protocol.test_no_io_imports import forbidden_imports, run_with_io_blocked
 
 EMP_DIR = Path(bridges.emp.__file__).parent
 SANS_IO = ["_codec.py", "_events.py", "_connection.py", "_state.py", "_errors.py"]
@@ -32,29 +29,7 @@ def test_the_check_would_notice() -> None:
     assert forbidden_imports("import trio\nimport socket\nimport logging") == ["trio", "socket", "logging"]
 
 
-ISOLATED_SCRIPT = textwrap.dedent(
-    """
-    import importlib.abc
-    import sys
-    import types
-
-    BLOCKED = {"trio", "socket", "_socket", "asyncio", "selectors", "logging"}
-    assert not BLOCKED & set(sys.modules), sorted(BLOCKED & set(sys.modules))
-
-
-    class BlockIO(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.partition(".")[0] in BLOCKED:
-                raise ImportError(f"{name} is blocked: the EMP machine must not do I/O")
-            return None
-
-
-    sys.meta_path.insert(0, BlockIO())
-    for name, directory in (("rstreams", RSTREAMS_DIR), ("bridges", BRIDGES_DIR), ("bridges.emp", EMP_DIR)):
-        package = types.ModuleType(name)
-        package.__path__ = [directory]
-        sys.modules[name] = package
-
+EMP_BODY = """
     from bridges.emp._connection import Connection
     from bridges.emp._events import CompressionScheme, Data, Error
 
@@ -81,18 +56,15 @@ ISOLATED_SCRIPT = textwrap.dedent(
     assert "bridges.emp._trio" not in sys.modules and "rstreams._version" not in sys.modules
     assert not BLOCKED & set(sys.modules), sorted(BLOCKED & set(sys.modules))
     print("sans-I/O ok")
-    """
-)
+"""
 
 
 def test_emp_machine_runs_where_io_modules_cannot_be_imported() -> None:
     import rstreams.protocol
 
-    script = (
-        ISOLATED_SCRIPT.replace("RSTREAMS_DIR", repr(str(Path(rstreams.protocol.__file__).parent.parent)))
-        .replace("BRIDGES_DIR", repr(str(EMP_DIR.parent)))
-        .replace("EMP_DIR", repr(str(EMP_DIR)))
-    )
-    result = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "sans-I/O ok"
+    packages = [
+        ("rstreams", Path(rstreams.protocol.__file__).parent.parent),
+        ("bridges", EMP_DIR.parent),
+        ("bridges.emp", EMP_DIR),
+    ]
+    assert run_with_io_blocked(packages, EMP_BODY).strip() == "sans-I/O ok"

@@ -61,10 +61,11 @@ def test_protocol_modules_import_no_io_modules() -> None:
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
-# Runs in a fresh interpreter (-I: no cwd, no PYTHONPATH). ``rstreams`` is
-# registered as a bare package so that rstreams/__init__.py, which is allowed
-# to pull in trio, never runs; only rstreams.protocol is imported.
-ISOLATED_SCRIPT = textwrap.dedent(
+# A fresh interpreter (-I: no cwd, no PYTHONPATH) where importing any I/O
+# module fails. Packages are registered bare, so that an __init__.py that is
+# allowed to pull in trio (rstreams/__init__.py, bridges/emp/__init__.py)
+# never runs; only the sans-I/O modules the body imports are loaded.
+IO_BLOCKED_PROLOGUE = textwrap.dedent(
     """
     import importlib.abc
     import sys
@@ -77,15 +78,33 @@ ISOLATED_SCRIPT = textwrap.dedent(
     class BlockIO(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name.partition(".")[0] in BLOCKED:
-                raise ImportError(f"{name} is blocked: the protocol core must not do I/O")
+                raise ImportError(f"{name} is blocked: sans-I/O code must not do I/O")
             return None
 
 
     sys.meta_path.insert(0, BlockIO())
-    package = types.ModuleType("rstreams")
-    package.__path__ = [RSTREAMS_DIR]
-    sys.modules["rstreams"] = package
+    for name, directory in PACKAGES:
+        package = types.ModuleType(name)
+        package.__path__ = [directory]
+        sys.modules[name] = package
+    """
+)
 
+
+def run_with_io_blocked(packages: list[tuple[str, Path]], body: str) -> str:
+    """Run ``body`` after the prologue above, with ``packages`` registered bare; its stdout.
+
+    The body must end by checking that no blocked module was loaded after all.
+    """
+    prologue = IO_BLOCKED_PROLOGUE.replace("PACKAGES", repr([(name, str(directory)) for name, directory in packages]))
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", prologue + textwrap.dedent(body)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+CORE_BODY = """
     from rstreams.protocol import Connection, Elements, OnComplete
 
     client, server = Connection(), Connection()
@@ -108,12 +127,13 @@ ISOLATED_SCRIPT = textwrap.dedent(
     assert "rstreams._version" not in sys.modules  # the real package __init__ never ran
     assert not BLOCKED & set(sys.modules), sorted(BLOCKED & set(sys.modules))
     print("sans-I/O ok")
-    """
-)
+"""
 
 
 def test_protocol_core_runs_where_io_modules_cannot_be_imported() -> None:
-    script = ISOLATED_SCRIPT.replace("RSTREAMS_DIR", repr(str(RSTREAMS_DIR)))
-    result = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "sans-I/O ok"
+    assert run_with_io_blocked([("rstreams", RSTREAMS_DIR)], CORE_BODY).strip() == "sans-I/O ok"
+
+
+def test_the_blocker_would_notice() -> None:
+    with pytest.raises(AssertionError, match="trio is blocked"):
+        run_with_io_blocked([], "import trio\n")
