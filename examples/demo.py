@@ -41,6 +41,7 @@ from __future__ import annotations
 import random
 import struct
 import time
+from collections.abc import Awaitable
 
 import trio
 
@@ -117,10 +118,18 @@ async def _send_range(sink: rstreams.Sink, count: int) -> None:
 
 
 @app.publisher("range", element_size=8)
-async def range_(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-    """``count`` elements, element i being i as 8-byte big-endian unsigned."""
+def range_(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Awaitable[None] | None:
+    """``count`` elements, element i being i as 8-byte big-endian unsigned.
+
+    A plain ``def``: when the subscribe already asks for every element (a
+    short range), they go out at once with subscribed and onComplete, with
+    no task; otherwise the stream continues as the ``_send_range`` task.
+    """
     count = request.int_param("count", 10, minimum=0, maximum=_MAX_COUNT)
-    await _send_range(sink, count)
+    if count <= min(sink.demand, RANGE_IDLE_RUN):
+        sink.send_packed_nowait(_range_elements(0, count))
+        return None
+    return _send_range(sink, count)
 
 
 # 256 repeats of bytes 0..255 plus one: every element of up to 1 MiB is a

@@ -14,6 +14,27 @@ session's nursery and wrapped in its own cancel scope:
 The per-element ``send`` checkpoints every time (about 4 µs, so about 250,000
 elements/s at best); fast publishers use ``send_many`` / ``send_packed``,
 which queue everything demand allows and checkpoint once per batch.
+
+Publishers that answer at once
+------------------------------
+The session *calls* the publisher as soon as the subscribe arrives, inside
+its reader, and runs what the call returns as the publication's task. An
+``async def`` returns its coroutine without running any of it, so the rule
+above holds for it unchanged. A plain ``def`` runs right there instead, and
+may queue with the non-blocking methods (``send_nowait``,
+``send_packed_nowait``, which both respect demand); then:
+
+* returning ``None`` completes the stream at once;
+* raising ``Exception`` sends onError, as for an ``async def``;
+* returning an awaitable (``return more(sink, n)``, for an ``async def
+  more``) continues the stream as a task, exactly as if that coroutine had
+  been the publisher.
+
+Answering at once costs no task, no cancel scope and no scheduling: the
+subscribed answer, the elements and onComplete leave in the same write as
+the reader's pass that saw the subscribe (about half the server's CPU of a
+subscribe round trip). It runs on the reader, so it must not block or take
+long: anything that waits belongs in the awaitable it returns.
 """
 
 from __future__ import annotations
@@ -265,6 +286,28 @@ class Sink:
             sent = await self.send_some(pending)
             pending = pending[sent:]
 
+    def send_packed_nowait(self, packed: bytes) -> None:
+        """Queue fixed-size elements packed back to back, all of them, now.
+
+        Raises:
+            trio.WouldBlock: demand (or the queue's byte bound) allows fewer
+                than all of them; nothing was queued.
+            ValueError: as for :meth:`send_packed`.
+        """
+        size = self._element_size
+        if not size or len(packed) % size:
+            raise ValueError(f"send_packed needs a multiple of element_size ({size}) bytes")
+        count = len(packed) // size
+        if not count:
+            return
+        if self._room() < count:
+            if self._handle.closed:
+                return  # cancelled: the stream is gone; drop, as send_nowait does
+            raise trio.WouldBlock
+        self._conn.send_packed(self._subscriber, packed)
+        self._sent += count
+        self._session._wake_writer()
+
     async def send_packed(self, packed: bytes) -> None:
         """Send fixed-size elements packed back to back in one bytes object.
 
@@ -308,7 +351,7 @@ class Sink:
         )
 
 
-PublisherFunction = Callable[..., Awaitable[None]]
+PublisherFunction = Callable[..., Union[Awaitable[None], None]]
 Publisher = PublisherFunction
 
 
@@ -317,7 +360,8 @@ class Route:
     """A publisher and how it is served.
 
     Attributes:
-        publisher: ``async def fn(sink, request)`` or ``async def fn(sink)``.
+        publisher: ``async def fn(sink, request)`` or ``async def fn(sink)``;
+            or a plain ``def`` that answers at once (see the module docs).
         element_size: fixed element size announced in subscribed (0: variable).
         codec: how values are encoded ("raw", "msgpack", "json", or a Codec).
     """
@@ -332,11 +376,13 @@ class Route:
     def __post_init__(self) -> None:
         object.__setattr__(self, "takes_request", _takes_request(self.publisher))
 
-    async def run(self, sink: Sink, request: SubscribeRequest) -> None:
+    def start(self, sink: Sink, request: SubscribeRequest) -> Awaitable[None] | None:
+        """Call the publisher: what it returns, if anything, is what runs as
+        the publication's task (an ``async def`` publisher returns its
+        coroutine without running any of it)."""
         if self.takes_request:
-            await self.publisher(sink, request)
-        else:
-            await self.publisher(sink)
+            return self.publisher(sink, request)
+        return self.publisher(sink)
 
 
 def _takes_request(function: Callable[..., Any]) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -515,15 +515,39 @@ class Session(trio.abc.AsyncResource):
         conn.accept(subscriber, route.element_size)
         request = SubscribeRequest(name=name, path=path, params=params, session=self, subscriber=subscriber)
         sink = Sink(handle, resolve_codec(route.codec))
+        try:
+            work = route.start(sink, request)
+        except Exception as exc:
+            # A plain ``def`` publisher failed while answering at once.
+            logger.warning("publisher %r failed; sending onError", name, exc_info=True)
+            self._end_inline_publication(handle, str(exc) or type(exc).__name__)
+            return
+        if work is None:
+            # A plain ``def`` publisher answered at once: no task at all.
+            self._end_inline_publication(handle, None)
+            return
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_publication, handle, route, sink, request, name=f"publisher {name}")
+        self._nursery.start_soon(self._run_publication, handle, work, request, name=f"publisher {name}")
 
-    async def _run_publication(self, handle: _PublicationHandle, route: Route, sink: Sink, request: SubscribeRequest) -> None:
+    def _end_inline_publication(self, handle: _PublicationHandle, error: str | None) -> None:
+        conn = self._conn
+        subscriber = handle.subscriber
+        if self._publications.get(subscriber) is handle:
+            del self._publications[subscriber]
+            if conn.is_publishing(subscriber):
+                if error is None:
+                    conn.complete(subscriber)
+                else:
+                    conn.fail(subscriber, error)
+        handle.closed = True
+        self._wake_writer()
+
+    async def _run_publication(self, handle: _PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
         conn = self._conn
         subscriber = handle.subscriber
         with handle.scope:
             try:
-                await route.run(sink, request)
+                await work
             except Exception as exc:
                 logger.warning("publisher %r failed; sending onError", request.name, exc_info=True)
                 if conn.is_publishing(subscriber) and self._publications.get(subscriber) is handle:

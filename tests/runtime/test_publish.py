@@ -7,6 +7,8 @@ should be waiting for demand has had every chance to run ahead.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import pytest
 import trio
 import trio.testing
@@ -14,7 +16,7 @@ import trio.testing
 import rstreams
 import rstreams.testing
 
-from rstreams.protocol import OnComplete, OnError
+from rstreams.protocol import MessageDecoder, OnComplete, OnError, OnNext, Subscribed
 
 from ._support import UNBOUNDED, Probe, collect, fetch_range, from_u32, standard_app, tapped_pair, u32
 
@@ -656,3 +658,169 @@ async def test_send_packed_cancelled_during_its_schedule_point_queues_nothing(mo
                 await trio.testing.wait_all_tasks_blocked()
     assert outcome == ["cancelled"]
     assert queued == []
+
+
+# ---- publishers that answer at once (a plain def) ---------------------------
+
+
+class WriteCounter(trio.abc.Stream):
+    """Records every write made through it."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self.writes: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._stream.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def at_once(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """Answers at once: ``count`` 4-byte elements, all within the initial demand."""
+    for index in range(request.int_param("count", 3)):
+        sink.send_nowait(u32(index))
+
+
+class SpawnRecorder(trio.abc.Instrument):
+    """Records the names of the tasks spawned while it is installed."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+@pytest.mark.parametrize("form", ["plain def", "async def"])
+async def test_plain_def_publisher_completes_without_a_task(connect, form: str) -> None:
+    async def at_once_async(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        at_once(sink, request)
+
+    app = standard_app(at_once=at_once if form == "plain def" else at_once_async)
+    spawned = SpawnRecorder()
+    with trio.fail_after(10):
+        async with connect(server_app=app) as (client, server):
+            trio.lowlevel.add_instrument(spawned)
+            try:
+                async with client.subscribe("at_once?count=3", prefetch=8) as stream:
+                    assert [from_u32(e) for e in await collect(stream)] == [0, 1, 2]
+            finally:
+                trio.lowlevel.remove_instrument(spawned)
+            assert server.statistics().publications == 0
+    publisher_tasks = [name for name in spawned.names if name.startswith("publisher ")]
+    assert publisher_tasks == ([] if form == "plain def" else ["publisher at_once?count=3"])
+
+
+@pytest.mark.parametrize("repeat", range(5))
+async def test_answer_at_once_leaves_in_one_write(repeat: int) -> None:
+    """subscribed, the elements and onComplete are queued in the reader's
+    pass that saw the subscribe, so the server writes them all at once."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    counter = WriteCounter(server_stream)
+    with trio.fail_after(10):
+        async with rstreams.open_stream_session(counter, app=standard_app(at_once=at_once)):
+            async with rstreams.open_stream_session(client_stream) as client:
+                await fetch_range(client, 1)  # the handshake is behind us
+                before = len(counter.writes)
+                async with client.subscribe("at_once?count=2", prefetch=8) as stream:
+                    assert [from_u32(e) for e in await collect(stream)] == [0, 1]
+                answer = counter.writes[before:]
+    assert len(answer) == 1
+    decoder = MessageDecoder()
+    decoder.feed(answer[0])
+    assert [type(message) for message in decoder] == [Subscribed, OnNext, OnNext, OnComplete]
+
+
+async def test_plain_def_publisher_failing_sends_on_error(connect) -> None:
+    def broken(sink: rstreams.Sink) -> None:
+        sink.send_nowait(b"first")
+        raise ValueError("broken at once")
+
+    with trio.fail_after(10):
+        async with connect(server_app=standard_app(broken=broken)) as (client, server):
+            async with client.subscribe("broken", prefetch=4) as stream:
+                assert await stream.__anext__() == b"first"
+                with pytest.raises(rstreams.PublisherError, match="broken at once"):
+                    await stream.__anext__()
+            assert server.statistics().publications == 0
+            await fetch_range(client)  # the session carries on
+
+
+async def test_plain_def_publisher_continues_with_the_awaitable_it_returns(connect) -> None:
+    async def rest(sink: rstreams.Sink, start: int, count: int) -> None:
+        for index in range(start, count):
+            await sink.send(u32(index))
+
+    def some_now(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Awaitable[None] | None:
+        count = request.int_param("count", 10)
+        now = min(count, sink.demand)
+        for index in range(now):
+            sink.send_nowait(u32(index))
+        return rest(sink, now, count) if now < count else None
+
+    with trio.fail_after(10):
+        async with connect(server_app=standard_app(some_now=some_now)) as (client, server):
+            async with client.subscribe("some_now?count=50", prefetch=4) as stream:
+                assert [from_u32(e) for e in await collect(stream)] == list(range(50))
+            async with client.subscribe("some_now?count=3", prefetch=0) as stream:
+                # No demand at subscribe: all of it goes through the task.
+                stream.request(3)
+                assert [from_u32(e) for e in await collect(stream)] == [0, 1, 2]
+            assert server.statistics().publications == 0
+
+
+async def test_returned_awaitable_is_cancelled_like_a_publisher(connect) -> None:
+    probe = Probe()
+
+    def deferred(sink: rstreams.Sink) -> Awaitable[None]:
+        return probe.publisher(sink)
+
+    with trio.fail_after(10):
+        async with connect(server_app=standard_app(deferred=deferred)) as (client, server):
+            async with client.subscribe("deferred", prefetch=2) as stream:
+                assert from_u32(await stream.__anext__()) == 0
+            await probe.cancelled.wait()
+            await probe.finished.wait()
+            await fetch_range(client)
+            assert server.statistics().publications == 0
+
+
+async def test_send_packed_nowait_is_all_or_nothing() -> None:
+    outcomes: list[object] = []
+
+    def packed(sink: rstreams.Sink) -> None:
+        try:
+            sink.send_packed_nowait(bytes(8 * (sink.demand + 1)))
+        except trio.WouldBlock:
+            outcomes.append("would block")
+        with pytest.raises(ValueError, match="multiple of element_size"):
+            sink.send_packed_nowait(bytes(5))
+        sink.send_packed_nowait(b"")
+        sink.send_packed_nowait(bytes(range(8)) * sink.demand)
+        outcomes.append(sink.demand)
+
+    app = rstreams.Router()
+    app.add("packed", packed, element_size=8)
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, _):
+            async with client.subscribe("packed", prefetch=3) as stream:
+                assert await collect(stream) == [bytes(range(8))] * 3
+    assert outcomes == ["would block", 0]
+
+
+async def test_plain_def_publisher_with_no_demand_may_not_send(connect) -> None:
+    with trio.fail_after(10):
+        async with connect(server_app=standard_app(at_once=at_once)) as (client, _):
+            async with client.subscribe("at_once?count=1", prefetch=0) as stream:
+                stream.request(1)
+                with pytest.raises(rstreams.PublisherError, match="WouldBlock"):
+                    await collect(stream)
