@@ -92,7 +92,12 @@ class SubscribeRequest:
             # The usual ``path?query``: what urlsplit would return, without
             # its cost (it runs once per subscribe).
             path, _, query = name.partition("?")
-            return path, dict(parse_qsl(query, keep_blank_values=True)) if query else {}
+            if not query:
+                return path, {}
+            if "%" not in query and "+" not in query:
+                # Nothing to unquote: parse_qsl's answer, at a quarter of its cost.
+                return path, dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
+            return path, dict(parse_qsl(query, keep_blank_values=True))
         parts = urlsplit(name)
         path = parts.path if not parts.scheme else name.split("?", 1)[0]
         return path, dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -372,9 +377,12 @@ class Route:
     # Whether the publisher takes the request: looked up once here, because
     # inspect.signature costs more than a whole subscribe round trip.
     takes_request: bool = field(init=False, repr=False, compare=False)
+    # The codec, resolved once rather than per subscribe.
+    resolved_codec: Codec | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "takes_request", _takes_request(self.publisher))
+        object.__setattr__(self, "resolved_codec", resolve_codec(self.codec))
 
     def start(self, sink: Sink, request: SubscribeRequest) -> Awaitable[None] | None:
         """Call the publisher: what it returns, if anything, is what runs as

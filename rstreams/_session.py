@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from ._codecs import CodecLike, resolve_codec
+from ._codecs import CodecLike
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._errors import (
     PublisherError,
@@ -66,6 +66,10 @@ logger = logging.getLogger("rstreams")
 _TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
 # How long a forced close may spend saying goodbye on its way out.
 _CLOSE_TRANSPORT_TIMEOUT = 1.0
+# Events the reader dispatches before it lets the writer send the answers:
+# parsing a whole read first would make peers take turns, each idle while the
+# other works through a batch, instead of working at the same time.
+_DISPATCH_BATCH = 32
 # How long a failed write waits for the reader to report why the connection
 # was lost, before it reports the write error itself.
 _WRITE_ERROR_GRACE = 1.0
@@ -116,7 +120,11 @@ class SessionStatistics:
 
 
 class _PublicationHandle:
-    """The session's side of one publication: its task's scope and waiter."""
+    """The session's side of one publication: its task's scope and waiter.
+
+    The scope exists only once the publication has a task: a publisher that
+    answers at once never needs one.
+    """
 
     __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "_waiter")
 
@@ -124,7 +132,7 @@ class _PublicationHandle:
         self.session = session
         self.subscriber = subscriber
         self.element_size = element_size
-        self.scope = trio.CancelScope()
+        self.scope: trio.CancelScope | None = None
         self.closed = False
         self._waiter: trio.Event | None = None
 
@@ -144,7 +152,8 @@ class _PublicationHandle:
 
     def stop(self) -> None:
         self.closed = True
-        self.scope.cancel()
+        if self.scope is not None:
+            self.scope.cancel()
         self.wake()
 
 
@@ -432,10 +441,16 @@ class Session(trio.abc.AsyncResource):
         conn.receive_data(data)
         try:
             while True:
-                events = conn.events()
+                events = conn.events(_DISPATCH_BATCH)
                 if not events:
                     break
                 self._dispatch(events)
+                if len(events) == _DISPATCH_BATCH and conn.has_data_to_send:
+                    # A read full of control messages (subscribes, say): let
+                    # the writer send the answers so far, so that the peer
+                    # works on them while we parse the rest of this read.
+                    self._wake_writer()
+                    await trio.lowlevel.checkpoint()
         except RemoteProtocolError as exc:
             logger.warning("closing the session: %s", exc.goodbye_reason)
             self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
@@ -514,7 +529,7 @@ class Session(trio.abc.AsyncResource):
         self._publications[subscriber] = handle
         conn.accept(subscriber, route.element_size)
         request = SubscribeRequest(name=name, path=path, params=params, session=self, subscriber=subscriber)
-        sink = Sink(handle, resolve_codec(route.codec))
+        sink = Sink(handle, route.resolved_codec)
         try:
             work = route.start(sink, request)
         except Exception as exc:
@@ -527,6 +542,7 @@ class Session(trio.abc.AsyncResource):
             self._end_inline_publication(handle, None)
             return
         assert self._nursery is not None
+        handle.scope = trio.CancelScope()
         self._nursery.start_soon(self._run_publication, handle, work, request, name=f"publisher {name}")
 
     def _end_inline_publication(self, handle: _PublicationHandle, error: str | None) -> None:
@@ -545,6 +561,7 @@ class Session(trio.abc.AsyncResource):
     async def _run_publication(self, handle: _PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
         conn = self._conn
         subscriber = handle.subscriber
+        assert handle.scope is not None
         with handle.scope:
             try:
                 await work

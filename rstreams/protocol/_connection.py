@@ -183,8 +183,15 @@ class Connection:
             for start in range(0, len(view), limit):
                 self._waiting.append(view[start : start + limit])
 
-    def events(self) -> list[Event]:
+    def events(self, max_events: int | None = None) -> list[Event]:
         """Parse what was received; return the events, in order.
+
+        Args:
+            max_events: stop parsing once this many events are collected (a
+                run of onNext for one stream is one event); the rest stays
+                buffered for the next call. An I/O layer uses it to act on
+                the first answers of a large read (write them) before it has
+                parsed the whole read.
 
         Raises:
             RemoteProtocolError: the peer broke the protocol (raised after the
@@ -199,7 +206,7 @@ class Connection:
         if self._state in _DEAF_STATES:
             return events
         try:
-            self._parse(events)
+            self._parse(events, max_events if max_events is not None else -1)
         except RemoteProtocolError as exc:
             self._fail(exc)
             if events:
@@ -232,12 +239,12 @@ class Connection:
         self._subscriptions.clear()
         return dropped
 
-    def _parse(self, events: list[Event]) -> None:
+    def _parse(self, events: list[Event], max_events: int) -> None:
         # Elements collected before a bad message are valid and within
         # demand: they are handed over before the error is raised.
         run: list[bytes] = []
         try:
-            self._parse_into(events, run)
+            self._parse_into(events, run, max_events)
         except RemoteProtocolError:
             self._flush_run(events, run)
             raise
@@ -248,7 +255,7 @@ class Connection:
             events.append(Elements(subscriber=self._run_subscriber, elements=ElementBatch(run[:])))
             run.clear()
 
-    def _parse_into(self, events: list[Event], run: list[bytes]) -> None:
+    def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
         unpacker = self._unpacker
         tell = unpacker.tell
         subscriptions = self._subscriptions
@@ -301,6 +308,8 @@ class Connection:
                         # Nothing the peer sends after its goodbye matters.
                         self._waiting.clear()
                         return
+                    if len(events) == max_events:
+                        return  # the rest waits, in the Unpacker, for the next call
             except DecodeError as exc:
                 raise RemoteProtocolError(f"undecodable bytes: {exc or type(exc).__name__}") from exc
             finally:
@@ -584,7 +593,7 @@ class Connection:
             raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
         self._publication_transition(publication, PublicationEvent.SEND_SUBSCRIBED)
         publication.element_size = element_size
-        self._outbound.control += encode(Subscribed(subscriber=subscriber, element_size=element_size))
+        self._outbound.control += publication.subscribed_message()
 
     def publication_demand(self, subscriber: int) -> int:
         """How many more elements may be queued on ``subscriber`` (0 if it ended)."""
@@ -678,7 +687,7 @@ class Connection:
         self._check_can_send()
         publication = self._publication(subscriber)
         self._publication_transition(publication, PublicationEvent.SEND_COMPLETE)
-        publication.terminal = encode(OnComplete(subscriber=subscriber))
+        publication.terminal = publication.on_complete_message()
         self._outbound.schedule(publication)
 
     def fail(self, subscriber: int, error: str) -> None:

@@ -121,6 +121,15 @@ class Publication:
                 self._on_next_headers[length] = header
         return header
 
+    # The two control messages every stream sends, laid out as encode() would
+    # write Subscribed and OnComplete (a test holds them to it), from the id
+    # bytes already at hand: they go out once per subscribe.
+    def subscribed_message(self) -> bytes:
+        return b"\x93\x04" + self._id_bytes + int_bytes(self.element_size)
+
+    def on_complete_message(self) -> bytes:
+        return b"\x92\x06" + self._id_bytes
+
     def part_header(self, code: int, element_id: int, length: int) -> bytes:
         return b"\x94" + bytes((code,)) + self._id_bytes + int_bytes(element_id) + bin_header(length)
 

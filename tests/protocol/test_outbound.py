@@ -209,3 +209,14 @@ def test_runs_of_small_elements_keep_order_sizes_and_write_bounds(small_pair: Co
             assert isinstance(message, OnNext)
             received.append(message.element)
     assert received == uniform + mixed + large
+
+
+@pytest.mark.parametrize("subscriber", [0, 1, 127, 128, 65536, 2**32, 2**63 - 1])
+@pytest.mark.parametrize("element_size", [0, 8, 300, 2**20])
+def test_stream_control_layouts_are_encode_byte_for_byte(subscriber: int, element_size: int) -> None:
+    from rstreams.protocol._outbound import Publication
+
+    publication = Publication(subscriber, "name", 0)
+    publication.element_size = element_size
+    assert publication.subscribed_message() == encode(Subscribed(subscriber=subscriber, element_size=element_size))
+    assert publication.on_complete_message() == encode(OnComplete(subscriber=subscriber))

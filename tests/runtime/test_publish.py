@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
+import hypothesis
+import hypothesis.strategies
 import pytest
 import trio
 import trio.testing
@@ -530,6 +532,21 @@ async def test_router_passes_parsed_query_params(connect) -> None:
     assert request.int_param("count", 0) == 100
     assert request.subscriber >= 1
     assert request.session is server
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(
+    path=hypothesis.strategies.text(alphabet="abz_.-", min_size=1, max_size=8).map(lambda p: p + "/x"),
+    query=hypothesis.strategies.text(alphabet="ab=&%+ 2;.", max_size=24),
+)
+def test_parse_name_agrees_with_urllib(path: str, query: str) -> None:
+    """The fast path (no escapes to undo) and the general one give what
+    urlsplit and parse_qsl give: the last value of a repeated key wins."""
+    from urllib.parse import parse_qsl
+
+    name = f"{path}?{query}"
+    expected = (path, dict(parse_qsl(query, keep_blank_values=True)))
+    assert rstreams.SubscribeRequest.parse_name(name) == expected
 
 
 def test_subscribe_request_params() -> None:
