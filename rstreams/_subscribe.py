@@ -88,12 +88,15 @@ class Subscription:
         self._received = 0
         self._since_checkpoint = 0
         self._element_size = 0
-        self._answered = trio.Event()
         self._subscribed = False
         self._ended = False
         self._cancelled = False
         self._error: BaseException | None = None
-        self._waiter: trio.Event | None = None
+        # The one task waiting on this subscription (entering it, or
+        # iterating it), parked directly rather than through a trio.Event:
+        # a subscribe round trip parks once, and an Event per subscription
+        # cost more than the rest of the subscription's set-up.
+        self._parked: trio.lowlevel.Task | None = None
         self._busy = False
 
     # ---- called by the session's reader (synchronously) ----------------
@@ -101,7 +104,7 @@ class Subscription:
     def _on_subscribed(self, element_size: int) -> None:
         self._subscribed = True
         self._element_size = element_size
-        self._answered.set()
+        self._wake()
 
     def _on_elements(self, batch: ElementBatch) -> None:
         items = batch.items
@@ -109,21 +112,31 @@ class Subscription:
         count = len(batch)
         self._buffered += count
         self._received += count
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            waiter.set()
+        self._wake()
 
     def _on_end(self, error: BaseException | None) -> None:
         if self._ended:
             return
         self._ended = True
         self._error = error
-        self._answered.set()
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            waiter.set()
+        self._wake()
+
+    # ---- parking ---------------------------------------------------------
+
+    def _wake(self) -> None:
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(task)
+
+    async def _park(self) -> None:
+        """Wait for the next call to ``_wake``; the caller re-checks why."""
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._unpark)
+
+    def _unpark(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     # ---- context manager -------------------------------------------------
 
@@ -133,7 +146,10 @@ class Subscription:
         initial = self._window.initial if self._window is not None else 0
         self.subscriber = self._session._open_subscription(self, initial)
         try:
-            await self._answered.wait()
+            if self._subscribed or self._ended:
+                await trio.lowlevel.checkpoint()  # never reached in practice; entering always checkpoints
+            while not (self._subscribed or self._ended):
+                await self._park()
         except BaseException:
             self.cancel()
             raise
@@ -231,8 +247,7 @@ class Subscription:
                     if self._error is not None and not self._cancelled:
                         raise self._error
                     raise StopAsyncIteration
-                waiter = self._waiter = trio.Event()
-                await waiter.wait()
+                await self._park()
             self._since_checkpoint = 0
         finally:
             self._busy = False
