@@ -18,7 +18,7 @@ import trio.testing
 import rstreams
 import rstreams.testing
 
-from rstreams.protocol import MessageDecoder, OnComplete, OnError, OnNext, Subscribed
+from rstreams.protocol import Goodbye, Hello, MessageDecoder, OnComplete, OnError, OnNext, Subscribe, Subscribed, encode
 
 from ._support import UNBOUNDED, Probe, collect, fetch_range, from_u32, standard_app, tapped_pair, u32
 
@@ -841,3 +841,29 @@ async def test_plain_def_publisher_with_no_demand_may_not_send(connect) -> None:
                 stream.request(1)
                 with pytest.raises(rstreams.PublisherError, match="WouldBlock"):
                     await collect(stream)
+
+
+async def test_answers_to_a_large_read_leave_in_slices() -> None:
+    """A read of 100 subscribes is answered in several writes, the first
+    after at most 32 of them were dispatched, so the peer can work on the
+    first answers while the server parses the rest of the read."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    counter = WriteCounter(server_stream)
+    with trio.fail_after(10):
+        async with rstreams.open_stream_session(counter, app=standard_app(at_once=at_once)) as server:
+            subscribes = [Subscribe(publisher="at_once?count=1", subscriber=n, initial_demand=1) for n in range(1, 101)]
+            await client_stream.send_all(b"".join(encode(message) for message in [Hello(), *subscribes]))
+            decoder = MessageDecoder()
+            completed = 0
+            while completed < 100:
+                decoder.feed(await client_stream.receive_some())
+                completed += sum(isinstance(message, OnComplete) for message in decoder)
+            answers = []
+            for write in counter.writes:
+                decoder.feed(write)
+                answers.append(sum(isinstance(message, OnComplete) for message in decoder))
+            assert sum(answers) == 100
+            assert len([count for count in answers if count]) >= 3
+            assert 0 < next(count for count in answers if count) <= 32
+            await client_stream.send_all(encode(Goodbye(reason="bye")))
+            await server.wait_closed()
