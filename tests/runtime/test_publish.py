@@ -843,10 +843,13 @@ async def test_plain_def_publisher_with_no_demand_may_not_send(connect) -> None:
                     await collect(stream)
 
 
-async def test_answers_to_a_large_read_leave_in_slices() -> None:
-    """A read of 100 subscribes is answered in several writes, the first
-    after at most 32 of them were dispatched, so the peer can work on the
-    first answers while the server parses the rest of the read."""
+@pytest.mark.parametrize("repeat", range(20))
+async def test_answers_to_a_large_read_leave_in_slices(repeat: int) -> None:
+    """A read of 100 subscribes is answered in several writes, so the peer
+    can work on the first answers while the server parses the rest of the
+    read. The reader lets the writer run after each 32 events (hello is the
+    first); trio runs the two in either order in the next pass, so the first
+    write answers the first slice or the first two."""
     client_stream, server_stream = trio.testing.memory_stream_pair()
     counter = WriteCounter(server_stream)
     with trio.fail_after(10):
@@ -863,7 +866,7 @@ async def test_answers_to_a_large_read_leave_in_slices() -> None:
                 decoder.feed(write)
                 answers.append(sum(isinstance(message, OnComplete) for message in decoder))
             assert sum(answers) == 100
-            assert len([count for count in answers if count]) >= 3
-            assert 0 < next(count for count in answers if count) <= 32
+            assert len([count for count in answers if count]) >= 2
+            assert next(count for count in answers if count) in (31, 63)
             await client_stream.send_all(encode(Goodbye(reason="bye")))
             await server.wait_closed()
