@@ -7,12 +7,18 @@ Two halves, neither of which imports rstreams:
   with unbounded demand, then reads until onComplete. It reads from the
   raw server below (the ceiling) and from ``rstreams serve`` (what a
   consumer that costs nothing sees of the rstreams server).
-* :func:`serve` is the raw server: a minimal trio server that answers a
+* :func:`round_trips` is the raw round-trip client: the same plain socket,
+  keeping ``concurrency`` subscribes to ``range?count=1`` in flight and
+  sending the next ones as the onCompletes of one read come in (all of them
+  in one ``sendall``).
+* :func:`serve` is the raw server: a minimal trio server that answers each
   subscribe to ``range`` or ``blob`` (the demo's publishers, same
   parameters) by writing the same wire messages the demo's publishers
   produce: onNext batched 256 per ``send_all`` (16 for elements over
   1 KiB), onNextPacked with up to 16,384 elements per message, 64 KiB parts
-  with one ``send_all`` each.
+  with one ``send_all`` each. A short ``range`` (at most 16 elements) is
+  answered whole, and the answers to the subscribes of one read share one
+  ``send_all``: the round-trip ceiling.
 
 Run the server with ``python bench/_raw.py PORT``; it prints its port.
 """
@@ -80,12 +86,61 @@ def consume(host: str, port: int, name: str) -> dict[str, float]:
                     raise RuntimeError(f"the server refused: {message!r:.200}")
 
 
+def round_trips(host: str, port: int, total: int, concurrency: int) -> dict[str, float]:
+    """``total`` subscribes to ``range?count=1``, ``concurrency`` in flight.
+
+    Returns elements (round trips completed) and seconds, timed from the
+    first subscribe to the last onComplete.
+    """
+    packer = msgpack.Packer(use_bin_type=True)
+    with socket.create_connection((host, port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        unpacker = msgpack.Unpacker(raw=False, use_list=False)
+        next_id = 1
+
+        def subscribes(count: int) -> bytes:
+            nonlocal next_id
+            first, next_id = next_id, next_id + count
+            return b"".join(packer.pack((SUBSCRIBE, "range?count=1", i, 1)) for i in range(first, next_id))
+
+        sock.sendall(packer.pack((HELLO, 0, [])))
+        start = time.perf_counter()
+        sock.sendall(subscribes(min(concurrency, total)))
+        done = 0
+        while done < total:
+            data = sock.recv(READ_SIZE)
+            if not data:
+                raise ConnectionError("the server closed the connection during the round trips")
+            unpacker.feed(data)
+            completed = 0
+            for message in unpacker:
+                code = message[0]
+                if code == ON_COMPLETE:
+                    completed += 1
+                elif code in (ON_ERROR, GOODBYE):
+                    raise RuntimeError(f"the server refused: {message!r:.200}")
+            done += completed
+            more = min(completed, total - (next_id - 1))
+            if more > 0:
+                sock.sendall(subscribes(more))
+        elapsed = time.perf_counter() - start
+        sock.sendall(packer.pack((GOODBYE, "goodbye")))
+    return {"elements": done, "bytes": 0, "seconds": elapsed}
+
+
 # ---- the raw server ---------------------------------------------------------
+
+#: A ``range`` this short is answered whole, in one write with the answers
+#: to the other subscribes of the same read.
+SHORT_RANGE = 16
+
+
+_FIRST_BLOCK = b"".join(i.to_bytes(8, "big") for i in range(PACKED_PER_MESSAGE))
 
 
 def _range_messages(subscriber: int, count: int) -> Iterator[bytes]:
     packer = msgpack.Packer(use_bin_type=True)
-    first = b"".join(i.to_bytes(8, "big") for i in range(PACKED_PER_MESSAGE))
+    first = _FIRST_BLOCK
     index = 0
     while index < count:
         n = min(PACKED_PER_MESSAGE, count - index)
@@ -123,42 +178,57 @@ def _blob_messages(subscriber: int, count: int, size: int) -> Iterator[bytes]:
         )
 
 
+def _answer(packer: msgpack.Packer, subscriber: int, name: str) -> tuple[bool, Iterator[bytes]]:
+    """The messages answering one subscribe, and whether they are short."""
+    parts = urlsplit(name)
+    params = dict(parse_qsl(parts.query))
+    count = int(params.get("count", 10))
+    if parts.path == "range":
+        body = _range_messages(subscriber, count)
+        short, size = count <= SHORT_RANGE, 8
+    elif parts.path == "blob":
+        body = _blob_messages(subscriber, count, int(params.get("size", 1024)))
+        short, size = False, 0
+    else:
+        return True, iter([packer.pack((ON_ERROR, subscriber, f"no such publisher: {name}"))])
+
+    def messages() -> Iterator[bytes]:
+        yield packer.pack((SUBSCRIBED, subscriber, size))
+        yield from body
+        yield packer.pack((ON_COMPLETE, subscriber))
+
+    return short, messages()
+
+
 async def _serve_one(stream) -> None:  # type: ignore[no-untyped-def]
     import trio
 
     packer = msgpack.Packer(use_bin_type=True)
     unpacker = msgpack.Unpacker(raw=False, use_list=False)
     try:
-        subscribe = None
-        while subscribe is None:
+        await stream.send_all(packer.pack((HELLO, 0, [])))
+        while True:
             data = await stream.receive_some(READ_SIZE)
             if not data:
                 return
             unpacker.feed(data)
+            joined: list[bytes] = []  # short answers, written together
             for message in unpacker:
-                if message[0] == SUBSCRIBE:
-                    subscribe = message
-        name, subscriber = subscribe[1], subscribe[2]
-        parts = urlsplit(name)
-        params = dict(parse_qsl(parts.query))
-        count = int(params.get("count", 10))
-        if parts.path == "range":
-            head = packer.pack((HELLO, 0, [])) + packer.pack((SUBSCRIBED, subscriber, 8))
-            messages = _range_messages(subscriber, count)
-        elif parts.path == "blob":
-            head = packer.pack((HELLO, 0, [])) + packer.pack((SUBSCRIBED, subscriber, 0))
-            messages = _blob_messages(subscriber, count, int(params.get("size", 1024)))
-        else:
-            await stream.send_all(packer.pack((HELLO, 0, [])) + packer.pack((ON_ERROR, subscriber, f"no such publisher: {name}")))
-            return
-        await stream.send_all(head)
-        for message in messages:
-            await stream.send_all(message)
-        await stream.send_all(packer.pack((ON_COMPLETE, subscriber)))
-        # Wait for the consumer's goodbye (or EOF) before closing.
-        with trio.move_on_after(5):
-            while await stream.receive_some(READ_SIZE):
-                pass
+                if message[0] == GOODBYE:
+                    return
+                if message[0] != SUBSCRIBE:
+                    continue
+                short, messages = _answer(packer, message[2], message[1])
+                if short:
+                    joined.extend(messages)
+                    continue
+                if joined:
+                    await stream.send_all(b"".join(joined))
+                    joined = []
+                for chunk in messages:
+                    await stream.send_all(chunk)
+            if joined:
+                await stream.send_all(b"".join(joined))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:

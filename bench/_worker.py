@@ -236,7 +236,10 @@ def run_rstreams(command: dict[str, Any]) -> dict[str, Any]:
 def run_raw(command: dict[str, Any]) -> dict[str, Any]:
     import _raw
 
-    assert command.pop("case") == "stream"
+    case = command.pop("case")
+    if case == "round_trips":
+        return _raw.round_trips("127.0.0.1", command["port"], command["total"], command["concurrency"])
+    assert case == "stream"
     return _raw.consume("127.0.0.1", command["port"], command["name"])
 
 

@@ -250,7 +250,9 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
             "rt_seq", "subscribe to a 1-element publisher, sequential (rsocket-py: request-response)", "rt/s",
             {
                 "rstreams": {"case": "round_trips", "total": n(4000), "concurrency": 1},
+                "probe": {"case": "round_trips", "total": n(4000), "concurrency": 1},
                 "rsocket": {"case": "round_trips", "total": n(2000), "concurrency": 1},
+                "raw": {"case": "round_trips", "total": n(4000), "concurrency": 1},
             },
             goal=10_000, goal_rsocket=2,
         )
@@ -260,7 +262,9 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
             "rt_64", "the same, 64 concurrent", "rt/s",
             {
                 "rstreams": {"case": "round_trips", "total": n(30_000), "concurrency": 64},
+                "probe": {"case": "round_trips", "total": n(30_000), "concurrency": 64},
                 "rsocket": {"case": "round_trips", "total": n(10_000), "concurrency": 64},
+                "raw": {"case": "round_trips", "total": n(60_000), "concurrency": 64},
             },
             goal=60_000, goal_rsocket=3,
         )

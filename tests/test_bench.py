@@ -48,6 +48,15 @@ def test_the_raw_consumer_counts_every_element(servers: dict[str, bench_run.Serv
     assert (large["elements"], large["bytes"]) == (3, 300000)
 
 
+@pytest.mark.parametrize("system", ["raw", "rstreams"])
+@pytest.mark.parametrize("concurrency", [1, 7])
+def test_the_raw_round_trip_client_completes_every_round_trip(
+    servers: dict[str, bench_run.Server], system: str, concurrency: int
+) -> None:
+    result = _raw.round_trips("127.0.0.1", servers[system].port, 50, concurrency)
+    assert result["elements"] == 50 and result["seconds"] > 0
+
+
 def test_the_rstreams_worker_runs_every_case(servers: dict[str, bench_run.Server]) -> None:
     server = servers["rstreams"]
     worker = bench_run.Worker("rstreams")
