@@ -28,7 +28,8 @@ per element. onNextPacked becomes one event whose batch slices lazily.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
 import msgpack
 
@@ -47,6 +48,7 @@ from ._messages import (
     Goodbye,
     Hello,
     InvalidRequest,
+    Message,
     OnComplete,
     OnError,
     OnNextLastPart,
@@ -79,6 +81,8 @@ DEFAULT_WRITE_SIZE = 256 * 1024
 _ACTIVE = SubscriptionState.ACTIVE
 # Once the peer said goodbye (or the connection failed), nothing it sends matters.
 _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, ConnectionState.ERROR)
+# The peer said goodbye: stop parsing what it sent after that.
+_PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
 _ON_NEXT = 5
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
 
@@ -259,6 +263,7 @@ class Connection:
         unpacker = self._unpacker
         tell = unpacker.tell
         subscriptions = self._subscriptions
+        limits = self.limits
         run_subscription: _Subscription | None = None
         # Where the last complete message ended: msgpack's own offset also
         # moves through an incomplete message, so it cannot bound one.
@@ -301,10 +306,11 @@ class Connection:
                             demand.outstanding -= 1
                         run.append(element)
                         continue
-                    self._flush_run(events, run)
+                    if run:
+                        self._flush_run(events, run)
                     run_subscription = None
-                    self._dispatch(message_from_wire(message, self.limits), events)
-                    if self._state in (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED):
+                    self._dispatch(message_from_wire(message, limits), events)
+                    if self._state in _PEER_DONE_STATES:
                         # Nothing the peer sends after its goodbye matters.
                         self._waiting.clear()
                         return
@@ -357,23 +363,15 @@ class Connection:
             raise RemoteProtocolError(f"{what} not allowed on stream {subscriber} in state {sub.state.name}") from None
         return sub
 
-    def _dispatch(self, message: object, events: list[Event]) -> None:
+    def _dispatch(self, message: Message, events: list[Event]) -> None:
         state = self._state
-        if state is ConnectionState.HANDSHAKING and not isinstance(message, (Hello, Goodbye)):
-            raise RemoteProtocolError(f"expected hello as the first message, got {type(message).__name__}")
-        if isinstance(message, Hello):
-            self._receive_hello(message, events)
-        elif isinstance(message, Goodbye):
-            self.goodbye_received = message
-            self._transition(ConnectionEvent.RECEIVE_GOODBYE)
-            self._end_all_streams()
-            events.append(message)
-        elif state is not ConnectionState.OPEN:
+        if state is not ConnectionState.OPEN and not isinstance(message, (Hello, Goodbye)):
+            if state is ConnectionState.HANDSHAKING:
+                raise RemoteProtocolError(f"expected hello as the first message, got {type(message).__name__}")
             return  # after our goodbye, every stream has ended; drop the rest
-        elif isinstance(message, (Subscribe, Request, Cancel)):
-            self._receive_publication_message(message, events)
-        else:
-            self._receive_subscription_message(message, events)
+        # One lookup by exact type instead of an isinstance chain: this runs
+        # for every control message, a few per subscribe.
+        self._HANDLERS[type(message)](self, message, events)
 
     def _receive_hello(self, hello: Hello, events: list[Event]) -> None:
         if self.peer_hello is not None:
@@ -385,33 +383,40 @@ class Connection:
         self._transition(ConnectionEvent.RECEIVE_HELLO)
         events.append(hello)
 
-    def _receive_publication_message(self, message: Subscribe | Request | Cancel, events: list[Event]) -> None:
+    def _receive_goodbye(self, goodbye: Goodbye, events: list[Event]) -> None:
+        self.goodbye_received = goodbye
+        self._transition(ConnectionEvent.RECEIVE_GOODBYE)
+        self._end_all_streams()
+        events.append(goodbye)
+
+    # -- messages about our publications (the peer subscribed to us)
+
+    def _receive_subscribe(self, message: Subscribe, events: list[Event]) -> None:
         subscriber = message.subscriber
-        if isinstance(message, Subscribe):
-            if subscriber in self._publications:
-                raise RemoteProtocolError(f"subscribe with subscriber id {subscriber}, which is still in use")
-            self._finished_publications.pop(subscriber, None)
-            publication = Publication(subscriber, message.publisher, max(0, message.initial_demand))
-            if message.initial_demand < 0:
-                # As request(n <= 0): this stream fails, the connection stays.
-                self._remember_finished(subscriber)
-                self._outbound.control += encode(
-                    OnError(subscriber=subscriber, error=f"initialDemand must not be negative (rule 3.9), got {message.initial_demand}")
-                )
-                return
-            self._publications[subscriber] = publication
-            events.append(message)
+        if subscriber in self._publications:
+            raise RemoteProtocolError(f"subscribe with subscriber id {subscriber}, which is still in use")
+        self._finished_publications.pop(subscriber, None)
+        if message.initial_demand < 0:
+            # As request(n <= 0): this stream fails, the connection stays.
+            self._remember_finished(subscriber)
+            self._outbound.control += encode(
+                OnError(subscriber=subscriber, error=f"initialDemand must not be negative (rule 3.9), got {message.initial_demand}")
+            )
             return
-        publication_or_none = self._publications.get(subscriber)
-        if publication_or_none is None:
-            if subscriber in self._finished_publications:
-                return  # crossed our onComplete/onError: harmless
-            raise RemoteProtocolError(f"{type(message).__name__.lower()} for unknown subscriber id {subscriber}")
-        publication = publication_or_none
-        if isinstance(message, Cancel):
-            self._publication_transition(publication, PublicationEvent.RECEIVE_CANCEL)
-            self._forget_publication(publication)
-            events.append(message)
+        self._publications[subscriber] = Publication(subscriber, message.publisher, message.initial_demand)
+        events.append(message)
+
+    def _peer_publication(self, subscriber: int, what: str) -> Publication | None:
+        """The publication a request or cancel is about; None means drop the message."""
+        publication = self._publications.get(subscriber)
+        if publication is None and subscriber not in self._finished_publications:
+            raise RemoteProtocolError(f"{what} for unknown subscriber id {subscriber}")
+        return publication  # None: it crossed our onComplete/onError, harmless
+
+    def _receive_request(self, message: Request, events: list[Event]) -> None:
+        subscriber = message.subscriber
+        publication = self._peer_publication(subscriber, "request")
+        if publication is None:
             return
         if message.demand <= 0:
             if publication.state is PublicationState.TERMINATING:
@@ -427,62 +432,96 @@ class Connection:
         publication.demand.add(message.demand)
         events.append(message)
 
-    def _receive_subscription_message(self, message: object, events: list[Event]) -> None:
-        if isinstance(message, Subscribed):
-            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_SUBSCRIBED, "subscribed")
-            if sub is not None and sub.state is _ACTIVE:
-                sub.element_size = message.element_size
-                events.append(message)
-        elif isinstance(message, OnNextPacked):
-            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
-            if sub is None or sub.state is not _ACTIVE:
-                return
-            size = sub.element_size
-            if not size:
-                raise RemoteProtocolError(f"onNextPacked on stream {sub.subscriber}, which has no elementSize")
-            if len(message.messages) != message.count * size:
-                raise RemoteProtocolError(
-                    f"onNextPacked carries {len(message.messages)} bytes, not count {message.count} x elementSize {size}"
-                )
-            self._check_not_splitting(sub, "onNextPacked")
-            if not sub.demand.take(message.count):
-                raise RemoteProtocolError(
-                    f"onNextPacked of {message.count} elements exceeds demand {sub.demand.outstanding} on stream {sub.subscriber}"
-                )
-            if message.count:
-                batch = ElementBatch(packed=message.messages, element_size=size)
-                events.append(Elements(subscriber=sub.subscriber, elements=batch))
-        elif isinstance(message, (OnNextPart, OnNextLastPart)):
-            last = isinstance(message, OnNextLastPart)
-            what = "onNextLastPart" if last else "onNextPart"
-            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
-            if sub is None or sub.state is not _ACTIVE:
-                return
-            if sub.reassembler is None:
-                sub.reassembler = Reassembler(self.limits.max_element_size)
-            element = sub.reassembler.add(message.element, message.data, last)
-            if element is None:
-                return
-            if sub.element_size and len(element) != sub.element_size:
-                raise RemoteProtocolError(
-                    f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
-                )
-            if not sub.demand.take(1):
-                raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
-            events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
-        elif isinstance(message, (OnComplete, OnError)):
-            event = SubscriptionEvent.RECEIVE_COMPLETE if isinstance(message, OnComplete) else SubscriptionEvent.RECEIVE_ERROR
-            what = "onComplete" if isinstance(message, OnComplete) else "onError"
-            sub = self._subscriptions.get(message.subscriber)
-            if sub is not None and sub.state is _ACTIVE and isinstance(message, OnComplete):
-                self._check_not_splitting(sub, what)
-            sub = self._subscription_event(message.subscriber, event, what)
-            if sub is None:
-                # A late terminal for a cancelled stream: nothing more can come.
-                self._cancelled.pop(message.subscriber, None)
-                return
-            del self._subscriptions[sub.subscriber]
+    def _receive_cancel(self, message: Cancel, events: list[Event]) -> None:
+        publication = self._peer_publication(message.subscriber, "cancel")
+        if publication is None:
+            return
+        self._publication_transition(publication, PublicationEvent.RECEIVE_CANCEL)
+        self._forget_publication(publication)
+        events.append(message)
+
+    # -- messages about our subscriptions (we subscribed to the peer)
+
+    def _receive_subscribed(self, message: Subscribed, events: list[Event]) -> None:
+        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_SUBSCRIBED, "subscribed")
+        if sub is not None and sub.state is _ACTIVE:
+            sub.element_size = message.element_size
             events.append(message)
+
+    def _receive_on_next_packed(self, message: OnNextPacked, events: list[Event]) -> None:
+        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
+        if sub is None or sub.state is not _ACTIVE:
+            return
+        size = sub.element_size
+        if not size:
+            raise RemoteProtocolError(f"onNextPacked on stream {sub.subscriber}, which has no elementSize")
+        if len(message.messages) != message.count * size:
+            raise RemoteProtocolError(
+                f"onNextPacked carries {len(message.messages)} bytes, not count {message.count} x elementSize {size}"
+            )
+        self._check_not_splitting(sub, "onNextPacked")
+        if not sub.demand.take(message.count):
+            raise RemoteProtocolError(
+                f"onNextPacked of {message.count} elements exceeds demand {sub.demand.outstanding} on stream {sub.subscriber}"
+            )
+        if message.count:
+            batch = ElementBatch(packed=message.messages, element_size=size)
+            events.append(Elements(subscriber=sub.subscriber, elements=batch))
+
+    def _receive_part(self, message: OnNextPart | OnNextLastPart, events: list[Event]) -> None:
+        last = isinstance(message, OnNextLastPart)
+        what = "onNextLastPart" if last else "onNextPart"
+        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
+        if sub is None or sub.state is not _ACTIVE:
+            return
+        if sub.reassembler is None:
+            sub.reassembler = Reassembler(self.limits.max_element_size)
+        element = sub.reassembler.add(message.element, message.data, last)
+        if element is None:
+            return
+        if sub.element_size and len(element) != sub.element_size:
+            raise RemoteProtocolError(
+                f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
+            )
+        if not sub.demand.take(1):
+            raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
+        events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
+
+    def _receive_on_complete(self, message: OnComplete, events: list[Event]) -> None:
+        sub = self._subscriptions.get(message.subscriber)
+        if sub is not None and sub.state is _ACTIVE:
+            self._check_not_splitting(sub, "onComplete")
+        self._end_subscription(message, SubscriptionEvent.RECEIVE_COMPLETE, "onComplete", events)
+
+    def _receive_on_error(self, message: OnError, events: list[Event]) -> None:
+        self._end_subscription(message, SubscriptionEvent.RECEIVE_ERROR, "onError", events)
+
+    def _end_subscription(
+        self, message: OnComplete | OnError, event: SubscriptionEvent, what: str, events: list[Event]
+    ) -> None:
+        sub = self._subscription_event(message.subscriber, event, what)
+        if sub is None:
+            # A late terminal for a cancelled stream: nothing more can come.
+            self._cancelled.pop(message.subscriber, None)
+            return
+        del self._subscriptions[sub.subscriber]
+        events.append(message)
+
+    # Message type -> handler, for _dispatch. onNext never gets here: the
+    # receive loop takes every well-formed one inline.
+    _HANDLERS: ClassVar[dict[type, Callable[[Connection, Any, list[Event]], None]]] = {
+        Hello: _receive_hello,
+        Goodbye: _receive_goodbye,
+        Subscribe: _receive_subscribe,
+        Request: _receive_request,
+        Cancel: _receive_cancel,
+        Subscribed: _receive_subscribed,
+        OnNextPacked: _receive_on_next_packed,
+        OnNextPart: _receive_part,
+        OnNextLastPart: _receive_part,
+        OnComplete: _receive_on_complete,
+        OnError: _receive_on_error,
+    }
 
     @staticmethod
     def _check_not_splitting(sub: _Subscription, what: str) -> None:
