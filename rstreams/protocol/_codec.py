@@ -72,8 +72,15 @@ DecodeError = (ValueError, msgpack.UnpackException)
 _packer = msgpack.Packer(use_bin_type=True)
 
 
+# Small non-negative ints are their own one-byte encoding (positive fixint):
+# element sizes and early stream ids, written for every subscribe.
+_FIXINTS = tuple(bytes((n,)) for n in range(128))
+
+
 def int_bytes(value: int) -> bytes:
     """The msgpack encoding of one integer."""
+    if 0 <= value < 128:
+        return _FIXINTS[value]
     encoded: bytes = _packer.pack(value)
     return encoded
 

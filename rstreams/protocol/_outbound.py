@@ -75,9 +75,7 @@ class Publication:
         self.subscriber = subscriber
         self.publisher = publisher
         self.state = PublicationState.REQUESTED
-        self.demand = Demand()
-        if demand > 0:
-            self.demand.add(demand)
+        self.demand = Demand(demand) if demand > 0 else Demand()
         self.element_size = 0
         # Queued elements in the chunks the application handed over: a list of
         # bytes, or one bytes object packing elements of element_size bytes.
@@ -177,7 +175,7 @@ class Outbound:
             # One quantum per visit, but never far past max_bytes: _emit
             # writes at least one message and stops once over its limit.
             self._emit(publication, out, len(out) + min(quantum, max_bytes - len(out)))
-            if publication.has_work and publication.state is not PublicationState.DONE:
+            if publication.state is not PublicationState.DONE and publication.has_work:
                 ready.append(publication)
             else:
                 publication.scheduled = False
