@@ -57,6 +57,7 @@ from ._messages import (
     Request,
     Subscribe,
     Subscribed,
+    prechecked,
 )
 from ._outbound import Outbound, Publication
 from ._split import Reassembler
@@ -85,6 +86,9 @@ _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, Connec
 _PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
 _ON_NEXT = 5
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
+# One Elements event per run of elements, at least one per subscribe: the
+# dataclass __init__ costs more than the rest of a short run's handling.
+_new_elements = prechecked(Elements)
 
 
 class _Subscription:
@@ -256,7 +260,7 @@ class Connection:
 
     def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
         if run:
-            events.append(Elements(subscriber=self._run_subscriber, elements=ElementBatch(run[:])))
+            events.append(_new_elements(self._run_subscriber, ElementBatch(run[:])))
             run.clear()
 
     def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
@@ -282,7 +286,8 @@ class Connection:
                         subscriber = message[1]
                         element = message[2]
                         if run_subscription is None or subscriber != run_subscription.subscriber:
-                            self._flush_run(events, run)
+                            if run:
+                                self._flush_run(events, run)
                             run_subscription = subscriptions.get(subscriber) if type(subscriber) is int else None
                             if run_subscription is not None:
                                 self._run_subscriber = run_subscription.subscriber
