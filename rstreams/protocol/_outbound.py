@@ -200,15 +200,16 @@ class Outbound:
             if isinstance(chunk, bytes):
                 # A packed chunk: emit as many elements as fit in one message.
                 available = len(chunk) // size - head
-                fit = max(1, (limit - len(out)) // size)
-                count = min(available, fit)
+                fit = (limit - len(out)) // size  # at least one goes, even if none fits
+                count = available if available <= fit else fit if fit > 1 else 1
                 if size > threshold:
                     # Too large to go whole: split it like any large element.
                     count = 1
                     self._start_split(pub, memoryview(chunk)[head * size : (head + 1) * size])
                 elif count == 1:
                     element = chunk[head * size : (head + 1) * size]
-                    out += pub.on_next_header(size)
+                    header = pub._on_next_headers.get(size)
+                    out += header if header is not None else pub.on_next_header(size)
                     out += element
                 else:
                     # A view, not a slice: the bytes are copied once, into out.
