@@ -79,7 +79,19 @@ __all__ = ["Connection", "DEFAULT_WRITE_SIZE"]
 #: it by at most one message).
 DEFAULT_WRITE_SIZE = 256 * 1024
 
+# Enum members read through their class take EnumType's slow attribute hook
+# (it defines __getattr__), several times the cost of a plain attribute; the
+# states and events used once or more per message are module constants.
 _ACTIVE = SubscriptionState.ACTIVE
+_OPEN = ConnectionState.OPEN
+_HANDSHAKING = ConnectionState.HANDSHAKING
+_PUBLISHING = PublicationState.ACTIVE
+_RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
+_RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
+_RECEIVE_REQUEST = PublicationEvent.RECEIVE_REQUEST
+_SEND_SUBSCRIBED = PublicationEvent.SEND_SUBSCRIBED
+_SEND_ELEMENTS = PublicationEvent.SEND_ELEMENTS
+_SEND_COMPLETE = PublicationEvent.SEND_COMPLETE
 # Once the peer said goodbye (or the connection failed), nothing it sends matters.
 _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, ConnectionState.ERROR)
 # The peer said goodbye: stop parsing what it sent after that.
@@ -166,7 +178,7 @@ class Connection:
 
     def _check_can_send(self) -> None:
         state = self._state
-        if state is not ConnectionState.OPEN and state is not ConnectionState.HANDSHAKING:
+        if state is not _OPEN and state is not _HANDSHAKING:
             raise LocalProtocolError(f"cannot send in state {self._state.name}")
 
     # ---- receiving -----------------------------------------------------
@@ -370,8 +382,8 @@ class Connection:
 
     def _dispatch(self, message: Message, events: list[Event]) -> None:
         state = self._state
-        if state is not ConnectionState.OPEN and not isinstance(message, (Hello, Goodbye)):
-            if state is ConnectionState.HANDSHAKING:
+        if state is not _OPEN and not isinstance(message, (Hello, Goodbye)):
+            if state is _HANDSHAKING:
                 raise RemoteProtocolError(f"expected hello as the first message, got {type(message).__name__}")
             return  # after our goodbye, every stream has ended; drop the rest
         # One lookup by exact type instead of an isinstance chain: this runs
@@ -433,7 +445,7 @@ class Connection:
             )
             events.append(InvalidRequest(subscriber=subscriber, demand=message.demand))
             return
-        self._publication_transition(publication, PublicationEvent.RECEIVE_REQUEST)
+        self._publication_transition(publication, _RECEIVE_REQUEST)
         publication.demand.add(message.demand)
         events.append(message)
 
@@ -448,7 +460,7 @@ class Connection:
     # -- messages about our subscriptions (we subscribed to the peer)
 
     def _receive_subscribed(self, message: Subscribed, events: list[Event]) -> None:
-        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_SUBSCRIBED, "subscribed")
+        sub = self._subscription_event(message.subscriber, _RECEIVE_SUBSCRIBED, "subscribed")
         if sub is not None and sub.state is _ACTIVE:
             sub.element_size = message.element_size
             events.append(message)
@@ -496,7 +508,7 @@ class Connection:
         sub = self._subscriptions.get(message.subscriber)
         if sub is not None and sub.state is _ACTIVE:
             self._check_not_splitting(sub, "onComplete")
-        self._end_subscription(message, SubscriptionEvent.RECEIVE_COMPLETE, "onComplete", events)
+        self._end_subscription(message, _RECEIVE_COMPLETE, "onComplete", events)
 
     def _receive_on_error(self, message: OnError, events: list[Event]) -> None:
         self._end_subscription(message, SubscriptionEvent.RECEIVE_ERROR, "onError", events)
@@ -635,7 +647,7 @@ class Connection:
         publication = self._publication(subscriber)
         if type(element_size) is not int or element_size < 0:
             raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
-        self._publication_transition(publication, PublicationEvent.SEND_SUBSCRIBED)
+        self._publication_transition(publication, _SEND_SUBSCRIBED)
         publication.element_size = element_size
         self._outbound.control += publication.subscribed_message()
 
@@ -670,8 +682,8 @@ class Connection:
         if not count:
             return
         publication = self._publication(subscriber)
-        if publication.state is not PublicationState.ACTIVE:
-            self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
+        if publication.state is not _PUBLISHING:
+            self._publication_transition(publication, _SEND_ELEMENTS)
         self._check_can_send()
         size = publication.element_size
         chunk: list[bytes] | bytes
@@ -716,8 +728,8 @@ class Connection:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
         if not packed:
             return
-        if publication.state is not PublicationState.ACTIVE:
-            self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
+        if publication.state is not _PUBLISHING:
+            self._publication_transition(publication, _SEND_ELEMENTS)
         self._check_can_send()
         count = len(packed) // size
         if not publication.demand.take(count):
@@ -730,7 +742,7 @@ class Connection:
         """End a publication normally, after its queued elements."""
         self._check_can_send()
         publication = self._publication(subscriber)
-        self._publication_transition(publication, PublicationEvent.SEND_COMPLETE)
+        self._publication_transition(publication, _SEND_COMPLETE)
         publication.terminal = publication.on_complete_message()
         self._outbound.schedule(publication)
 

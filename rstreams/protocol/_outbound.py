@@ -42,6 +42,10 @@ from ._state import PublicationState
 __all__ = ["Publication", "Outbound"]
 
 _MAX_CACHED_HEADERS = 64
+# Module constants: reading an enum member through its class is slow (see
+# _connection.py), and these are read for every publication.
+_REQUESTED = PublicationState.REQUESTED
+_DONE = PublicationState.DONE
 # Runs of elements up to this size are written with one join (which copies
 # each element twice, once into the joined bytes and once into the output):
 # cheaper than two appends per element while the copies are small.
@@ -74,7 +78,7 @@ class Publication:
     def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
         self.subscriber = subscriber
         self.publisher = publisher
-        self.state = PublicationState.REQUESTED
+        self.state = _REQUESTED
         self.demand = Demand(demand) if demand > 0 else Demand()
         self.element_size = 0
         # Queued elements in the chunks the application handed over: a list of
@@ -175,7 +179,7 @@ class Outbound:
             # One quantum per visit, but never far past max_bytes: _emit
             # writes at least one message and stops once over its limit.
             self._emit(publication, out, len(out) + min(quantum, max_bytes - len(out)))
-            if publication.state is not PublicationState.DONE and publication.has_work:
+            if publication.state is not _DONE and publication.has_work:
                 ready.append(publication)
             else:
                 publication.scheduled = False
@@ -191,7 +195,7 @@ class Outbound:
                 if pub.terminal is not None:
                     out += pub.terminal
                     pub.terminal = None
-                    pub.state = PublicationState.DONE
+                    pub.state = _DONE
                     self.finished.append(pub)
                 return
             chunk = pub.chunks[0]
