@@ -114,6 +114,9 @@ _FIELDS: dict[type, tuple[int, Callable[[Any], tuple[object, ...]]]] = {
     OnNextLastPart: (MessageType.ON_NEXT_LAST_PART, lambda m: (m.subscriber, m.element, m.data)),
     Goodbye: (MessageType.GOODBYE, lambda m: (m.reason,)),
 }
+# Plain ints, not MessageType members, so encode() packs them without a
+# conversion.
+_FIELDS = {cls: (int(code), fields) for cls, (code, fields) in _FIELDS.items()}
 
 
 def encode(message: Message) -> bytes:
@@ -125,7 +128,7 @@ def encode(message: Message) -> bytes:
     if entry is None:
         raise LocalProtocolError(f"not a protocol message: {message!r}")
     code, fields = entry
-    encoded: bytes = _packer.pack((int(code), *fields(message)))
+    encoded: bytes = _packer.pack((code, *fields(message)))
     return encoded
 
 

@@ -85,6 +85,9 @@ DEFAULT_WRITE_SIZE = 256 * 1024
 _ACTIVE = SubscriptionState.ACTIVE
 _OPEN = ConnectionState.OPEN
 _HANDSHAKING = ConnectionState.HANDSHAKING
+_SENDING_STATES = (_HANDSHAKING, _OPEN)
+_SUBSCRIBING = SubscriptionState.SUBSCRIBING
+_CANCELLED = SubscriptionState.CANCELLED
 _PUBLISHING = PublicationState.ACTIVE
 _RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
 _RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
@@ -111,7 +114,7 @@ class _Subscription:
     def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
         self.subscriber = subscriber
         self.publisher = publisher
-        self.state = SubscriptionState.SUBSCRIBING
+        self.state = _SUBSCRIBING
         self.demand = Demand(demand)
         self.element_size = 0
         self.reassembler: Reassembler | None = None
@@ -578,11 +581,11 @@ class Connection:
         if type(n) is not int or n <= 0:
             raise LocalProtocolError(f"request(n) needs n > 0 (RS 3.9), got {n!r}")
         sub = self._subscriptions.get(subscriber)
-        if sub is None or sub.state is SubscriptionState.CANCELLED:
+        if sub is None or sub.state is _CANCELLED:
             if not 0 < subscriber < self._next_id:
                 raise LocalProtocolError(f"request for subscriber id {subscriber}, which was never subscribed")
             return
-        if self._state not in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+        if self._state not in _SENDING_STATES:
             return
         if sub.demand.unbounded:
             return
@@ -592,14 +595,14 @@ class Connection:
     def cancel(self, subscriber: int) -> None:
         """Cancel our subscription ``subscriber``; a no-op if it already ended."""
         sub = self._subscriptions.get(subscriber)
-        if sub is None or sub.state is SubscriptionState.CANCELLED:
+        if sub is None or sub.state is _CANCELLED:
             return
         sub.state = SUBSCRIPTION_TRANSITIONS[sub.state, SubscriptionEvent.SEND_CANCEL]
         del self._subscriptions[subscriber]
         evicted = _remember(self._cancelled, subscriber, self.limits.max_remembered_ids)
         if evicted is not None:
             self._forgotten_below = max(self._forgotten_below, evicted + 1)
-        if self._state in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+        if self._state in _SENDING_STATES:
             self._outbound.control += encode(Cancel(subscriber=subscriber))
 
     def outstanding_demand(self, subscriber: int) -> int:
@@ -654,7 +657,7 @@ class Connection:
     def publication_demand(self, subscriber: int) -> int:
         """How many more elements may be queued on ``subscriber`` (0 if it ended)."""
         publication = self._publications.get(subscriber)
-        if publication is None or publication.state is not PublicationState.ACTIVE:
+        if publication is None or publication.state is not _PUBLISHING:
             return 0
         return publication.demand.outstanding
 
@@ -666,7 +669,7 @@ class Connection:
     def is_publishing(self, subscriber: int) -> bool:
         """True while the publication exists and may still queue elements."""
         publication = self._publications.get(subscriber)
-        return publication is not None and publication.state is PublicationState.ACTIVE
+        return publication is not None and publication.state is _PUBLISHING
 
     def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
         """Queue elements on a publication, within the peer's demand.
