@@ -194,11 +194,6 @@ _new_on_next_last_part = prechecked(OnNextLastPart)
 _new_goodbye = prechecked(Goodbye)
 
 
-def _wire_int(value: int) -> bool:
-    """True if msgpack can carry ``value`` (so the classes accept it as an int field)."""
-    return _MIN_WIRE_INT <= value <= _MAX_WIRE_INT
-
-
 def _decode_on_next(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
     return _new_on_next(_id(obj[1], "subscriber"), _bin(obj[2], "element"))
 
@@ -206,7 +201,7 @@ def _decode_on_next(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
 def _decode_request(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
     demand = _int(obj[2], "demand")
     subscriber = _id(obj[1], "subscriber")
-    if not _wire_int(demand):
+    if not _MIN_WIRE_INT <= demand <= _MAX_WIRE_INT:
         return Request(subscriber=subscriber, demand=demand)
     return _new_request(subscriber, demand)
 
@@ -228,7 +223,7 @@ def _decode_subscribe(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
     initial = _int(obj[3], "initialDemand") if len(obj) > 3 else 0
     publisher = _str(obj[1], "publisher")
     subscriber = _id(obj[2], "subscriber")
-    if not _wire_int(initial):
+    if not _MIN_WIRE_INT <= initial <= _MAX_WIRE_INT:
         return Subscribe(publisher=publisher, subscriber=subscriber, initial_demand=initial)
     return _new_subscribe(publisher, subscriber, initial)
 

@@ -178,7 +178,8 @@ class Outbound:
             publication = ready.popleft()
             # One quantum per visit, but never far past max_bytes: _emit
             # writes at least one message and stops once over its limit.
-            self._emit(publication, out, len(out) + min(quantum, max_bytes - len(out)))
+            room = max_bytes - len(out)
+            self._emit(publication, out, len(out) + (quantum if quantum < room else room))
             if publication.state is not _DONE and publication.has_work:
                 ready.append(publication)
             else:
