@@ -33,6 +33,8 @@ import msgpack
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._limits import DEFAULT_LIMITS, ProtocolLimits
 from ._messages import (
+    _MAX_WIRE_INT,
+    _MIN_WIRE_INT,
     MAX_ID,
     Cancel,
     Goodbye,
@@ -48,6 +50,7 @@ from ._messages import (
     Request,
     Subscribe,
     Subscribed,
+    prechecked,
 )
 
 __all__ = [
@@ -69,8 +72,15 @@ DecodeError = (ValueError, msgpack.UnpackException)
 _packer = msgpack.Packer(use_bin_type=True)
 
 
+# Small non-negative ints are their own one-byte encoding (positive fixint):
+# element sizes and early stream ids, written for every subscribe.
+_FIXINTS = tuple(bytes((n,)) for n in range(128))
+
+
 def int_bytes(value: int) -> bytes:
     """The msgpack encoding of one integer."""
+    if 0 <= value < 128:
+        return _FIXINTS[value]
     encoded: bytes = _packer.pack(value)
     return encoded
 
@@ -104,6 +114,9 @@ _FIELDS: dict[type, tuple[int, Callable[[Any], tuple[object, ...]]]] = {
     OnNextLastPart: (MessageType.ON_NEXT_LAST_PART, lambda m: (m.subscriber, m.element, m.data)),
     Goodbye: (MessageType.GOODBYE, lambda m: (m.reason,)),
 }
+# Plain ints, not MessageType members, so encode() packs them without a
+# conversion.
+_FIELDS = {cls: (int(code), fields) for cls, (code, fields) in _FIELDS.items()}
 
 
 def encode(message: Message) -> bytes:
@@ -115,7 +128,7 @@ def encode(message: Message) -> bytes:
     if entry is None:
         raise LocalProtocolError(f"not a protocol message: {message!r}")
     code, fields = entry
-    encoded: bytes = _packer.pack((int(code), *fields(message)))
+    encoded: bytes = _packer.pack((code, *fields(message)))
     return encoded
 
 
@@ -164,21 +177,117 @@ def _bin(value: object, what: str) -> bytes:
     return value
 
 
-# (minimum, maximum) number of fields after the code; trailing fields with a
-# default may be omitted by the sender.
-_ARITY: dict[int, tuple[int, int]] = {
-    MessageType.HELLO: (2, 2),
-    MessageType.SUBSCRIBE: (2, 3),
-    MessageType.REQUEST: (2, 2),
-    MessageType.CANCEL: (1, 1),
-    MessageType.SUBSCRIBED: (1, 2),
-    MessageType.ON_NEXT: (2, 2),
-    MessageType.ON_COMPLETE: (1, 1),
-    MessageType.ON_ERROR: (2, 2),
-    MessageType.ON_NEXT_PACKED: (3, 3),
-    MessageType.ON_NEXT_PART: (3, 3),
-    MessageType.ON_NEXT_LAST_PART: (3, 3),
-    MessageType.GOODBYE: (1, 1),
+# Each decoder checks one message's fields, in wire order and with wire-level
+# wording, then builds the message with its prechecked constructor: the class
+# would only repeat the checks. An int msgpack cannot carry (only a caller of
+# message_from_wire can pass one) goes to the checking constructor instead,
+# which refuses it in the class's own words.
+_new_on_next = prechecked(OnNext)
+_new_request = prechecked(Request)
+_new_subscribe = prechecked(Subscribe)
+_new_cancel = prechecked(Cancel)
+_new_subscribed = prechecked(Subscribed)
+_new_on_complete = prechecked(OnComplete)
+_new_on_error = prechecked(OnError)
+_new_on_next_part = prechecked(OnNextPart)
+_new_on_next_last_part = prechecked(OnNextLastPart)
+_new_goodbye = prechecked(Goodbye)
+
+
+def _decode_on_next(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_on_next(_id(obj[1], "subscriber"), _bin(obj[2], "element"))
+
+
+def _decode_request(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    demand = _int(obj[2], "demand")
+    subscriber = _id(obj[1], "subscriber")
+    if not _MIN_WIRE_INT <= demand <= _MAX_WIRE_INT:
+        return Request(subscriber=subscriber, demand=demand)
+    return _new_request(subscriber, demand)
+
+
+def _decode_hello(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    # Once per connection: the checking constructor costs nothing that matters.
+    version = _int(obj[1], "version")
+    extensions = obj[2]
+    if type(extensions) is not tuple:
+        raise _fail("hello extensions must be an array")
+    if len(extensions) > limits.max_extensions:
+        raise _fail(f"hello lists {len(extensions)} extensions, limit {limits.max_extensions}")
+    for extension in extensions:
+        _int(extension, "extension id")
+    return Hello(version=version, extensions=extensions)
+
+
+def _decode_subscribe(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    initial = _int(obj[3], "initialDemand") if len(obj) > 3 else 0
+    publisher = _str(obj[1], "publisher")
+    subscriber = _id(obj[2], "subscriber")
+    if not _MIN_WIRE_INT <= initial <= _MAX_WIRE_INT:
+        return Subscribe(publisher=publisher, subscriber=subscriber, initial_demand=initial)
+    return _new_subscribe(publisher, subscriber, initial)
+
+
+def _decode_cancel(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_cancel(_id(obj[1], "subscriber"))
+
+
+def _decode_subscribed(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    size = _int(obj[2], "elementSize") if len(obj) > 2 else 0
+    if not 0 <= size <= limits.max_message_size:
+        raise _fail(f"elementSize {size} out of range [0, {limits.max_message_size}]")
+    subscriber = _id(obj[1], "subscriber")
+    if size > MAX_ID:  # only possible with a max_message_size beyond any real message
+        return Subscribed(subscriber=subscriber, element_size=size)
+    return _new_subscribed(subscriber, size)
+
+
+def _decode_on_complete(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_on_complete(_id(obj[1], "subscriber"))
+
+
+def _decode_on_error(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_on_error(_id(obj[1], "subscriber"), _str(obj[2], "error"))
+
+
+def _decode_on_next_packed(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    count = _int(obj[2], "count")
+    if count < 0:
+        raise _fail(f"onNextPacked count must not be negative, got {count}")
+    # The class also bounds count by MAX_ID, which msgpack ints can exceed.
+    return OnNextPacked(subscriber=_id(obj[1], "subscriber"), count=count, messages=_bin(obj[3], "messages"))
+
+
+def _decode_on_next_part(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_on_next_part(_id(obj[1], "subscriber"), _id(obj[2], "element"), _bin(obj[3], "data"))
+
+
+def _decode_on_next_last_part(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_on_next_last_part(_id(obj[1], "subscriber"), _id(obj[2], "element"), _bin(obj[3], "data"))
+
+
+def _decode_goodbye(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return _new_goodbye(_str(obj[1], "reason"))
+
+
+_Decoder = Callable[[tuple[Any, ...], ProtocolLimits], Message]
+
+# Code -> (minimum, maximum number of fields after the code, decoder): one
+# lookup per message instead of a chain of comparisons. Trailing fields with
+# a default may be omitted by the sender.
+_DECODERS: dict[int, tuple[int, int, _Decoder]] = {
+    MessageType.HELLO: (2, 2, _decode_hello),
+    MessageType.SUBSCRIBE: (2, 3, _decode_subscribe),
+    MessageType.REQUEST: (2, 2, _decode_request),
+    MessageType.CANCEL: (1, 1, _decode_cancel),
+    MessageType.SUBSCRIBED: (1, 2, _decode_subscribed),
+    MessageType.ON_NEXT: (2, 2, _decode_on_next),
+    MessageType.ON_COMPLETE: (1, 1, _decode_on_complete),
+    MessageType.ON_ERROR: (2, 2, _decode_on_error),
+    MessageType.ON_NEXT_PACKED: (3, 3, _decode_on_next_packed),
+    MessageType.ON_NEXT_PART: (3, 3, _decode_on_next_part),
+    MessageType.ON_NEXT_LAST_PART: (3, 3, _decode_on_next_last_part),
+    MessageType.GOODBYE: (1, 1, _decode_goodbye),
 }
 
 
@@ -189,69 +298,21 @@ def message_from_wire(obj: object, limits: ProtocolLimits = DEFAULT_LIMITS) -> M
         RemoteProtocolError: the object is not a well-formed message of the
             profile (not an array, unknown code, wrong field count or types).
     """
+    if type(obj) is not tuple or not obj:
+        raise _fail(f"a message must be a non-empty array, got {type(obj).__name__}")
+    code = obj[0]
+    entry = _DECODERS.get(code) if type(code) is int else None
+    if entry is None:
+        raise _fail(f"unknown message code {code!r:.20}")
+    low, high, decode = entry
+    if not low <= len(obj) - 1 <= high:
+        raise _fail(f"{MessageType(code).name} takes {low}..{high} fields, got {len(obj) - 1}")
     try:
-        return _message_from_wire(obj, limits)
+        return decode(obj, limits)
     except LocalProtocolError as exc:
         # A value the message classes refuse (an out-of-range count, say):
         # coming from the wire, it is the peer's fault.
         raise RemoteProtocolError(exc.message) from None
-
-
-def _message_from_wire(obj: object, limits: ProtocolLimits) -> Message:
-    if type(obj) is not tuple or not obj:
-        raise _fail(f"a message must be a non-empty array, got {type(obj).__name__}")
-    code = obj[0]
-    if type(code) is not int or code not in _ARITY:
-        raise _fail(f"unknown message code {code!r:.20}")
-    low, high = _ARITY[code]
-    if not low <= len(obj) - 1 <= high:
-        raise _fail(f"{MessageType(code).name} takes {low}..{high} fields, got {len(obj) - 1}")
-    if code == MessageType.ON_NEXT:
-        return OnNext(subscriber=_id(obj[1], "subscriber"), element=_bin(obj[2], "element"))
-    if code == MessageType.REQUEST:
-        demand = _int(obj[2], "demand")
-        return Request(subscriber=_id(obj[1], "subscriber"), demand=demand)
-    if code == MessageType.HELLO:
-        version = _int(obj[1], "version")
-        extensions = obj[2]
-        if type(extensions) is not tuple:
-            raise _fail("hello extensions must be an array")
-        if len(extensions) > limits.max_extensions:
-            raise _fail(f"hello lists {len(extensions)} extensions, limit {limits.max_extensions}")
-        for extension in extensions:
-            _int(extension, "extension id")
-        return Hello(version=version, extensions=extensions)
-    if code == MessageType.SUBSCRIBE:
-        initial = _int(obj[3], "initialDemand") if len(obj) > 3 else 0
-        return Subscribe(
-            publisher=_str(obj[1], "publisher"),
-            subscriber=_id(obj[2], "subscriber"),
-            initial_demand=initial,
-        )
-    if code == MessageType.CANCEL:
-        return Cancel(subscriber=_id(obj[1], "subscriber"))
-    if code == MessageType.SUBSCRIBED:
-        size = _int(obj[2], "elementSize") if len(obj) > 2 else 0
-        if not 0 <= size <= limits.max_message_size:
-            raise _fail(f"elementSize {size} out of range [0, {limits.max_message_size}]")
-        return Subscribed(subscriber=_id(obj[1], "subscriber"), element_size=size)
-    if code == MessageType.ON_COMPLETE:
-        return OnComplete(subscriber=_id(obj[1], "subscriber"))
-    if code == MessageType.ON_ERROR:
-        return OnError(subscriber=_id(obj[1], "subscriber"), error=_str(obj[2], "error"))
-    if code == MessageType.ON_NEXT_PACKED:
-        count = _int(obj[2], "count")
-        if count < 0:
-            raise _fail(f"onNextPacked count must not be negative, got {count}")
-        return OnNextPacked(subscriber=_id(obj[1], "subscriber"), count=count, messages=_bin(obj[3], "messages"))
-    if code == MessageType.ON_NEXT_PART:
-        return OnNextPart(subscriber=_id(obj[1], "subscriber"), element=_id(obj[2], "element"), data=_bin(obj[3], "data"))
-    if code == MessageType.ON_NEXT_LAST_PART:
-        return OnNextLastPart(
-            subscriber=_id(obj[1], "subscriber"), element=_id(obj[2], "element"), data=_bin(obj[3], "data")
-        )
-    # The only code left in _ARITY.
-    return Goodbye(reason=_str(obj[1], "reason"))
 
 
 class MessageDecoder:

@@ -28,7 +28,8 @@ per element. onNextPacked becomes one event whose batch slices lazily.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
 import msgpack
 
@@ -47,6 +48,7 @@ from ._messages import (
     Goodbye,
     Hello,
     InvalidRequest,
+    Message,
     OnComplete,
     OnError,
     OnNextLastPart,
@@ -55,6 +57,7 @@ from ._messages import (
     Request,
     Subscribe,
     Subscribed,
+    prechecked,
 )
 from ._outbound import Outbound, Publication
 from ._split import Reassembler
@@ -76,11 +79,31 @@ __all__ = ["Connection", "DEFAULT_WRITE_SIZE"]
 #: it by at most one message).
 DEFAULT_WRITE_SIZE = 256 * 1024
 
+# Enum members read through their class take EnumType's slow attribute hook
+# (it defines __getattr__), several times the cost of a plain attribute; the
+# states and events used once or more per message are module constants.
 _ACTIVE = SubscriptionState.ACTIVE
+_OPEN = ConnectionState.OPEN
+_HANDSHAKING = ConnectionState.HANDSHAKING
+_SENDING_STATES = (_HANDSHAKING, _OPEN)
+_SUBSCRIBING = SubscriptionState.SUBSCRIBING
+_CANCELLED = SubscriptionState.CANCELLED
+_PUBLISHING = PublicationState.ACTIVE
+_RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
+_RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
+_RECEIVE_REQUEST = PublicationEvent.RECEIVE_REQUEST
+_SEND_SUBSCRIBED = PublicationEvent.SEND_SUBSCRIBED
+_SEND_ELEMENTS = PublicationEvent.SEND_ELEMENTS
+_SEND_COMPLETE = PublicationEvent.SEND_COMPLETE
 # Once the peer said goodbye (or the connection failed), nothing it sends matters.
 _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, ConnectionState.ERROR)
+# The peer said goodbye: stop parsing what it sent after that.
+_PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
 _ON_NEXT = 5
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
+# One Elements event per run of elements, at least one per subscribe: the
+# dataclass __init__ costs more than the rest of a short run's handling.
+_new_elements = prechecked(Elements)
 
 
 class _Subscription:
@@ -91,7 +114,7 @@ class _Subscription:
     def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
         self.subscriber = subscriber
         self.publisher = publisher
-        self.state = SubscriptionState.SUBSCRIBING
+        self.state = _SUBSCRIBING
         self.demand = Demand(demand)
         self.element_size = 0
         self.reassembler: Reassembler | None = None
@@ -158,7 +181,7 @@ class Connection:
 
     def _check_can_send(self) -> None:
         state = self._state
-        if state is not ConnectionState.OPEN and state is not ConnectionState.HANDSHAKING:
+        if state is not _OPEN and state is not _HANDSHAKING:
             raise LocalProtocolError(f"cannot send in state {self._state.name}")
 
     # ---- receiving -----------------------------------------------------
@@ -252,13 +275,14 @@ class Connection:
 
     def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
         if run:
-            events.append(Elements(subscriber=self._run_subscriber, elements=ElementBatch(run[:])))
+            events.append(_new_elements(self._run_subscriber, ElementBatch(run[:])))
             run.clear()
 
     def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
         unpacker = self._unpacker
         tell = unpacker.tell
         subscriptions = self._subscriptions
+        limits = self.limits
         run_subscription: _Subscription | None = None
         # Where the last complete message ended: msgpack's own offset also
         # moves through an incomplete message, so it cannot bound one.
@@ -277,7 +301,8 @@ class Connection:
                         subscriber = message[1]
                         element = message[2]
                         if run_subscription is None or subscriber != run_subscription.subscriber:
-                            self._flush_run(events, run)
+                            if run:
+                                self._flush_run(events, run)
                             run_subscription = subscriptions.get(subscriber) if type(subscriber) is int else None
                             if run_subscription is not None:
                                 self._run_subscriber = run_subscription.subscriber
@@ -301,10 +326,11 @@ class Connection:
                             demand.outstanding -= 1
                         run.append(element)
                         continue
-                    self._flush_run(events, run)
+                    if run:
+                        self._flush_run(events, run)
                     run_subscription = None
-                    self._dispatch(message_from_wire(message, self.limits), events)
-                    if self._state in (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED):
+                    self._dispatch(message_from_wire(message, limits), events)
+                    if self._state in _PEER_DONE_STATES:
                         # Nothing the peer sends after its goodbye matters.
                         self._waiting.clear()
                         return
@@ -357,23 +383,15 @@ class Connection:
             raise RemoteProtocolError(f"{what} not allowed on stream {subscriber} in state {sub.state.name}") from None
         return sub
 
-    def _dispatch(self, message: object, events: list[Event]) -> None:
+    def _dispatch(self, message: Message, events: list[Event]) -> None:
         state = self._state
-        if state is ConnectionState.HANDSHAKING and not isinstance(message, (Hello, Goodbye)):
-            raise RemoteProtocolError(f"expected hello as the first message, got {type(message).__name__}")
-        if isinstance(message, Hello):
-            self._receive_hello(message, events)
-        elif isinstance(message, Goodbye):
-            self.goodbye_received = message
-            self._transition(ConnectionEvent.RECEIVE_GOODBYE)
-            self._end_all_streams()
-            events.append(message)
-        elif state is not ConnectionState.OPEN:
+        if state is not _OPEN and not isinstance(message, (Hello, Goodbye)):
+            if state is _HANDSHAKING:
+                raise RemoteProtocolError(f"expected hello as the first message, got {type(message).__name__}")
             return  # after our goodbye, every stream has ended; drop the rest
-        elif isinstance(message, (Subscribe, Request, Cancel)):
-            self._receive_publication_message(message, events)
-        else:
-            self._receive_subscription_message(message, events)
+        # One lookup by exact type instead of an isinstance chain: this runs
+        # for every control message, a few per subscribe.
+        self._HANDLERS[type(message)](self, message, events)
 
     def _receive_hello(self, hello: Hello, events: list[Event]) -> None:
         if self.peer_hello is not None:
@@ -385,33 +403,40 @@ class Connection:
         self._transition(ConnectionEvent.RECEIVE_HELLO)
         events.append(hello)
 
-    def _receive_publication_message(self, message: Subscribe | Request | Cancel, events: list[Event]) -> None:
+    def _receive_goodbye(self, goodbye: Goodbye, events: list[Event]) -> None:
+        self.goodbye_received = goodbye
+        self._transition(ConnectionEvent.RECEIVE_GOODBYE)
+        self._end_all_streams()
+        events.append(goodbye)
+
+    # -- messages about our publications (the peer subscribed to us)
+
+    def _receive_subscribe(self, message: Subscribe, events: list[Event]) -> None:
         subscriber = message.subscriber
-        if isinstance(message, Subscribe):
-            if subscriber in self._publications:
-                raise RemoteProtocolError(f"subscribe with subscriber id {subscriber}, which is still in use")
-            self._finished_publications.pop(subscriber, None)
-            publication = Publication(subscriber, message.publisher, max(0, message.initial_demand))
-            if message.initial_demand < 0:
-                # As request(n <= 0): this stream fails, the connection stays.
-                self._remember_finished(subscriber)
-                self._outbound.control += encode(
-                    OnError(subscriber=subscriber, error=f"initialDemand must not be negative (rule 3.9), got {message.initial_demand}")
-                )
-                return
-            self._publications[subscriber] = publication
-            events.append(message)
+        if subscriber in self._publications:
+            raise RemoteProtocolError(f"subscribe with subscriber id {subscriber}, which is still in use")
+        self._finished_publications.pop(subscriber, None)
+        if message.initial_demand < 0:
+            # As request(n <= 0): this stream fails, the connection stays.
+            self._remember_finished(subscriber)
+            self._outbound.control += encode(
+                OnError(subscriber=subscriber, error=f"initialDemand must not be negative (rule 3.9), got {message.initial_demand}")
+            )
             return
-        publication_or_none = self._publications.get(subscriber)
-        if publication_or_none is None:
-            if subscriber in self._finished_publications:
-                return  # crossed our onComplete/onError: harmless
-            raise RemoteProtocolError(f"{type(message).__name__.lower()} for unknown subscriber id {subscriber}")
-        publication = publication_or_none
-        if isinstance(message, Cancel):
-            self._publication_transition(publication, PublicationEvent.RECEIVE_CANCEL)
-            self._forget_publication(publication)
-            events.append(message)
+        self._publications[subscriber] = Publication(subscriber, message.publisher, message.initial_demand)
+        events.append(message)
+
+    def _peer_publication(self, subscriber: int, what: str) -> Publication | None:
+        """The publication a request or cancel is about; None means drop the message."""
+        publication = self._publications.get(subscriber)
+        if publication is None and subscriber not in self._finished_publications:
+            raise RemoteProtocolError(f"{what} for unknown subscriber id {subscriber}")
+        return publication  # None: it crossed our onComplete/onError, harmless
+
+    def _receive_request(self, message: Request, events: list[Event]) -> None:
+        subscriber = message.subscriber
+        publication = self._peer_publication(subscriber, "request")
+        if publication is None:
             return
         if message.demand <= 0:
             if publication.state is PublicationState.TERMINATING:
@@ -423,66 +448,100 @@ class Connection:
             )
             events.append(InvalidRequest(subscriber=subscriber, demand=message.demand))
             return
-        self._publication_transition(publication, PublicationEvent.RECEIVE_REQUEST)
+        self._publication_transition(publication, _RECEIVE_REQUEST)
         publication.demand.add(message.demand)
         events.append(message)
 
-    def _receive_subscription_message(self, message: object, events: list[Event]) -> None:
-        if isinstance(message, Subscribed):
-            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_SUBSCRIBED, "subscribed")
-            if sub is not None and sub.state is _ACTIVE:
-                sub.element_size = message.element_size
-                events.append(message)
-        elif isinstance(message, OnNextPacked):
-            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
-            if sub is None or sub.state is not _ACTIVE:
-                return
-            size = sub.element_size
-            if not size:
-                raise RemoteProtocolError(f"onNextPacked on stream {sub.subscriber}, which has no elementSize")
-            if len(message.messages) != message.count * size:
-                raise RemoteProtocolError(
-                    f"onNextPacked carries {len(message.messages)} bytes, not count {message.count} x elementSize {size}"
-                )
-            self._check_not_splitting(sub, "onNextPacked")
-            if not sub.demand.take(message.count):
-                raise RemoteProtocolError(
-                    f"onNextPacked of {message.count} elements exceeds demand {sub.demand.outstanding} on stream {sub.subscriber}"
-                )
-            if message.count:
-                batch = ElementBatch(packed=message.messages, element_size=size)
-                events.append(Elements(subscriber=sub.subscriber, elements=batch))
-        elif isinstance(message, (OnNextPart, OnNextLastPart)):
-            last = isinstance(message, OnNextLastPart)
-            what = "onNextLastPart" if last else "onNextPart"
-            sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
-            if sub is None or sub.state is not _ACTIVE:
-                return
-            if sub.reassembler is None:
-                sub.reassembler = Reassembler(self.limits.max_element_size)
-            element = sub.reassembler.add(message.element, message.data, last)
-            if element is None:
-                return
-            if sub.element_size and len(element) != sub.element_size:
-                raise RemoteProtocolError(
-                    f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
-                )
-            if not sub.demand.take(1):
-                raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
-            events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
-        elif isinstance(message, (OnComplete, OnError)):
-            event = SubscriptionEvent.RECEIVE_COMPLETE if isinstance(message, OnComplete) else SubscriptionEvent.RECEIVE_ERROR
-            what = "onComplete" if isinstance(message, OnComplete) else "onError"
-            sub = self._subscriptions.get(message.subscriber)
-            if sub is not None and sub.state is _ACTIVE and isinstance(message, OnComplete):
-                self._check_not_splitting(sub, what)
-            sub = self._subscription_event(message.subscriber, event, what)
-            if sub is None:
-                # A late terminal for a cancelled stream: nothing more can come.
-                self._cancelled.pop(message.subscriber, None)
-                return
-            del self._subscriptions[sub.subscriber]
+    def _receive_cancel(self, message: Cancel, events: list[Event]) -> None:
+        publication = self._peer_publication(message.subscriber, "cancel")
+        if publication is None:
+            return
+        self._publication_transition(publication, PublicationEvent.RECEIVE_CANCEL)
+        self._forget_publication(publication)
+        events.append(message)
+
+    # -- messages about our subscriptions (we subscribed to the peer)
+
+    def _receive_subscribed(self, message: Subscribed, events: list[Event]) -> None:
+        sub = self._subscription_event(message.subscriber, _RECEIVE_SUBSCRIBED, "subscribed")
+        if sub is not None and sub.state is _ACTIVE:
+            sub.element_size = message.element_size
             events.append(message)
+
+    def _receive_on_next_packed(self, message: OnNextPacked, events: list[Event]) -> None:
+        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
+        if sub is None or sub.state is not _ACTIVE:
+            return
+        size = sub.element_size
+        if not size:
+            raise RemoteProtocolError(f"onNextPacked on stream {sub.subscriber}, which has no elementSize")
+        if len(message.messages) != message.count * size:
+            raise RemoteProtocolError(
+                f"onNextPacked carries {len(message.messages)} bytes, not count {message.count} x elementSize {size}"
+            )
+        self._check_not_splitting(sub, "onNextPacked")
+        if not sub.demand.take(message.count):
+            raise RemoteProtocolError(
+                f"onNextPacked of {message.count} elements exceeds demand {sub.demand.outstanding} on stream {sub.subscriber}"
+            )
+        if message.count:
+            batch = ElementBatch(packed=message.messages, element_size=size)
+            events.append(Elements(subscriber=sub.subscriber, elements=batch))
+
+    def _receive_part(self, message: OnNextPart | OnNextLastPart, events: list[Event]) -> None:
+        last = isinstance(message, OnNextLastPart)
+        what = "onNextLastPart" if last else "onNextPart"
+        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
+        if sub is None or sub.state is not _ACTIVE:
+            return
+        if sub.reassembler is None:
+            sub.reassembler = Reassembler(self.limits.max_element_size)
+        element = sub.reassembler.add(message.element, message.data, last)
+        if element is None:
+            return
+        if sub.element_size and len(element) != sub.element_size:
+            raise RemoteProtocolError(
+                f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
+            )
+        if not sub.demand.take(1):
+            raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
+        events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
+
+    def _receive_on_complete(self, message: OnComplete, events: list[Event]) -> None:
+        sub = self._subscriptions.get(message.subscriber)
+        if sub is not None and sub.state is _ACTIVE:
+            self._check_not_splitting(sub, "onComplete")
+        self._end_subscription(message, _RECEIVE_COMPLETE, "onComplete", events)
+
+    def _receive_on_error(self, message: OnError, events: list[Event]) -> None:
+        self._end_subscription(message, SubscriptionEvent.RECEIVE_ERROR, "onError", events)
+
+    def _end_subscription(
+        self, message: OnComplete | OnError, event: SubscriptionEvent, what: str, events: list[Event]
+    ) -> None:
+        sub = self._subscription_event(message.subscriber, event, what)
+        if sub is None:
+            # A late terminal for a cancelled stream: nothing more can come.
+            self._cancelled.pop(message.subscriber, None)
+            return
+        del self._subscriptions[sub.subscriber]
+        events.append(message)
+
+    # Message type -> handler, for _dispatch. onNext never gets here: the
+    # receive loop takes every well-formed one inline.
+    _HANDLERS: ClassVar[dict[type, Callable[[Connection, Any, list[Event]], None]]] = {
+        Hello: _receive_hello,
+        Goodbye: _receive_goodbye,
+        Subscribe: _receive_subscribe,
+        Request: _receive_request,
+        Cancel: _receive_cancel,
+        Subscribed: _receive_subscribed,
+        OnNextPacked: _receive_on_next_packed,
+        OnNextPart: _receive_part,
+        OnNextLastPart: _receive_part,
+        OnComplete: _receive_on_complete,
+        OnError: _receive_on_error,
+    }
 
     @staticmethod
     def _check_not_splitting(sub: _Subscription, what: str) -> None:
@@ -522,11 +581,11 @@ class Connection:
         if type(n) is not int or n <= 0:
             raise LocalProtocolError(f"request(n) needs n > 0 (RS 3.9), got {n!r}")
         sub = self._subscriptions.get(subscriber)
-        if sub is None or sub.state is SubscriptionState.CANCELLED:
+        if sub is None or sub.state is _CANCELLED:
             if not 0 < subscriber < self._next_id:
                 raise LocalProtocolError(f"request for subscriber id {subscriber}, which was never subscribed")
             return
-        if self._state not in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+        if self._state not in _SENDING_STATES:
             return
         if sub.demand.unbounded:
             return
@@ -536,14 +595,14 @@ class Connection:
     def cancel(self, subscriber: int) -> None:
         """Cancel our subscription ``subscriber``; a no-op if it already ended."""
         sub = self._subscriptions.get(subscriber)
-        if sub is None or sub.state is SubscriptionState.CANCELLED:
+        if sub is None or sub.state is _CANCELLED:
             return
         sub.state = SUBSCRIPTION_TRANSITIONS[sub.state, SubscriptionEvent.SEND_CANCEL]
         del self._subscriptions[subscriber]
         evicted = _remember(self._cancelled, subscriber, self.limits.max_remembered_ids)
         if evicted is not None:
             self._forgotten_below = max(self._forgotten_below, evicted + 1)
-        if self._state in (ConnectionState.HANDSHAKING, ConnectionState.OPEN):
+        if self._state in _SENDING_STATES:
             self._outbound.control += encode(Cancel(subscriber=subscriber))
 
     def outstanding_demand(self, subscriber: int) -> int:
@@ -591,14 +650,14 @@ class Connection:
         publication = self._publication(subscriber)
         if type(element_size) is not int or element_size < 0:
             raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
-        self._publication_transition(publication, PublicationEvent.SEND_SUBSCRIBED)
+        self._publication_transition(publication, _SEND_SUBSCRIBED)
         publication.element_size = element_size
         self._outbound.control += publication.subscribed_message()
 
     def publication_demand(self, subscriber: int) -> int:
         """How many more elements may be queued on ``subscriber`` (0 if it ended)."""
         publication = self._publications.get(subscriber)
-        if publication is None or publication.state is not PublicationState.ACTIVE:
+        if publication is None or publication.state is not _PUBLISHING:
             return 0
         return publication.demand.outstanding
 
@@ -610,7 +669,7 @@ class Connection:
     def is_publishing(self, subscriber: int) -> bool:
         """True while the publication exists and may still queue elements."""
         publication = self._publications.get(subscriber)
-        return publication is not None and publication.state is PublicationState.ACTIVE
+        return publication is not None and publication.state is _PUBLISHING
 
     def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
         """Queue elements on a publication, within the peer's demand.
@@ -626,8 +685,8 @@ class Connection:
         if not count:
             return
         publication = self._publication(subscriber)
-        if publication.state is not PublicationState.ACTIVE:
-            self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
+        if publication.state is not _PUBLISHING:
+            self._publication_transition(publication, _SEND_ELEMENTS)
         self._check_can_send()
         size = publication.element_size
         chunk: list[bytes] | bytes
@@ -672,8 +731,8 @@ class Connection:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
         if not packed:
             return
-        if publication.state is not PublicationState.ACTIVE:
-            self._publication_transition(publication, PublicationEvent.SEND_ELEMENTS)
+        if publication.state is not _PUBLISHING:
+            self._publication_transition(publication, _SEND_ELEMENTS)
         self._check_can_send()
         count = len(packed) // size
         if not publication.demand.take(count):
@@ -686,7 +745,7 @@ class Connection:
         """End a publication normally, after its queued elements."""
         self._check_can_send()
         publication = self._publication(subscriber)
-        self._publication_transition(publication, PublicationEvent.SEND_COMPLETE)
+        self._publication_transition(publication, _SEND_COMPLETE)
         publication.terminal = publication.on_complete_message()
         self._outbound.schedule(publication)
 

@@ -29,8 +29,11 @@ class Demand:
     __slots__ = ("outstanding",)
 
     def __init__(self, initial: int = 0) -> None:
-        self.outstanding = 0
-        if initial:
+        # Made for every stream, both sides: the common case skips add().
+        if 0 <= initial < UNBOUNDED:
+            self.outstanding = initial
+        else:
+            self.outstanding = 0
             self.add(initial)
 
     @property

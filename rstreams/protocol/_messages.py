@@ -15,8 +15,9 @@ same failure into ``RemoteProtocolError``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, TypeVar, Union
 
 from ._errors import LocalProtocolError
 
@@ -95,6 +96,54 @@ def _check_bytes(name: str, value: object) -> None:
         raise LocalProtocolError(f"{name} must be bytes, got {type(value).__name__}")
 
 
+_M = TypeVar("_M")
+
+
+def prechecked(cls: type[_M]) -> Callable[..., _M]:
+    """A constructor for the message or event class ``cls`` that skips ``__post_init__``.
+
+    For the receive path only. The decoder checks every field of a received
+    message itself, at least as strictly as the class does and with
+    wire-level wording, so checking again here would only double the cost of
+    each control message received (a few per subscribe); the connection
+    builds an :class:`Elements` per run of elements, whose frozen dataclass
+    ``__init__`` alone costs more than the run. Fields are passed
+    positionally, in declaration order. Everyone else constructs messages
+    normally: an invalid message still cannot be made by mistake.
+    """
+    # One constructor per field count, with the slot setters bound: a loop
+    # over the fields would cost about as much as the checks it skips.
+    setters = tuple(getattr(cls, field.name).__set__ for field in fields(cls))  # type: ignore[arg-type]
+    new = object.__new__
+    if len(setters) == 1:
+        (set_a,) = setters
+
+        def construct1(a: object) -> _M:
+            message = new(cls)
+            set_a(message, a)
+            return message
+
+        return construct1
+    if len(setters) == 2:
+        set_a, set_b = setters
+
+        def construct2(a: object, b: object) -> _M:
+            message = new(cls)
+            set_a(message, a)
+            set_b(message, b)
+            return message
+
+        return construct2
+    set_a, set_b, set_c = setters
+
+    def construct3(a: object, b: object, c: object) -> _M:
+        message = new(cls)
+        set_a(message, a)
+        set_b(message, b)
+        set_c(message, c)
+        return message
+
+    return construct3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

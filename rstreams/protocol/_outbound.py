@@ -42,6 +42,10 @@ from ._state import PublicationState
 __all__ = ["Publication", "Outbound"]
 
 _MAX_CACHED_HEADERS = 64
+# Module constants: reading an enum member through its class is slow (see
+# _connection.py), and these are read for every publication.
+_REQUESTED = PublicationState.REQUESTED
+_DONE = PublicationState.DONE
 # Runs of elements up to this size are written with one join (which copies
 # each element twice, once into the joined bytes and once into the output):
 # cheaper than two appends per element while the copies are small.
@@ -74,10 +78,8 @@ class Publication:
     def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
         self.subscriber = subscriber
         self.publisher = publisher
-        self.state = PublicationState.REQUESTED
-        self.demand = Demand()
-        if demand > 0:
-            self.demand.add(demand)
+        self.state = _REQUESTED
+        self.demand = Demand(demand) if demand > 0 else Demand()
         self.element_size = 0
         # Queued elements in the chunks the application handed over: a list of
         # bytes, or one bytes object packing elements of element_size bytes.
@@ -176,8 +178,9 @@ class Outbound:
             publication = ready.popleft()
             # One quantum per visit, but never far past max_bytes: _emit
             # writes at least one message and stops once over its limit.
-            self._emit(publication, out, len(out) + min(quantum, max_bytes - len(out)))
-            if publication.has_work and publication.state is not PublicationState.DONE:
+            room = max_bytes - len(out)
+            self._emit(publication, out, len(out) + (quantum if quantum < room else room))
+            if publication.state is not _DONE and publication.has_work:
                 ready.append(publication)
             else:
                 publication.scheduled = False
@@ -193,7 +196,7 @@ class Outbound:
                 if pub.terminal is not None:
                     out += pub.terminal
                     pub.terminal = None
-                    pub.state = PublicationState.DONE
+                    pub.state = _DONE
                     self.finished.append(pub)
                 return
             chunk = pub.chunks[0]
@@ -202,15 +205,16 @@ class Outbound:
             if isinstance(chunk, bytes):
                 # A packed chunk: emit as many elements as fit in one message.
                 available = len(chunk) // size - head
-                fit = max(1, (limit - len(out)) // size)
-                count = min(available, fit)
+                fit = (limit - len(out)) // size  # at least one goes, even if none fits
+                count = available if available <= fit else fit if fit > 1 else 1
                 if size > threshold:
                     # Too large to go whole: split it like any large element.
                     count = 1
                     self._start_split(pub, memoryview(chunk)[head * size : (head + 1) * size])
                 elif count == 1:
                     element = chunk[head * size : (head + 1) * size]
-                    out += pub.on_next_header(size)
+                    header = pub._on_next_headers.get(size)
+                    out += header if header is not None else pub.on_next_header(size)
                     out += element
                 else:
                     # A view, not a slice: the bytes are copied once, into out.

@@ -143,7 +143,7 @@ def test_bin_header_matches_msgpack(length: int) -> None:
     assert bin_header(length) + bytes(length) == packed
 
 
-@pytest.mark.parametrize("value", [0, 1, 127, 128, 255, 65536, 2**32, UNBOUNDED, 2**64 - 1])
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 255, 65536, 2**32, UNBOUNDED, 2**64 - 1, -1, -32, -33, -(2**63)])
 def test_int_bytes_matches_msgpack(value: int) -> None:
     assert int_bytes(value) == pack(value)
 

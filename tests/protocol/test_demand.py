@@ -68,6 +68,20 @@ def test_just_below_unbounded_is_counted() -> None:
 
 def test_initial_demand_saturates() -> None:
     assert Demand(2**64 - 1).outstanding == UNBOUNDED
+    assert Demand(UNBOUNDED).unbounded
+
+
+@pytest.mark.parametrize("initial", [0, 1, UNBOUNDED - 1, UNBOUNDED, 2**64 - 1])
+def test_initial_demand_is_what_adding_it_gives(initial: int) -> None:
+    added = Demand()
+    if initial:
+        added.add(initial)
+    assert Demand(initial).outstanding == added.outstanding
+
+
+def test_negative_initial_demand_is_refused() -> None:
+    with pytest.raises(ValueError, match="3.9"):
+        Demand(-1)
 
 
 def test_demand_repr() -> None:
