@@ -132,6 +132,26 @@ def encode(message: Message) -> bytes:
     return encoded
 
 
+def encode_subscribe(publisher: str, subscriber: int, initial_demand: int) -> bytes:
+    """``encode(Subscribe(...))`` without building the message: the
+    connection checks the Id and demand it made itself, and this checks the
+    one field the caller gave (a subscribe is sent per round trip)."""
+    if type(publisher) is not str:
+        raise LocalProtocolError(f"publisher must be a str, got {type(publisher).__name__}")
+    encoded: bytes = _packer.pack((_SUBSCRIBE, publisher, subscriber, initial_demand))
+    return encoded
+
+
+def encode_request(subscriber: int, demand: int) -> bytes:
+    """``encode(Request(...))`` for values the connection has checked."""
+    encoded: bytes = _packer.pack((_REQUEST, subscriber, demand))
+    return encoded
+
+
+_SUBSCRIBE = int(MessageType.SUBSCRIBE)
+_REQUEST = int(MessageType.REQUEST)
+
+
 def new_unpacker(limits: ProtocolLimits = DEFAULT_LIMITS) -> msgpack.Unpacker:
     """A streaming msgpack Unpacker configured with ``limits``."""
     return msgpack.Unpacker(

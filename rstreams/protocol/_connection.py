@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from ._batch import ElementBatch
-from ._codec import DecodeError, encode, message_from_wire, new_unpacker
+from ._codec import DecodeError, encode, encode_request, encode_subscribe, message_from_wire, new_unpacker
 from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
 from ._limits import DEFAULT_LIMITS, ProtocolLimits
@@ -563,8 +563,7 @@ class Connection:
         if type(initial_demand) is not int or initial_demand < 0:
             raise LocalProtocolError(f"initial_demand must be an int >= 0, got {initial_demand!r}")
         subscriber = self._next_id
-        message = Subscribe(publisher=publisher, subscriber=subscriber, initial_demand=min(initial_demand, UNBOUNDED))
-        self._outbound.control += encode(message)
+        self._outbound.control += encode_subscribe(publisher, subscriber, min(initial_demand, UNBOUNDED))
         self._next_id += 1
         self._subscriptions[subscriber] = _Subscription(subscriber, publisher, initial_demand)
         return subscriber
@@ -590,7 +589,7 @@ class Connection:
         if sub.demand.unbounded:
             return
         sub.demand.add(n)
-        self._outbound.control += encode(Request(subscriber=subscriber, demand=min(n, UNBOUNDED)))
+        self._outbound.control += encode_request(subscriber, min(n, UNBOUNDED))
 
     def cancel(self, subscriber: int) -> None:
         """Cancel our subscription ``subscriber``; a no-op if it already ended."""

@@ -430,3 +430,23 @@ def test_maps_and_ext_types_are_refused(obj: object) -> None:
 def test_deep_nesting_is_refused() -> None:
     with pytest.raises(RemoteProtocolError):
         decode_one(b"\x91" * 5000 + b"\x00")
+
+
+@pytest.mark.parametrize("subscriber", [1, 127, 128, 2**32, 2**63 - 1])
+@pytest.mark.parametrize("demand", [0, 1, 300, 2**63 - 1])
+def test_direct_subscribe_and_request_encodings_are_encode_byte_for_byte(subscriber: int, demand: int) -> None:
+    from rstreams.protocol._codec import encode_request, encode_subscribe
+
+    for name in ("range?count=1", "", "ü" * 40):
+        assert encode_subscribe(name, subscriber, demand) == encode(
+            Subscribe(publisher=name, subscriber=subscriber, initial_demand=demand)
+        )
+    if demand:
+        assert encode_request(subscriber, demand) == encode(Request(subscriber=subscriber, demand=demand))
+
+
+def test_direct_subscribe_encoding_refuses_a_non_str_name() -> None:
+    from rstreams.protocol._codec import encode_subscribe
+
+    with pytest.raises(LocalProtocolError, match="publisher must be a str"):
+        encode_subscribe(b"range", 1, 1)  # type: ignore[arg-type]
