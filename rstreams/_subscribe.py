@@ -72,6 +72,30 @@ class Subscription:
     manager. Only one task may iterate it at a time.
     """
 
+    # Slots: one Subscription is made per subscribe (a round trip's worth
+    # of attribute writes), and thousands may sit idle at once.
+    __slots__ = (
+        "name",
+        "subscriber",
+        "_session",
+        "_prefetch",
+        "_window",
+        "_codec",
+        "_chunks",
+        "_head",
+        "_buffered",
+        "_received",
+        "_since_checkpoint",
+        "_element_size",
+        "_subscribed",
+        "_ended",
+        "_cancelled",
+        "_error",
+        "_parked",
+        "_busy",
+        "__weakref__",
+    )
+
     def __init__(self, session: Session, name: str, *, prefetch: int, codec: CodecLike) -> None:
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
