@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from ._codecs import CodecLike
+from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._errors import (
     PublisherError,
@@ -44,7 +44,7 @@ from ._errors import (
     UnknownPublisher,
 )
 from ._publish import Route, Router, Sink, SubscribeRequest
-from ._subscribe import Subscription
+from ._subscribe import Subscription, _Fetch, _StreamReceiver
 from .protocol import (
     Cancel,
     Connection,
@@ -177,7 +177,7 @@ class Session(trio.abc.AsyncResource):
         self._stream = stream
         self._conn = Connection(limits=config.limits)
         self._nursery: trio.Nursery | None = None
-        self._subscriptions: dict[int, Subscription] = {}
+        self._subscriptions: dict[int, _StreamReceiver] = {}
         self._publications: dict[int, _PublicationHandle] = {}
         self._room_waiters: set[_PublicationHandle] = set()
         self._writer_wakeup = trio.Event()
@@ -495,7 +495,7 @@ class Session(trio.abc.AsyncResource):
                 pass
 
     @staticmethod
-    def _publisher_error(subscription: Subscription, message: str) -> PublisherError:
+    def _publisher_error(subscription: _StreamReceiver, message: str) -> PublisherError:
         if not subscription._subscribed and message.startswith("no such publisher"):
             return UnknownPublisher(subscription.name, message)
         return PublisherError(message)
@@ -594,7 +594,44 @@ class Session(trio.abc.AsyncResource):
         """
         return Subscription(self, name, prefetch=prefetch, codec=codec)
 
-    def _open_subscription(self, subscription: Subscription, initial_demand: int) -> int:
+    async def fetch(self, name: str, limit: int, *, codec: CodecLike = None) -> list[Any]:
+        """Subscribe to ``name``, ask for ``limit`` elements, return them.
+
+        The request-response form of a subscription: returns once the
+        publisher completes, or once ``limit`` elements have arrived (the
+        stream is then cancelled, so a publisher with more to give never
+        holds the call). Cheaper than ``async with subscribe(...)`` and
+        ``async for`` for short streams: nothing is set up for iteration or
+        for topping demand up, and one task switch serves the whole answer.
+        Everything asked for is held in memory until the call returns.
+
+        Raises:
+            ValueError: ``limit`` is not an int >= 1.
+            UnknownPublisher / PublisherError: the publisher refused, or
+                failed (the elements it sent before are not returned).
+            SessionClosed / SessionBroken: the session ended first.
+        """
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+        decoder = resolve_codec(codec)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        fetch = _Fetch(name, limit)
+        fetch.subscriber = self._open_subscription(fetch, limit)
+        try:
+            await fetch.wait()
+        except BaseException:
+            self._cancel_subscription(fetch)
+            raise
+        if fetch._error is not None:
+            raise fetch._error
+        if not fetch._ended:
+            self._cancel_subscription(fetch)
+        elements = fetch.elements()
+        if decoder is not None:
+            return [decoder.decode(element) for element in elements]
+        return elements
+
+    def _open_subscription(self, subscription: _StreamReceiver, initial_demand: int) -> int:
         if self._close_kind is not None:
             raise SessionClosed(self._close_reason or "closed", by_peer=self._closed_by_peer)
         subscriber = self._conn.subscribe(subscription.name, initial_demand)
@@ -602,7 +639,7 @@ class Session(trio.abc.AsyncResource):
         self._wake_writer()
         return subscriber
 
-    def _cancel_subscription(self, subscription: Subscription) -> None:
+    def _cancel_subscription(self, subscription: _StreamReceiver) -> None:
         assert subscription.subscriber is not None
         if self._subscriptions.pop(subscription.subscriber, None) is not None:
             self._conn.cancel(subscription.subscriber)

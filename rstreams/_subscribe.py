@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -389,3 +389,79 @@ class _BatchIterator:
             decode = codec.decode
             return [decode(element) for element in batch]
         return batch
+
+
+class _StreamReceiver(Protocol):
+    """What the session's reader hands a stream's events to: a
+    :class:`Subscription`, or the collector of a :meth:`Session.fetch`."""
+
+    name: str
+    subscriber: int | None
+    _subscribed: bool
+
+    def _on_subscribed(self, element_size: int) -> None: ...
+
+    def _on_elements(self, batch: ElementBatch) -> None: ...
+
+    def _on_end(self, error: BaseException | None) -> None: ...
+
+
+class _Fetch:
+    """The session's side of one :meth:`Session.fetch`: a subscription that
+    only collects, with none of the iteration machinery (no buffer of
+    chunks, no demand window, no codec until the end)."""
+
+    __slots__ = ("name", "subscriber", "_limit", "_batches", "_received", "_subscribed", "_ended", "_error", "_parked")
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.subscriber: int | None = None
+        self._limit = limit
+        self._batches: list[ElementBatch] = []
+        self._received = 0
+        self._subscribed = False
+        self._ended = False
+        self._error: BaseException | None = None
+        self._parked: trio.lowlevel.Task | None = None
+
+    # ---- called by the session's reader (synchronously) ----------------
+
+    def _on_subscribed(self, element_size: int) -> None:
+        self._subscribed = True
+
+    def _on_elements(self, batch: ElementBatch) -> None:
+        self._batches.append(batch)
+        self._received += len(batch)
+        if self._received >= self._limit:
+            self._wake()
+
+    def _on_end(self, error: BaseException | None) -> None:
+        if not self._ended:
+            self._ended = True
+            self._error = error
+            self._wake()
+
+    def _wake(self) -> None:
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(task)
+
+    def _unpark(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    # ---- called by Session.fetch ------------------------------------------
+
+    async def wait(self) -> None:
+        """Wait until the stream ended or ``limit`` elements arrived."""
+        if self._ended or self._received >= self._limit:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # never reached in practice: the answer takes a read
+        while not self._ended and self._received < self._limit:
+            self._parked = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._unpark)
+
+    def elements(self) -> list[bytes]:
+        if len(self._batches) == 1:
+            return list(self._batches[0])
+        return [element for batch in self._batches for element in batch]
