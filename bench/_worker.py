@@ -49,7 +49,13 @@ async def rstreams_stream(
     return {"elements": elements, "bytes": nbytes, "seconds": elapsed}
 
 
-async def rstreams_round_trips(port: int, total: int, concurrency: int) -> dict[str, Any]:
+async def rstreams_round_trips(port: int, total: int, concurrency: int, mode: str = "fetch") -> dict[str, Any]:
+    """Subscribe to ``range?count=1`` ``total`` times, ``concurrency`` at once.
+
+    ``fetch``: ``await session.fetch(name, 1)``, the request-response form
+    (rsocket-py's side of the pair is request-response too); ``iterate``:
+    ``async with session.subscribe(...)`` and ``async for``.
+    """
     import trio
 
     import rstreams
@@ -57,6 +63,10 @@ async def rstreams_round_trips(port: int, total: int, concurrency: int) -> dict[
     async with rstreams.open_session(URL.format(port=port)) as session:
 
         async def worker(count: int) -> None:
+            if mode == "fetch":
+                for _ in range(count):
+                    await session.fetch("range?count=1", 1)
+                return
             for _ in range(count):
                 async with session.subscribe("range?count=1", prefetch=1) as subscription:
                     async for _element in subscription:

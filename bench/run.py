@@ -247,7 +247,7 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
         )
     cases.append(
         Case(
-            "rt_seq", "subscribe to a 1-element publisher, sequential (rsocket-py: request-response)", "rt/s",
+            "rt_seq", "subscribe to a 1-element publisher, sequential (rstreams: `session.fetch()`; rsocket-py: request-response)", "rt/s",
             {
                 "rstreams": {"case": "round_trips", "total": n(4000), "concurrency": 1},
                 "probe": {"case": "round_trips", "total": n(4000), "concurrency": 1},
@@ -267,6 +267,16 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
                 "raw": {"case": "round_trips", "total": n(60_000), "concurrency": 64},
             },
             goal=60_000, goal_rsocket=3,
+        )
+    )
+    cases.append(
+        Case(
+            "rt_64_iterate", "the same, 64 concurrent, with `async with subscribe()` and `async for` instead of `fetch()`", "rt/s",
+            {
+                "rstreams": {"case": "round_trips", "total": n(30_000), "concurrency": 64, "mode": "iterate"},
+                "rsocket": {"case": "round_trips", "total": n(10_000), "concurrency": 64},
+            },
+            headline=False,
         )
     )
     if websocket:
@@ -478,7 +488,7 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in cases:
-        if (not case.headline and case.key != "onnext8_each") or case.key == "ws8":
+        if (not case.headline and case.key not in ("onnext8_each", "rt_64_iterate")) or case.key == "ws8":
             continue
         r_rsocket = ratios(case, "rstreams", "rsocket")
         r_raw = ratios(case, "rstreams", "raw")

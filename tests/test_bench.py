@@ -67,6 +67,7 @@ def test_the_rstreams_worker_runs_every_case(servers: dict[str, bench_run.Server
         each = worker.run(case="stream", port=port, name="range?count=500", prefetch=64, mode="each")
         assert each["elements"] == 500
         assert worker.run(case="round_trips", port=port, total=10, concurrency=3)["elements"] == 10
+        assert worker.run(case="round_trips", port=port, total=10, concurrency=3, mode="iterate")["elements"] == 10
         assert len(worker.run(case="latency", port=port, rate=2000, count=20)["latencies_us"]) == 20
         assert worker.run(case="idle_memory", port=port, n=5)["bytes_per_subscription"] > 0
         slow = worker.run(case="slow_subscribers", port=port, server_pid=server.pid, n=4, connections=2, seconds=0.5)
