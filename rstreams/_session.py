@@ -445,7 +445,7 @@ class Session(trio.abc.AsyncResource):
                 if not events:
                     break
                 self._dispatch(events)
-                if len(events) == _DISPATCH_BATCH and conn.has_data_to_send:
+                if len(events) >= _DISPATCH_BATCH and conn.has_data_to_send:
                     # A read full of control messages (subscribes, say): let
                     # the writer send the answers so far, so that the peer
                     # works on them while we parse the rest of this read.

@@ -100,6 +100,7 @@ _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, Connec
 # The peer said goodbye: stop parsing what it sent after that.
 _PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
 _ON_NEXT = 5
+_NO_EVENT_LIMIT = 2**62  # events(): parse everything received
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
 # One Elements event per run of elements, at least one per subscribe: the
 # dataclass __init__ costs more than the rest of a short run's handling.
@@ -210,11 +211,12 @@ class Connection:
         """Parse what was received; return the events, in order.
 
         Args:
-            max_events: stop parsing once this many events are collected (a
-                run of onNext for one stream is one event); the rest stays
-                buffered for the next call. An I/O layer uses it to act on
-                the first answers of a large read (write them) before it has
-                parsed the whole read.
+            max_events: stop parsing once at least this many events are
+                collected (a run of onNext for one stream is one event, and
+                the run ending at a control message is flushed with it, so
+                one more may come); the rest stays buffered for the next
+                call. An I/O layer uses it to act on the first answers of a
+                large read (write them) before it has parsed the whole read.
 
         Raises:
             RemoteProtocolError: the peer broke the protocol (raised after the
@@ -229,7 +231,7 @@ class Connection:
         if self._state in _DEAF_STATES:
             return events
         try:
-            self._parse(events, max_events if max_events is not None else -1)
+            self._parse(events, max_events if max_events is not None else _NO_EVENT_LIMIT)
         except RemoteProtocolError as exc:
             self._fail(exc)
             if events:
@@ -334,7 +336,7 @@ class Connection:
                         # Nothing the peer sends after its goodbye matters.
                         self._waiting.clear()
                         return
-                    if len(events) == max_events:
+                    if len(events) >= max_events:
                         return  # the rest waits, in the Unpacker, for the next call
             except DecodeError as exc:
                 raise RemoteProtocolError(f"undecodable bytes: {exc or type(exc).__name__}") from exc

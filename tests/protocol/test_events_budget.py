@@ -27,7 +27,7 @@ def all_events(pair: ConnectionPair, max_events: int) -> list[list[Event]]:
         events = pair.server.events(max_events)
         if not events:
             return slices
-        assert len(events) <= max_events
+        assert len(events) <= max_events + 1  # a run flushed with the message that ends it
         slices.append(events)
 
 
@@ -74,6 +74,20 @@ def test_a_run_of_on_next_is_one_event_within_the_budget(pair: ConnectionPair) -
         slices.append(events)
     assert all(isinstance(event, Elements) for s in slices for event in s)
     assert sum(len(event.elements) for s in slices for event in s) == 30
+
+
+def test_a_run_flushed_with_a_control_message_still_stops_the_slice(pair: ConnectionPair) -> None:
+    """onNext, then subscribes: the run and the first subscribe come out
+    together, past a budget of 1, and parsing still stops there."""
+    first = pair.open_stream(pair.client, initial_demand=1000)
+    pair.client.receive_data(
+        encode(OnNext(subscriber=first, element=b"x"))
+        + encode(Subscribe(publisher="a", subscriber=1, initial_demand=1))
+        + encode(Subscribe(publisher="b", subscriber=2, initial_demand=1))
+    )
+    head = pair.client.events(1)
+    assert [type(event) for event in head] == [Elements, Subscribe]
+    assert [event.publisher for event in pair.client.events(1)] == ["b"]  # type: ignore[attr-defined]
 
 
 def test_an_error_after_the_budget_still_comes_in_order(pair: ConnectionPair) -> None:
