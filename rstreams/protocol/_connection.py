@@ -87,6 +87,11 @@ _OPEN = ConnectionState.OPEN
 _HANDSHAKING = ConnectionState.HANDSHAKING
 _SENDING_STATES = (_HANDSHAKING, _OPEN)
 _SUBSCRIBING = SubscriptionState.SUBSCRIBING
+_DONE = SubscriptionState.DONE
+_SUBSCRIBED_CODE = 4
+_ON_COMPLETE_CODE = 6
+_new_subscribed = prechecked(Subscribed)
+_new_on_complete = prechecked(OnComplete)
 _CANCELLED = SubscriptionState.CANCELLED
 _PUBLISHING = PublicationState.ACTIVE
 _RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
@@ -285,6 +290,7 @@ class Connection:
         tell = unpacker.tell
         subscriptions = self._subscriptions
         limits = self.limits
+        at_once_paths = self._AT_ONCE
         run_subscription: _Subscription | None = None
         # Where the last complete message ended: msgpack's own offset also
         # moves through an incomplete message, so it cannot bound one.
@@ -331,6 +337,9 @@ class Connection:
                     if run:
                         self._flush_run(events, run)
                     run_subscription = None
+                    at_once = at_once_paths.get(message[0]) if type(message) is tuple and message else None
+                    if at_once is not None and type(message[0]) is int and at_once(self, message, events):
+                        continue
                     self._dispatch(message_from_wire(message, limits), events)
                     if self._state in _PEER_DONE_STATES:
                         # Nothing the peer sends after its goodbye matters.
@@ -464,6 +473,40 @@ class Connection:
 
     # -- messages about our subscriptions (we subscribed to the peer)
 
+    # The two control messages every stream we subscribe to receives, taken
+    # in one step in the usual case, as the receive loop takes onNext: a
+    # well-formed message, in an open connection, for a stream in the state
+    # that expects it. Anything else returns False and goes the general way
+    # (message_from_wire, then _dispatch), which decides every error.
+
+    def _answered_at_once(self, message: tuple[Any, ...], events: list[Event]) -> bool:
+        if len(message) != 3 or self._state is not _OPEN:
+            return False
+        subscriber, size = message[1], message[2]
+        if type(subscriber) is not int or type(size) is not int:
+            return False
+        sub = self._subscriptions.get(subscriber)
+        if sub is None or sub.state is not _SUBSCRIBING or not 0 <= size <= min(self.limits.max_message_size, MAX_ID):
+            return False
+        sub.state = _ACTIVE
+        sub.element_size = size
+        events.append(_new_subscribed(subscriber, size))
+        return True
+
+    def _completed_at_once(self, message: tuple[Any, ...], events: list[Event]) -> bool:
+        if len(message) != 2 or self._state is not _OPEN:
+            return False
+        subscriber = message[1]
+        if type(subscriber) is not int:
+            return False
+        sub = self._subscriptions.get(subscriber)
+        if sub is None or sub.state is not _ACTIVE or (sub.reassembler is not None and sub.reassembler.in_progress):
+            return False
+        sub.state = _DONE
+        del self._subscriptions[subscriber]
+        events.append(_new_on_complete(subscriber))
+        return True
+
     def _receive_subscribed(self, message: Subscribed, events: list[Event]) -> None:
         sub = self._subscription_event(message.subscriber, _RECEIVE_SUBSCRIBED, "subscribed")
         if sub is not None and sub.state is _ACTIVE:
@@ -528,6 +571,13 @@ class Connection:
             return
         del self._subscriptions[sub.subscriber]
         events.append(message)
+
+    # Wire code -> the step that takes the usual case of that message at once
+    # (see _answered_at_once), tried before the general path.
+    _AT_ONCE: ClassVar[dict[object, Callable[[Connection, tuple[Any, ...], list[Event]], bool]]] = {
+        _SUBSCRIBED_CODE: _answered_at_once,
+        _ON_COMPLETE_CODE: _completed_at_once,
+    }
 
     # Message type -> handler, for _dispatch. onNext never gets here: the
     # receive loop takes every well-formed one inline.
