@@ -43,6 +43,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 from urllib.parse import parse_qsl, urlsplit
 
@@ -86,21 +87,23 @@ class SubscribeRequest:
     subscriber: int = 0
 
     @staticmethod
-    def parse_name(name: str) -> tuple[str, dict[str, str]]:
-        """Split a publisher name into its path and query parameters."""
-        if ":" not in name and "#" not in name and name.isprintable() and not name.startswith(("//", " ")):
-            # The usual ``path?query``: what urlsplit would return, without
-            # its cost (it runs once per subscribe).
-            path, _, query = name.partition("?")
-            if not query:
-                return path, {}
-            if "%" not in query and "+" not in query:
-                # Nothing to unquote: parse_qsl's answer, at a quarter of its cost.
-                return path, dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
-            return path, dict(parse_qsl(query, keep_blank_values=True))
-        parts = urlsplit(name)
-        path = parts.path if not parts.scheme else name.split("?", 1)[0]
-        return path, dict(parse_qsl(parts.query, keep_blank_values=True))
+    def parse_name(name: str) -> tuple[str, Mapping[str, str]]:
+        """Split a publisher name into its path and query parameters.
+
+        The parameters are read-only: the answer for a short name is kept
+        and shared, because subscribers ask for the same few names over and
+        over and parsing one costs more than the rest of a subscribe's
+        bookkeeping.
+        """
+        parsed = _parsed_names.get(name)
+        if parsed is None:
+            path, params = _parse_name(name)
+            parsed = path, MappingProxyType(params)
+            if len(name) <= _PARSED_NAME_LENGTH:
+                if len(_parsed_names) >= _PARSED_NAMES:
+                    del _parsed_names[next(iter(_parsed_names))]  # the oldest
+                _parsed_names[name] = parsed
+        return parsed
 
     def int_param(self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
         """A query parameter as an int, with bounds.
@@ -134,6 +137,29 @@ class SubscribeRequest:
         if value != value or (minimum is not None and value < minimum):
             raise ValueError(f"parameter {key}={raw!r} is out of range")
         return value
+
+
+def _parse_name(name: str) -> tuple[str, dict[str, str]]:
+    if ":" not in name and "#" not in name and name.isprintable() and not name.startswith(("//", " ")):
+        # The usual ``path?query``: what urlsplit would return, without its cost.
+        path, _, query = name.partition("?")
+        if not query:
+            return path, {}
+        if "%" not in query and "+" not in query:
+            # Nothing to unquote: parse_qsl's answer, at a quarter of its cost.
+            return path, dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
+        return path, dict(parse_qsl(query, keep_blank_values=True))
+    parts = urlsplit(name)
+    path = parts.path if not parts.scheme else name.split("?", 1)[0]
+    return path, dict(parse_qsl(parts.query, keep_blank_values=True))
+
+
+# Parsed names, oldest first: at most _PARSED_NAMES of them, each at most
+# _PARSED_NAME_LENGTH characters, so a peer that sends endless distinct
+# names costs a bounded amount of memory (about 100 KiB).
+_parsed_names: dict[str, tuple[str, Mapping[str, str]]] = {}
+_PARSED_NAMES = 256
+_PARSED_NAME_LENGTH = 200
 
 
 @dataclass(frozen=True, slots=True)

@@ -549,6 +549,21 @@ def test_parse_name_agrees_with_urllib(path: str, query: str) -> None:
     assert rstreams.SubscribeRequest.parse_name(name) == expected
 
 
+def test_parsed_names_are_shared_read_only_and_bounded() -> None:
+    from rstreams import _publish
+
+    first = rstreams.SubscribeRequest.parse_name("shared?a=1")
+    assert rstreams.SubscribeRequest.parse_name("shared?a=1") is first
+    with pytest.raises(TypeError):
+        first[1]["a"] = "2"  # type: ignore[index]
+    for index in range(3 * _publish._PARSED_NAMES):
+        assert rstreams.SubscribeRequest.parse_name(f"n{index}?i={index}") == (f"n{index}", {"i": str(index)})
+    assert len(_publish._parsed_names) <= _publish._PARSED_NAMES
+    long_name = "x" * (_publish._PARSED_NAME_LENGTH + 1)
+    assert rstreams.SubscribeRequest.parse_name(long_name) == (long_name, {})
+    assert long_name not in _publish._parsed_names
+
+
 def test_subscribe_request_params() -> None:
     path, params = rstreams.SubscribeRequest.parse_name("ticker?interval=0.5&n=3")
     assert (path, params) == ("ticker", {"interval": "0.5", "n": "3"})
