@@ -65,7 +65,33 @@ class SubscriptionStatistics:
     state: str
 
 
-class Subscription:
+class _OneWaiter:
+    """The one task that waits on a stream's receiving end, parked directly
+    rather than through a ``trio.Event``: a subscribe round trip parks once,
+    and an Event per subscription cost more than the rest of its set-up."""
+
+    __slots__ = ("_parked",)
+
+    def __init__(self) -> None:
+        self._parked: trio.lowlevel.Task | None = None
+
+    def _wake(self) -> None:
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            trio.lowlevel.reschedule(task)
+
+    async def _park(self) -> None:
+        """Wait for the next call to ``_wake``; the caller re-checks why."""
+        self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._unpark)
+
+    def _unpark(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+class Subscription(_OneWaiter):
     """One stream from a peer's publisher: an async iterator of elements.
 
     Create it with :meth:`Session.subscribe` and use it as an async context
@@ -91,7 +117,6 @@ class Subscription:
         "_ended",
         "_cancelled",
         "_error",
-        "_parked",
         "_busy",
         "__weakref__",
     )
@@ -99,6 +124,7 @@ class Subscription:
     def __init__(self, session: Session, name: str, *, prefetch: int, codec: CodecLike) -> None:
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        super().__init__()
         self.name = name
         self._session = session
         self._prefetch = prefetch
@@ -116,11 +142,6 @@ class Subscription:
         self._ended = False
         self._cancelled = False
         self._error: BaseException | None = None
-        # The one task waiting on this subscription (entering it, or
-        # iterating it), parked directly rather than through a trio.Event:
-        # a subscribe round trip parks once, and an Event per subscription
-        # cost more than the rest of the subscription's set-up.
-        self._parked: trio.lowlevel.Task | None = None
         self._busy = False
 
     # ---- called by the session's reader (synchronously) ----------------
@@ -144,23 +165,6 @@ class Subscription:
         self._ended = True
         self._error = error
         self._wake()
-
-    # ---- parking ---------------------------------------------------------
-
-    def _wake(self) -> None:
-        task = self._parked
-        if task is not None:
-            self._parked = None
-            trio.lowlevel.reschedule(task)
-
-    async def _park(self) -> None:
-        """Wait for the next call to ``_wake``; the caller re-checks why."""
-        self._parked = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._unpark)
-
-    def _unpark(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-        self._parked = None
-        return trio.lowlevel.Abort.SUCCEEDED
 
     # ---- context manager -------------------------------------------------
 
@@ -406,14 +410,15 @@ class _StreamReceiver(Protocol):
     def _on_end(self, error: BaseException | None) -> None: ...
 
 
-class _Fetch:
+class _Fetch(_OneWaiter):
     """The session's side of one :meth:`Session.fetch`: a subscription that
     only collects, with none of the iteration machinery (no buffer of
     chunks, no demand window, no codec until the end)."""
 
-    __slots__ = ("name", "subscriber", "_limit", "_batches", "_received", "_subscribed", "_ended", "_error", "_parked")
+    __slots__ = ("name", "subscriber", "_limit", "_batches", "_received", "_subscribed", "_ended", "_error")
 
     def __init__(self, name: str, limit: int) -> None:
+        super().__init__()
         self.name = name
         self.subscriber: int | None = None
         self._limit = limit
@@ -422,7 +427,6 @@ class _Fetch:
         self._subscribed = False
         self._ended = False
         self._error: BaseException | None = None
-        self._parked: trio.lowlevel.Task | None = None
 
     # ---- called by the session's reader (synchronously) ----------------
 
@@ -441,16 +445,6 @@ class _Fetch:
             self._error = error
             self._wake()
 
-    def _wake(self) -> None:
-        task = self._parked
-        if task is not None:
-            self._parked = None
-            trio.lowlevel.reschedule(task)
-
-    def _unpark(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-        self._parked = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
     # ---- called by Session.fetch ------------------------------------------
 
     async def wait(self) -> None:
@@ -458,8 +452,7 @@ class _Fetch:
         if self._ended or self._received >= self._limit:
             await trio.lowlevel.cancel_shielded_checkpoint()  # never reached in practice: the answer takes a read
         while not self._ended and self._received < self._limit:
-            self._parked = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._unpark)
+            await self._park()
 
     def elements(self) -> list[bytes]:
         if len(self._batches) == 1:
