@@ -43,7 +43,7 @@ from ._errors import (
     SessionClosed,
     UnknownPublisher,
 )
-from ._publish import Route, Router, Sink, SubscribeRequest
+from ._publish import Route, Router, Sink, SubscribeRequest, _new_request
 from ._subscribe import Subscription, _Fetch, _StreamReceiver
 from .protocol import (
     Cancel,
@@ -528,7 +528,7 @@ class Session(trio.abc.AsyncResource):
         handle = _PublicationHandle(self, subscriber, route.element_size)
         self._publications[subscriber] = handle
         conn.accept(subscriber, route.element_size)
-        request = SubscribeRequest(name=name, path=path, params=params, session=self, subscriber=subscriber)
+        request = _new_request(name, path, params, self, subscriber)
         sink = Sink(handle, route.resolved_codec)
         try:
             work = route.start(sink, request)
