@@ -88,9 +88,12 @@ _HANDSHAKING = ConnectionState.HANDSHAKING
 _SENDING_STATES = (_HANDSHAKING, _OPEN)
 _SUBSCRIBING = SubscriptionState.SUBSCRIBING
 _DONE = SubscriptionState.DONE
+_SUBSCRIBE_CODE = 1
 _SUBSCRIBED_CODE = 4
+_MAX_WIRE_INT = 2**64 - 1  # the largest int msgpack carries
 _ON_COMPLETE_CODE = 6
 _new_subscribed = prechecked(Subscribed)
+_new_subscribe = prechecked(Subscribe)
 _new_on_complete = prechecked(OnComplete)
 _CANCELLED = SubscriptionState.CANCELLED
 _PUBLISHING = PublicationState.ACTIVE
@@ -437,6 +440,22 @@ class Connection:
         self._publications[subscriber] = Publication(subscriber, message.publisher, message.initial_demand)
         events.append(message)
 
+    def _subscribed_to_at_once(self, message: tuple[Any, ...], events: list[Event]) -> bool:
+        """A subscribe in one step, in the usual case: well formed, an open
+        connection, a free Id and demand >= 0 (see _answered_at_once)."""
+        if not 3 <= len(message) <= 4 or self._state is not _OPEN:
+            return False
+        publisher, subscriber = message[1], message[2]
+        initial = message[3] if len(message) == 4 else 0
+        if type(publisher) is not str or type(subscriber) is not int or type(initial) is not int:
+            return False
+        if not 0 <= subscriber <= MAX_ID or not 0 <= initial <= _MAX_WIRE_INT or subscriber in self._publications:
+            return False
+        self._finished_publications.pop(subscriber, None)
+        self._publications[subscriber] = Publication(subscriber, publisher, initial)
+        events.append(_new_subscribe(publisher, subscriber, initial))
+        return True
+
     def _peer_publication(self, subscriber: int, what: str) -> Publication | None:
         """The publication a request or cancel is about; None means drop the message."""
         publication = self._publications.get(subscriber)
@@ -575,6 +594,7 @@ class Connection:
     # Wire code -> the step that takes the usual case of that message at once
     # (see _answered_at_once), tried before the general path.
     _AT_ONCE: ClassVar[dict[object, Callable[[Connection, tuple[Any, ...], list[Event]], bool]]] = {
+        _SUBSCRIBE_CODE: _subscribed_to_at_once,
         _SUBSCRIBED_CODE: _answered_at_once,
         _ON_COMPLETE_CODE: _completed_at_once,
     }

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ConnectionPair
-from rstreams.protocol import Connection, OnNextPart, RemoteProtocolError, encode
+from rstreams.protocol import Connection, OnNextPart, RemoteProtocolError, Subscribe, encode
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 
@@ -106,3 +107,115 @@ def test_the_usual_answers_take_the_one_step_path() -> None:
     events = client.events()
     assert [type(e).__name__ for e in events] == ["Subscribed", "OnComplete"]
     assert calls == ["_answered_at_once", "_completed_at_once"]
+
+
+def server_with_publications(at_once: bool, state: str = "open") -> Connection:
+    """A server publishing on streams 1 and 2, with stream 3 finished (its
+    Id remembered); with ``state="goodbye"`` it has said goodbye since; with
+    ``"handshaking"`` the peer's hello has not arrived."""
+    pair = ConnectionPair()
+    if state != "handshaking":
+        pair.open()
+        for subscriber in (1, 2, 3):
+            pair.deliver(pair.server, encode(Subscribe(publisher=f"p{subscriber}", subscriber=subscriber, initial_demand=5)))
+            pair.server.accept(subscriber)
+        pair.server.complete(3)
+        pair.server.data_to_send(1 << 20)
+        if state == "goodbye":
+            pair.server.send_goodbye("leaving")
+            pair.server.data_to_send(1 << 20)
+    if not at_once:
+        pair.server._AT_ONCE = {}  # type: ignore[misc]
+    return pair.server
+
+
+publisher = st.one_of(st.sampled_from(["range?count=1", ""]), st.sampled_from([b"range", 7, None]))
+demand = st.one_of(
+    st.integers(min_value=-2, max_value=3),
+    st.sampled_from([-(2**63), 2**63 - 1, 2**63, 2**64 - 1, 1.0, True, "1", None]),
+)
+subscribe = st.one_of(
+    st.tuples(st.just(1), publisher, subscriber, demand),
+    st.tuples(st.just(1), publisher, subscriber),
+    st.tuples(st.sampled_from([1.0, True, "1"]), publisher, subscriber, demand),
+    st.tuples(st.just(1), publisher, subscriber, demand, demand),
+    st.tuples(st.just(1), publisher),
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(messages=st.lists(subscribe, min_size=1, max_size=8), state=st.sampled_from(["open", "goodbye", "handshaking"]))
+def test_one_step_and_general_subscribe_agree(messages: list[tuple[Any, ...]], state: str) -> None:
+    data = b"".join(_pack(m) for m in messages)
+    fast = server_with_publications(at_once=True, state=state)
+    general = server_with_publications(at_once=False, state=state)
+    assert publisher_outcome(fast, data) == publisher_outcome(general, data)
+
+
+def publisher_outcome(connection: Connection, data: bytes) -> list[Any]:
+    connection.receive_data(data)
+    results: list[Any] = []
+    for _ in range(20):
+        try:
+            events = connection.events()
+        except RemoteProtocolError as exc:
+            results.append(("error", type(exc).__name__, str(exc)))
+            break
+        if not events:
+            break
+        results.append(events)
+    publications = {
+        s: (p.state, p.publisher, p.demand.outstanding) for s, p in connection._publications.items()
+    }
+    finished = list(connection._finished_publications)
+    return [results, publications, finished, connection.state, bytes(connection.data_to_send(1 << 20))]
+
+
+_SUBSCRIBERS = [0, 1, 3, 4, 6, 7, 2**63 - 1, 2**63, -1, 6.0, True, "6", None]
+_SIZES = [0, 8, -1, 2**63, 8.0, False, None]
+_DEMANDS = [0, 1, -1, -2, 2**63, 2**64 - 1, 1.0, True, None]
+_NAMES = ["range", "", b"range", 7]
+
+
+def single_messages_to_a_subscriber() -> list[tuple[Any, ...]]:
+    messages: list[tuple[Any, ...]] = []
+    for code in (4, 6, 4.0, 6.0, True):
+        messages.append((code,))
+        for subscriber in _SUBSCRIBERS:
+            messages.append((code, subscriber))
+            for size in _SIZES:
+                messages.append((code, subscriber, size))
+                messages.append((code, subscriber, size, 0))
+    return messages
+
+
+def single_subscribes() -> list[tuple[Any, ...]]:
+    messages: list[tuple[Any, ...]] = []
+    for code in (1, 1.0, True):
+        for name in _NAMES:
+            messages.append((code, name))
+            for subscriber in _SUBSCRIBERS:
+                messages.append((code, name, subscriber))
+                for demand in _DEMANDS:
+                    messages.append((code, name, subscriber, demand))
+                    messages.append((code, name, subscriber, demand, 0))
+    return messages
+
+
+@pytest.mark.parametrize("state", ["open", "goodbye", "handshaking"])
+def test_every_single_answer_takes_either_path_alike(state: str) -> None:
+    """Exhaustive over small value sets, so no case rests on luck."""
+    for message in single_messages_to_a_subscriber():
+        data = _pack(message)
+        fast, _ = client_with_streams(at_once=True, state=state)
+        general, _ = client_with_streams(at_once=False, state=state)
+        assert outcome(fast, data) == outcome(general, data), message
+
+
+@pytest.mark.parametrize("state", ["open", "goodbye", "handshaking"])
+def test_every_single_subscribe_takes_either_path_alike(state: str) -> None:
+    for message in single_subscribes():
+        data = _pack(message)
+        fast = server_with_publications(at_once=True, state=state)
+        general = server_with_publications(at_once=False, state=state)
+        assert publisher_outcome(fast, data) == publisher_outcome(general, data), message
