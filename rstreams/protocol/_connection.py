@@ -341,13 +341,12 @@ class Connection:
                         self._flush_run(events, run)
                     run_subscription = None
                     at_once = at_once_paths.get(message[0]) if type(message) is tuple and message else None
-                    if at_once is not None and type(message[0]) is int and at_once(self, message, events):
-                        continue
-                    self._dispatch(message_from_wire(message, limits), events)
-                    if self._state in _PEER_DONE_STATES:
-                        # Nothing the peer sends after its goodbye matters.
-                        self._waiting.clear()
-                        return
+                    if at_once is None or type(message[0]) is not int or not at_once(self, message, events):
+                        self._dispatch(message_from_wire(message, limits), events)
+                        if self._state in _PEER_DONE_STATES:
+                            # Nothing the peer sends after its goodbye matters.
+                            self._waiting.clear()
+                            return
                     if len(events) >= max_events:
                         return  # the rest waits, in the Unpacker, for the next call
             except DecodeError as exc:

@@ -97,3 +97,18 @@ def test_an_error_after_the_budget_still_comes_in_order(pair: ConnectionPair) ->
     assert len(pair.server.events(2)) == 1
     with pytest.raises(RemoteProtocolError):
         pair.server.events(2)
+
+
+def test_the_budget_counts_answers_taken_in_one_step(pair: ConnectionPair) -> None:
+    """subscribed and onComplete take a shorter path than other control
+    messages; the budget still counts them."""
+    ids = [pair.client.subscribe("range", 1) for _ in range(40)]
+    pair.send(pair.client)
+    for subscriber in ids:
+        pair.server.accept(subscriber)
+        pair.server.complete(subscriber)
+    pair.client.receive_data(ConnectionPair.drain(pair.server))
+    slices = []
+    while events := pair.client.events(16):
+        slices.append(events)
+    assert [len(s) for s in slices] == [16] * 5
