@@ -252,6 +252,13 @@ class Subscription(_OneWaiter):
             if self._since_checkpoint >= CHECKPOINT_INTERVAL:
                 self._since_checkpoint = 0
                 await self._checkpoint()
+        elif self._ended:
+            # The end, already known (a short stream's onComplete comes with
+            # its elements): said here, without the waiting machinery.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if self._error is not None and not self._cancelled:
+                raise self._error
+            raise StopAsyncIteration
         else:
             await self._wait_for_elements()
         element = self._pop_one()
