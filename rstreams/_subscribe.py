@@ -128,8 +128,10 @@ class Subscription(_OneWaiter):
         self.name = name
         self._session = session
         self._prefetch = prefetch
-        self._window = DemandWindow(prefetch) if prefetch else None
-        self._codec = resolve_codec(codec)
+        # Made at the first element consumed while the stream is still open:
+        # a short stream ends before it would ever top demand up.
+        self._window: DemandWindow | None = None
+        self._codec = resolve_codec(codec) if codec is not None else None
         self.subscriber: int | None = None
         # Received elements: lists of bytes, or packed buffers (bytes, size).
         self._chunks: deque[list[bytes] | ElementBatch] = deque()
@@ -171,7 +173,7 @@ class Subscription(_OneWaiter):
     async def __aenter__(self) -> Subscription:
         if self.subscriber is not None:
             raise RuntimeError("a Subscription can be entered only once")
-        initial = self._window.initial if self._window is not None else 0
+        initial = self._prefetch
         self.subscriber = self._session._open_subscription(self, initial)
         try:
             if self._subscribed or self._ended:
@@ -221,12 +223,15 @@ class Subscription(_OneWaiter):
         self._session._request(self.subscriber, n)
 
     def _consumed(self, n: int) -> None:
+        if not self._prefetch or self._ended:
+            return
         window = self._window
-        if window is not None and not self._ended:
-            more = window.consumed(n)
-            if more:
-                assert self.subscriber is not None
-                self._session._request(self.subscriber, more)
+        if window is None:
+            window = self._window = DemandWindow(self._prefetch)
+        more = window.consumed(n)
+        if more:
+            assert self.subscriber is not None
+            self._session._request(self.subscriber, more)
 
     # ---- iteration -----------------------------------------------------
 
