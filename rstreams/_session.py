@@ -535,22 +535,25 @@ class Session(trio.abc.AsyncResource):
         except Exception as exc:
             # A plain ``def`` publisher failed while answering at once.
             logger.warning("publisher %r failed; sending onError", name, exc_info=True)
-            self._end_inline_publication(handle, str(exc) or type(exc).__name__)
+            self._end_publication(handle, str(exc) or type(exc).__name__)
             return
         if work is None:
             # A plain ``def`` publisher answered at once: no task at all.
-            self._end_inline_publication(handle, None)
+            self._end_publication(handle, None)
             return
         assert self._nursery is not None
         handle.scope = trio.CancelScope()
         self._nursery.start_soon(self._run_publication, handle, work, request, name=f"publisher {name}")
 
-    def _end_inline_publication(self, handle: _PublicationHandle, error: str | None) -> None:
+    def _end_publication(self, handle: _PublicationHandle, error: str | None, *, answer: bool = True) -> None:
+        """The publisher is done, at once or as a task: send onComplete (no
+        ``error``) or onError, unless it was cancelled (``answer`` false) or
+        the stream already ended, and forget the publication."""
         conn = self._conn
         subscriber = handle.subscriber
         if self._publications.get(subscriber) is handle:
             del self._publications[subscriber]
-            if conn.is_publishing(subscriber):
+            if answer and conn.is_publishing(subscriber):
                 if error is None:
                     conn.complete(subscriber)
                 else:
@@ -559,23 +562,18 @@ class Session(trio.abc.AsyncResource):
         self._wake_writer()
 
     async def _run_publication(self, handle: _PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
-        conn = self._conn
-        subscriber = handle.subscriber
+        answer = False
+        error: str | None = None
         assert handle.scope is not None
         with handle.scope:
             try:
                 await work
+                answer = True
             except Exception as exc:
                 logger.warning("publisher %r failed; sending onError", request.name, exc_info=True)
-                if conn.is_publishing(subscriber) and self._publications.get(subscriber) is handle:
-                    conn.fail(subscriber, str(exc) or type(exc).__name__)
-            else:
-                if conn.is_publishing(subscriber) and self._publications.get(subscriber) is handle:
-                    conn.complete(subscriber)
+                answer, error = True, str(exc) or type(exc).__name__
             finally:
-                if self._publications.get(subscriber) is handle:
-                    del self._publications[subscriber]
-                self._wake_writer()
+                self._end_publication(handle, error, answer=answer)
 
     # ---- subscriptions ----------------------------------------------
 
