@@ -43,6 +43,7 @@ from ._errors import (
     SessionClosed,
     UnknownPublisher,
 )
+from ._groups import caller_sees_its_own_exception
 from ._publish import Route, Router, Sink, SubscribeRequest, _new_request
 from ._subscribe import Subscription, _Fetch, _StreamReceiver
 from .protocol import (
@@ -684,16 +685,10 @@ async def open_stream_session(
             client may publish too).
     """
     session = Session(stream, app=app, config=config)
-    try:
+    with caller_sees_its_own_exception():
         async with trio.open_nursery() as nursery:
             await nursery.start(session._run)
             try:
                 yield session
             finally:
                 await session.aclose()
-    except BaseExceptionGroup as group:
-        # The nursery wraps whatever the caller's block raised; the caller
-        # should see its own exception, as if no nursery were involved.
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
-        raise

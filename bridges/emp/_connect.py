@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from rstreams._groups import caller_sees_its_own_exception
+
 from ._config import DEFAULT_CONFIG, EmpConfig
 from ._trio import EmpConnection
 
@@ -31,19 +33,13 @@ async def open_emp_stream(stream: trio.abc.Stream, *, config: EmpConfig = DEFAUL
         error or bye instead of hello. UnsupportedVersionError: its version.
     """
     connection = EmpConnection(stream, config)
-    try:
+    with caller_sees_its_own_exception():
         async with trio.open_nursery() as nursery:
             await _start(connection, nursery)
             try:
                 yield connection
             finally:
                 await connection.aclose()
-    except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block raised; let the caller
-        # see its own exception, as if no nursery were involved.
-        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
-            raise group.exceptions[0] from None
-        raise
 
 
 @asynccontextmanager

@@ -55,3 +55,19 @@ def test_protocol_error_is_abstract() -> None:
         rstreams.ProtocolError("x")
     remote = rstreams.RemoteProtocolError("bad bytes")
     assert remote.goodbye_reason == "protocol error: bad bytes"
+
+
+def test_a_lone_exception_leaves_the_nursery_group_unwrapped() -> None:
+    from rstreams._groups import caller_sees_its_own_exception
+
+    with pytest.raises(KeyError):
+        with caller_sees_its_own_exception():
+            raise BaseExceptionGroup("one", [KeyError("k")])
+    with pytest.raises(BaseExceptionGroup) as several:
+        with caller_sees_its_own_exception():
+            raise BaseExceptionGroup("two", [KeyError("k"), ValueError("v")])
+    assert len(several.value.exceptions) == 2
+    with pytest.raises(BaseExceptionGroup) as nested:
+        with caller_sees_its_own_exception():
+            raise BaseExceptionGroup("outer", [BaseExceptionGroup("inner", [KeyError("k")])])
+    assert isinstance(nested.value.exceptions[0], BaseExceptionGroup)

@@ -1,0 +1,26 @@
+"""Exception groups at the edge of a context manager that owns a nursery."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["caller_sees_its_own_exception"]
+
+
+@contextmanager
+def caller_sees_its_own_exception() -> Iterator[None]:
+    """Re-raise a lone exception out of the group a nursery wrapped it in.
+
+    A context manager that runs its own nursery around the caller's block
+    (a session, an EMP connection) would otherwise hand the caller an
+    ``ExceptionGroup`` for the ``KeyError`` its own code raised. A group of
+    several, or a nested one, is left as it is: it says something the single
+    exception would hide.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
+            raise group.exceptions[0] from None
+        raise
