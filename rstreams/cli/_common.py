@@ -205,6 +205,15 @@ def _format_address(host: str | None, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+async def _listen(nursery: trio.Nursery, serve: Callable[..., Awaitable[object]], host: str | None, port: int) -> list[Listener]:
+    """Start one listener task; an address that cannot be listened on is a CommandError."""
+    try:
+        listeners: list[Listener] = await nursery.start(serve)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {_format_address(host, port)}: {exc.strerror or exc}") from None
+    return listeners
+
+
 async def _first_signal(signals: AsyncIterator[int]) -> int:
     return int(await signals.__anext__())
 
@@ -242,12 +251,7 @@ async def serve_until_stopped(
             async with trio.open_nursery() as listening:
                 for host, port in addresses:
                     serve = partial(server.serve_tcp, host, port, ssl_context, handler_nursery=sessions)
-                    try:
-                        listeners = await listening.start(serve)
-                    except OSError as exc:
-                        where = _format_address(host, port)
-                        raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-                    for listener in listeners:
+                    for listener in await _listen(listening, serve, host, port):
                         print(f"rstreams: serving {label} on {_listener_url(listener, ssl_context is not None)}", flush=True)
                 for host, port in websocket_addresses:
                     serve = partial(
@@ -258,12 +262,7 @@ async def serve_until_stopped(
                         allowed_origins=allowed_origins,
                         handler_nursery=sessions,
                     )
-                    try:
-                        listeners = await listening.start(serve)
-                    except OSError as exc:
-                        where = _format_address(host, port)
-                        raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-                    for listener in listeners:
+                    for listener in await _listen(listening, serve, host, port):
                         url = _listener_url(listener, ssl_context is not None, websocket=True)
                         print(f"rstreams: serving {label} on {url}", flush=True)
                 await _wait_for_stop(signals, stop)
