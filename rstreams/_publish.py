@@ -342,6 +342,12 @@ class Sink:
             sent = await self.send_some(pending)
             pending = pending[sent:]
 
+    def _packed_count(self, packed: bytes) -> int:
+        size = self._element_size
+        if not size or len(packed) % size:
+            raise ValueError(f"send_packed needs a multiple of element_size ({size}) bytes")
+        return len(packed) // size
+
     def send_packed_nowait(self, packed: bytes) -> None:
         """Queue fixed-size elements packed back to back, all of them, now.
 
@@ -350,10 +356,7 @@ class Sink:
                 than all of them; nothing was queued.
             ValueError: as for :meth:`send_packed`.
         """
-        size = self._element_size
-        if not size or len(packed) % size:
-            raise ValueError(f"send_packed needs a multiple of element_size ({size}) bytes")
-        count = len(packed) // size
+        count = self._packed_count(packed)
         if not count:
             return
         if self._room() < count:
@@ -376,9 +379,8 @@ class Sink:
             ValueError: the stream has no element size, or ``len(packed)`` is
                 not a multiple of it.
         """
+        self._packed_count(packed)
         size = self._element_size
-        if not size or len(packed) % size:
-            raise ValueError(f"send_packed needs a multiple of element_size ({size}) bytes")
         view_offset = 0
         total = len(packed)
         while view_offset < total:
