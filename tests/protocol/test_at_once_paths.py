@@ -71,7 +71,9 @@ message = st.one_of(
 )
 
 
-def outcome(connection: Connection, data: bytes) -> list[Any]:
+def _received(connection: Connection, data: bytes) -> list[Any]:
+    """What the connection made of ``data``: each events() call's events,
+    then the error if one came, word for word."""
     connection.receive_data(data)
     results: list[Any] = []
     for _ in range(20):
@@ -83,6 +85,12 @@ def outcome(connection: Connection, data: bytes) -> list[Any]:
         if not events:
             break
         results.append(events)
+    return results
+
+
+def outcome(connection: Connection, data: bytes) -> list[Any]:
+    """The subscribing side: what it received, its streams' states, its output."""
+    results = _received(connection, data)
     subscriptions = {s: (sub.state, sub.element_size) for s, sub in connection._subscriptions.items()}
     return [results, subscriptions, connection.state, bytes(connection.data_to_send(1 << 20))]
 
@@ -153,17 +161,9 @@ def test_one_step_and_general_subscribe_agree(messages: list[tuple[Any, ...]], s
 
 
 def publisher_outcome(connection: Connection, data: bytes) -> list[Any]:
-    connection.receive_data(data)
-    results: list[Any] = []
-    for _ in range(20):
-        try:
-            events = connection.events()
-        except RemoteProtocolError as exc:
-            results.append(("error", type(exc).__name__, str(exc)))
-            break
-        if not events:
-            break
-        results.append(events)
+    """The publishing side: what it received, its publications (open and
+    finished), its output."""
+    results = _received(connection, data)
     publications = {
         s: (p.state, p.publisher, p.demand.outstanding) for s, p in connection._publications.items()
     }
