@@ -245,37 +245,30 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
                 4096 if size < 65536 else 16, size, headline=False,
             )
         )
+    def round_trips(concurrency: int, totals: dict[str, int], **extra: Any) -> dict[str, dict[str, Any]]:
+        return {
+            system: {"case": "round_trips", "total": n(total), "concurrency": concurrency, **(extra if system == "rstreams" else {})}
+            for system, total in totals.items()
+        }
+
     cases.append(
         Case(
             "rt_seq", "subscribe to a 1-element publisher, sequential (rstreams: `session.fetch()`; rsocket-py: request-response)", "rt/s",
-            {
-                "rstreams": {"case": "round_trips", "total": n(4000), "concurrency": 1},
-                "probe": {"case": "round_trips", "total": n(4000), "concurrency": 1},
-                "rsocket": {"case": "round_trips", "total": n(2000), "concurrency": 1},
-                "raw": {"case": "round_trips", "total": n(4000), "concurrency": 1},
-            },
+            round_trips(1, {"rstreams": 4000, "probe": 4000, "rsocket": 2000, "raw": 4000}),
             goal=10_000, goal_rsocket=2,
         )
     )
     cases.append(
         Case(
             "rt_64", "the same, 64 concurrent", "rt/s",
-            {
-                "rstreams": {"case": "round_trips", "total": n(30_000), "concurrency": 64},
-                "probe": {"case": "round_trips", "total": n(30_000), "concurrency": 64},
-                "rsocket": {"case": "round_trips", "total": n(10_000), "concurrency": 64},
-                "raw": {"case": "round_trips", "total": n(60_000), "concurrency": 64},
-            },
+            round_trips(64, {"rstreams": 30_000, "probe": 30_000, "rsocket": 10_000, "raw": 60_000}),
             goal=60_000, goal_rsocket=3,
         )
     )
     cases.append(
         Case(
             "rt_64_iterate", "the same, 64 concurrent, with `async with subscribe()` and `async for` instead of `fetch()`", "rt/s",
-            {
-                "rstreams": {"case": "round_trips", "total": n(30_000), "concurrency": 64, "mode": "iterate"},
-                "rsocket": {"case": "round_trips", "total": n(10_000), "concurrency": 64},
-            },
+            round_trips(64, {"rstreams": 30_000, "rsocket": 10_000}, mode="iterate"),
             headline=False,
         )
     )
