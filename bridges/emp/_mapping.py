@@ -284,20 +284,29 @@ async def serve_requests(connection: EmpConnection, handler: RequestHandler, *, 
     end: EmpError | None = None
     async with trio.open_nursery() as nursery:
         while True:
-            await slots.acquire()
             try:
-                request = await connection.receive_request()
-            except BaseException as exc:
-                slots.release()
-                if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
-                    break  # bye, or we closed it (a handler failed, or aclose)
-                if isinstance(exc, EmpError):
-                    end = exc
-                    break
-                raise
+                request = await _next_request(connection, slots)
+            except EmpError as exc:
+                end = exc
+                break
+            if request is None:
+                break  # bye, or we closed it (a handler failed, or aclose)
             nursery.start_soon(answer, request)
     if end is not None:
         raise end
+
+
+async def _next_request(connection: EmpConnection, slots: trio.Semaphore) -> EmpRequest | None:
+    """The next request, once a slot is free (the slot is then the caller's
+    to release); None after bye, or once we closed the connection."""
+    await slots.acquire()
+    try:
+        return await connection.receive_request()
+    except BaseException as exc:
+        slots.release()
+        if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
+            return None
+        raise
 
 
 async def _fail(connection: EmpConnection, exc: Exception) -> None:
@@ -311,15 +320,7 @@ async def _serve_processor(connection: EmpConnection, processor: Any, slots: tri
     order: deque[EmpRequest] = deque()
 
     async def requests() -> AsyncIterator[bytes]:
-        while True:
-            await slots.acquire()
-            try:
-                request = await connection.receive_request()
-            except BaseException as exc:
-                slots.release()
-                if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
-                    return  # bye, or we closed it
-                raise
+        while (request := await _next_request(connection, slots)) is not None:
             order.append(request)
             yield request.body
 
