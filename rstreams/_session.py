@@ -505,10 +505,11 @@ class Session(trio.abc.AsyncResource):
 
     def _start_publication(self, event: Subscribe) -> None:
         conn = self._conn
-        if conn.goodbye_received is not None:
-            # The peer's goodbye came in the same read, after this subscribe,
-            # and has already ended every stream (the spec: goodbye closes all
-            # open streams): there is no one left to answer.
+        if conn.goodbye_received is not None or conn.goodbye_sent:
+            # A goodbye came in the same read, after this subscribe (the
+            # peer's, or ours because a later message in the read broke the
+            # protocol), and has already ended every stream (the spec:
+            # goodbye closes all open streams): there is nothing to answer.
             return
         name = event.publisher
         subscriber = event.subscriber

@@ -98,6 +98,28 @@ async def test_garbage_after_hello(harness, garbage: bytes) -> None:
 
 
 @pytest.mark.parametrize(
+    "before",
+    [
+        pytest.param(encode(Subscribe(publisher="range?count=3", subscriber=1, initial_demand=10)), id="subscribe"),
+        pytest.param(encode(Subscribe(publisher="nowhere", subscriber=1, initial_demand=10)), id="unknown-publisher"),
+        pytest.param(
+            encode(Subscribe(publisher="range", subscriber=1, initial_demand=1)) + encode(Request(subscriber=1, demand=5)),
+            id="subscribe-and-request",
+        ),
+    ],
+)
+async def test_valid_messages_then_garbage_in_one_read(harness, before: bytes) -> None:
+    # The connection hands over the events parsed before the bad message,
+    # already in its ERROR state: acting on them must not try to answer.
+    with trio.fail_after(10):
+        peer, session = await harness.open_raw()
+        await peer.handshake()
+        await peer.send_raw(before + b"\xc1")
+        await expect_protocol_error(peer, session)
+        await assert_recovered(harness, session)
+
+
+@pytest.mark.parametrize(
     "first",
     [
         pytest.param(b"\xc1", id="garbage"),
