@@ -7,10 +7,12 @@ A session owns a nursery holding exactly these tasks:
 * the **reader**: receives bytes, feeds the sans-I/O ``Connection``, and
   dispatches its events *synchronously* (append to a subscription's buffer,
   set an event, cancel a scope). It never waits on application code.
-* the **writer**: the only task that writes. It sleeps until something is
+* the **writer**: the task that waits to write. It sleeps until something is
   queued, then writes what ``Connection.data_to_send`` chooses (control
   first, then data round-robin across streams, split and packed), many
-  messages per ``send_all``.
+  messages per ``send_all``. While it is parked with nothing in hand, a
+  task that has just queued what the peer waits for may write it itself
+  without waiting (:meth:`Session._send_queued`, ``_direct_send``).
 * one task per **publication** (a peer's subscription to one of our
   publishers), each in its own cancel scope, so a cancel from the peer is
   ``scope.cancel()``.
@@ -36,6 +38,7 @@ import trio
 
 from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, SessionConfig
+from ._direct_send import direct_sender
 from ._errors import (
     PublisherError,
     RemoteProtocolError,
@@ -184,6 +187,17 @@ class Session(trio.abc.AsyncResource):
         self._writer_wakeup = trio.Event()
         self._writer_idle: trio.Event | None = None
         self._writing = False
+        # Sending without the writer (see _direct_send): only while it is
+        # parked with nothing in hand; what the socket did not take waits in
+        # _unsent, and the writer sends it before anything else.
+        self._send_now = direct_sender(stream)
+        self._writer_parked = False
+        self._unsent: memoryview | None = None
+        # While the reader dispatches a read, what the events queue (answers
+        # to subscribes, elements from publishers that answer at once) is
+        # sent by the reader itself afterwards: waking the writer for it as
+        # well would cost a scheduling pass for nothing.
+        self._dispatching = False
         self._close_requested = trio.Event()
         self._close_kind: _CloseKind | None = None
         self._closed_by_peer = False
@@ -334,10 +348,51 @@ class Session(trio.abc.AsyncResource):
     # ---- writer ---------------------------------------------------------
 
     def _wake_writer(self) -> None:
-        self._writer_wakeup.set()
+        if not self._dispatching:
+            self._writer_wakeup.set()
+
+    def _send_queued(self) -> None:
+        """Get what is queued on its way: written from this task at once
+        when the writer is parked and the transport allows it, else by
+        waking the writer.
+
+        For the moments when one task has just queued the answer another
+        side waits for (the reader's answers to a read, a caller's
+        subscribe): there the writer's scheduling pass is most of a round
+        trip. Publishers keep waking the writer, which coalesces many
+        streams' elements into one write.
+        """
+        send_now = self._send_now
+        if send_now is not None and self._writer_parked and self._unsent is None and not self._stream_closed:
+            data = self._collect()
+            if data:
+                sent = send_now(data)
+                self._bytes_out += sent
+                if sent < len(data):
+                    self._unsent = memoryview(data)[sent:]
+                elif not (self._conn.has_data_to_send or self._conn.goodbye_sent):
+                    return  # (after goodbye, the writer must wake to finish)
+        self._wake_writer()
+
+    def _collect(self) -> bytearray:
+        """The next write, from the connection's queues; wakes publishers
+        that now have room."""
+        conn = self._conn
+        data = conn.data_to_send(self.config.write_size)
+        if data and self._room_waiters:
+            # What was collected has left the queues: publishers may prepare
+            # their next batch while this one is being sent. (A publication
+            # then pins at most max_queued_bytes plus its share of one write.)
+            max_queued = self.config.max_queued_bytes
+            for handle in list(self._room_waiters):
+                if conn.queued_bytes(handle.subscriber) < max_queued:
+                    handle.wake()
+        return data
 
     async def _wait_drained(self) -> None:
-        while (self._conn.has_data_to_send or self._writing) and not self._writer_done.is_set():
+        while (
+            self._conn.has_data_to_send or self._writing or self._unsent is not None
+        ) and not self._writer_done.is_set():
             idle = self._writer_idle = trio.Event()
             self._wake_writer()
             await idle.wait()
@@ -346,21 +401,24 @@ class Session(trio.abc.AsyncResource):
         conn = self._conn
         stream = self._stream
         write_size = self.config.write_size
-        max_queued = self.config.max_queued_bytes
         try:
             # Once per session: let the transport get ready (a TLS handshake
             # that fails is then reported by the reader, as a lost connection).
             await stream.wait_send_all_might_not_block()
             bulk = False
             while True:
-                while not conn.has_data_to_send:
+                while not conn.has_data_to_send and self._unsent is None:
                     if conn.goodbye_sent:
                         return
                     idle = self._writer_idle
                     if idle is not None:
                         self._writer_idle = None
                         idle.set()
-                    await self._writer_wakeup.wait()
+                    self._writer_parked = True
+                    try:
+                        await self._writer_wakeup.wait()
+                    finally:
+                        self._writer_parked = False
                     self._writer_wakeup = trio.Event()
                 if bulk:
                     # The last write was a full one: the socket buffer is
@@ -373,17 +431,14 @@ class Session(trio.abc.AsyncResource):
                 # Whatever woke us is collected now, so a wake-up from here on
                 # means new data.
                 self._writer_wakeup = trio.Event()
-                data = conn.data_to_send(write_size)
-                if not data:
-                    continue
-                if self._room_waiters:
-                    # What was collected has left the queues: publishers may
-                    # prepare their next batch while this one is being sent.
-                    # (A publication then pins at most max_queued_bytes plus
-                    # its share of one write.)
-                    for handle in list(self._room_waiters):
-                        if conn.queued_bytes(handle.subscriber) < max_queued:
-                            handle.wake()
+                data: bytearray | memoryview
+                if self._unsent is not None:
+                    # The rest of a direct write: it goes before anything else.
+                    data, self._unsent = self._unsent, None
+                else:
+                    data = self._collect()
+                    if not data:
+                        continue
                 self._writing = True
                 await stream.send_all(data)
                 self._writing = False
@@ -445,12 +500,16 @@ class Session(trio.abc.AsyncResource):
                 events = conn.events(_DISPATCH_BATCH)
                 if not events:
                     break
-                self._dispatch(events)
+                self._dispatching = True
+                try:
+                    self._dispatch(events)
+                finally:
+                    self._dispatching = False
                 if len(events) >= _DISPATCH_BATCH and conn.has_data_to_send:
                     # A read full of control messages (subscribes, say): let
                     # the writer send the answers so far, so that the peer
                     # works on them while we parse the rest of this read.
-                    self._wake_writer()
+                    self._send_queued()
                     await trio.lowlevel.checkpoint()
         except RemoteProtocolError as exc:
             logger.warning("closing the session: %s", exc.goodbye_reason)
@@ -458,7 +517,7 @@ class Session(trio.abc.AsyncResource):
             self._wake_writer()
             return False
         if conn.has_data_to_send:
-            self._wake_writer()
+            self._send_queued()
         return conn.goodbye_received is None
 
     def _dispatch(self, events: list[Any]) -> None:
@@ -635,8 +694,17 @@ class Session(trio.abc.AsyncResource):
         if self._close_kind is not None:
             raise SessionClosed(self._close_reason or "closed", by_peer=self._closed_by_peer)
         subscriber = self._conn.subscribe(subscription.name, initial_demand)
-        self._subscriptions[subscriber] = subscription
-        self._wake_writer()
+        subscriptions = self._subscriptions
+        subscriptions[subscriber] = subscription
+        if len(subscriptions) == 1:
+            # The only stream in flight (one request at a time): nothing
+            # could be coalesced with this subscribe, so it goes now.
+            self._send_queued()
+        else:
+            # Others are in flight, and their callers are likely to send in
+            # this same scheduling pass: the writer sends them all in one
+            # write, and the peer answers them in one read.
+            self._wake_writer()
         return subscriber
 
     def _cancel_subscription(self, subscription: _StreamReceiver) -> None:

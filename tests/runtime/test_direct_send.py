@@ -1,0 +1,168 @@
+"""Writing without the writer task (``rstreams/_direct_send.py``).
+
+The reader answering a read, and a caller sending a subscribe, hand their
+bytes to the kernel themselves while the writer is parked. These tests check
+the two promises that makes: nothing is lost or reordered when the socket
+takes only part of a write (the writer sends the rest first), and only plain
+TCP streams are written this way.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+import trio.testing
+
+import rstreams
+from rstreams._direct_send import DirectSend, direct_sender
+from rstreams._session import Session
+
+from ._support import u32
+
+
+async def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    left, right = trio.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return trio.SocketStream(left), trio.SocketStream(right)
+
+
+async def test_direct_sender_writes_what_the_socket_takes_and_never_blocks() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        ours.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        send_now = direct_sender(ours)
+        assert send_now is not None
+        assert send_now(b"hello") == 5
+        assert await theirs.receive_some(100) == b"hello"
+        # Fill the buffer: each call returns at once, and some call takes
+        # less than it was given (bounded: the buffers are a few hundred KiB).
+        chunk = b"x" * 65536
+        written = []
+        for _ in range(1000):
+            written.append(send_now(chunk))
+            if written[-1] < len(chunk):
+                break
+        assert written[-1] < len(chunk)
+        assert send_now(chunk) == 0  # still full: nothing taken, no error
+        received = 0
+        while received < 5 + sum(written) - 5:
+            received += len(await theirs.receive_some(1 << 20))
+        assert received == sum(written)
+        await ours.aclose()
+        assert send_now(b"after close") == 0
+        await theirs.aclose()
+
+
+async def test_direct_sender_reports_a_broken_connection_as_nothing_written() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        await theirs.aclose()
+        send_now = direct_sender(ours)
+        assert send_now is not None
+        assert send_now(b"to nobody") == 0  # EPIPE: left for the writer to report
+        await ours.aclose()
+
+
+async def test_only_plain_socket_streams_get_a_direct_sender() -> None:
+    client, server = trio.testing.memory_stream_pair()
+    assert direct_sender(client) is None
+    ours, theirs = await _socket_stream_pair()
+    assert direct_sender(trio.SSLStream(ours, __import__("ssl").create_default_context())) is None
+    await ours.aclose()
+    await theirs.aclose()
+
+
+class _Throttled:
+    """Wraps a session's direct sender so the socket seems to take only part
+    of each write (sometimes nothing), in a seeded, repeatable pattern."""
+
+    def __init__(self, send_now: DirectSend, seed: int) -> None:
+        self._send_now = send_now
+        self._random = random.Random(seed)
+        self.calls = 0
+        self.partial = 0
+
+    def __call__(self, data: bytes) -> int:
+        self.calls += 1
+        limit = self._random.choice([0, 1, 7, 300] + [len(data)] * 4)
+        if limit < len(data):
+            self.partial += 1
+        return self._send_now(bytes(data[:limit])) if limit else 0
+
+
+def _burst(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """Answers at once (plain ``def``): ``count`` numbered elements of ``size`` bytes."""
+    count = request.int_param("count", 3, minimum=0)
+    size = request.int_param("size", 8, minimum=4)
+    for index in range(count):
+        sink.send_nowait(bytes([index % 251]) * (size - 4) + u32(index))
+
+
+@asynccontextmanager
+async def _throttled_pair(seed: int) -> AsyncIterator[tuple[Session, Session, _Throttled, _Throttled]]:
+    app = rstreams.Router({"burst": _burst})
+    ours, theirs = await _socket_stream_pair()
+    async with rstreams.open_stream_session(ours, app=app) as server, rstreams.open_stream_session(theirs) as client:
+        assert server._send_now is not None and client._send_now is not None
+        server_throttle = _Throttled(server._send_now, seed)
+        client_throttle = _Throttled(client._send_now, seed + 1)
+        server._send_now = server_throttle
+        client._send_now = client_throttle
+        yield client, server, server_throttle, client_throttle
+
+
+def _expected(count: int, size: int) -> list[bytes]:
+    return [bytes([index % 251]) * (size - 4) + u32(index) for index in range(count)]
+
+
+async def test_partial_direct_writes_lose_and_reorder_nothing() -> None:
+    with trio.fail_after(20):
+        async with _throttled_pair(seed=6) as (client, server, server_throttle, client_throttle):
+            for count, size in [(1, 8), (3, 100), (50, 8), (5, 5000), (0, 8), (2, 70000)] * 5:
+                assert await client.fetch(f"burst?count={count}&size={size}", max(count, 1)) == _expected(count, size)
+
+            results: dict[int, list[bytes]] = {}
+
+            async def one(index: int) -> None:
+                results[index] = await client.fetch(f"burst?count={index % 7}&size={8 + index}", 10)
+
+            async with trio.open_nursery() as nursery:
+                for index in range(64):
+                    nursery.start_soon(one, index)
+            assert all(results[index] == _expected(index % 7, 8 + index) for index in range(64))
+
+            # The paths under test were taken, partial writes included.
+            assert server_throttle.calls >= 20 and server_throttle.partial >= 5
+            assert client_throttle.calls >= 20 and client_throttle.partial >= 5
+            await trio.testing.wait_all_tasks_blocked()
+            assert client.statistics().bytes_received == server.statistics().bytes_sent
+            assert server.statistics().bytes_received == client.statistics().bytes_sent
+        assert client.close_reason == "goodbye"
+
+
+async def test_a_session_over_tcp_answers_through_direct_writes() -> None:
+    sends: list[int] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            server = rstreams.Server(rstreams.Router({"burst": _burst}))
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)  # type: ignore[arg-type]
+            port = listeners[0].socket.getsockname()[1]
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                assert client._send_now is not None
+                real = client._send_now
+
+                def counting(data: bytes) -> int:
+                    sent = real(data)
+                    sends.append(sent)
+                    return sent
+
+                assert await client.fetch("burst", 3) == _expected(3, 8)  # the writer is parked from here on
+                client._send_now = counting
+                for count in range(20):
+                    assert await client.fetch(f"burst?count={count}", 20) == _expected(count, 8)
+            nursery.cancel_scope.cancel()
+    # Every subscribe went out from the caller's task, in full.
+    assert len(sends) == 20 and all(sent > 0 for sent in sends)
