@@ -236,7 +236,10 @@ class Connection:
             error, self._deferred_error = self._deferred_error, None
             raise error
         events: list[Event] = []
-        if self._state in _DEAF_STATES:
+        if self._state in _DEAF_STATES or (self._fed == self._message_end and not self._waiting):
+            # Deaf, or everything received so far has been parsed: the usual
+            # answer to the I/O layer's last call per read, found without
+            # touching the Unpacker.
             return events
         try:
             self._parse(events, max_events if max_events is not None else _NO_EVENT_LIMIT)
