@@ -15,6 +15,9 @@ This is what asyncio's transports do on every ``write``; trio's
 ``SocketStream`` has no such call (``send_all`` always checkpoints), so it is
 done here on the socket's file descriptor. Only plain TCP streams qualify:
 TLS and WebSocket frame what they send, and always go through the writer.
+A write to a connection the peer has reset fails with ``EPIPE`` exactly as
+trio's own ``send`` does (CPython ignores ``SIGPIPE``), and is left to the
+writer to report.
 """
 
 from __future__ import annotations
