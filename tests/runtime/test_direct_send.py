@@ -20,8 +20,9 @@ import trio.testing
 import rstreams
 from rstreams._direct_send import DirectSend, direct_sender
 from rstreams._session import Session
+from rstreams.protocol import Goodbye, Subscribe
 
-from ._support import u32
+from ._support import RawPeer, u32
 
 
 async def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -166,3 +167,35 @@ async def test_a_session_over_tcp_answers_through_direct_writes() -> None:
             nursery.cancel_scope.cancel()
     # Every subscribe went out from the caller's task, in full.
     assert len(sends) == 20 and all(sent > 0 for sent in sends)
+
+
+async def test_a_peer_that_stops_reading_never_blocks_the_reader() -> None:
+    # The reason the reader may only write without waiting: a peer that
+    # subscribes and stops reading fills our socket buffer; its goodbye must
+    # still be read and acted on, while our answers are stuck behind it.
+    config = rstreams.SessionConfig(goodbye_timeout=0.5, drain_timeout=0.5)
+    ours, theirs = await _socket_stream_pair()
+    peer = RawPeer(theirs)
+    partial: list[tuple[int, int]] = []
+    with trio.fail_after(10):
+        async with rstreams.open_stream_session(ours, app=rstreams.Router({"burst": _burst}), config=config) as server:
+            assert server._send_now is not None
+            real = server._send_now
+
+            def recording(data: bytes | bytearray | memoryview) -> int:
+                sent = real(data)
+                if sent < len(data):
+                    partial.append((sent, len(data)))
+                return sent
+
+            server._send_now = recording
+            await peer.handshake()
+            # About 4 MB of answers (each 240 KB, answered at once by the
+            # reader), far beyond the socket's buffers; we read none of it.
+            for subscriber in range(1, 17):
+                await peer.send(Subscribe(publisher="burst?count=4&size=60000", subscriber=subscriber, initial_demand=4))
+            await peer.send(Goodbye(reason="leaving without reading"))
+            await server.wait_closed()
+            assert server.close_reason == "leaving without reading"  # the reader saw it
+            assert partial, "the socket never filled: the test did not reach its case"
+            await peer.aclose()
