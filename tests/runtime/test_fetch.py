@@ -111,3 +111,8 @@ async def test_fetch_always_checkpoints() -> None:
                     await client.fetch("range?count=1", 1)
             await trio.testing.wait_all_tasks_blocked()
             assert client.statistics().subscriptions == 0
+            # Not cancelled: a schedule point too, whether it waits or not.
+            with trio.testing.assert_checkpoints():
+                assert await client.fetch("range?count=1", 1) == [u32(0)]
+            with trio.testing.assert_checkpoints():
+                assert await client.fetch("range?count=0", 1) == []
