@@ -12,7 +12,7 @@ A session owns a nursery holding exactly these tasks:
   first, then data round-robin across streams, split and packed), many
   messages per ``send_all``. While it is parked with nothing in hand, a
   task that has just queued what the peer waits for may write it itself
-  without waiting (:meth:`Session._send_queued`, ``_direct_send``).
+  without waiting (:meth:`Session._send_queued`, ``_direct_socket``).
 * one task per **publication** (a peer's subscription to one of our
   publishers), each in its own cancel scope, so a cancel from the peer is
   ``scope.cancel()``.
@@ -38,7 +38,7 @@ import trio
 
 from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, SessionConfig
-from ._direct_send import direct_sender
+from ._direct_socket import direct_socket
 from ._errors import (
     PublisherError,
     RemoteProtocolError,
@@ -187,10 +187,13 @@ class Session(trio.abc.AsyncResource):
         self._writer_wakeup = trio.Event()
         self._writer_idle: trio.Event | None = None
         self._writing = False
-        # Sending without the writer (see _direct_send): only while it is
-        # parked with nothing in hand; what the socket did not take waits in
-        # _unsent, and the writer sends it before anything else.
-        self._send_now = direct_sender(stream)
+        # Plain TCP: reads and writes straight on the socket (_direct_socket).
+        # Sending without the writer happens only while it is parked with
+        # nothing in hand; what the socket did not take waits in _unsent, and
+        # the writer sends it before anything else.
+        direct = direct_socket(stream)
+        self._send_now = direct.send_now if direct is not None else None
+        self._receive_some = direct.receive_some if direct is not None else stream.receive_some
         self._writer_parked = False
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
@@ -353,8 +356,8 @@ class Session(trio.abc.AsyncResource):
 
     def _send_queued(self) -> None:
         """Get what is queued on its way: written from this task at once
-        when the writer is parked and the transport allows it, else by
-        waking the writer.
+        when the writer is parked and the transport allows it (see
+        ``_direct_socket``), else by waking the writer.
 
         For the moments when one task has just queued the answer another
         side waits for (the reader's answers to a read, a caller's
@@ -487,7 +490,7 @@ class Session(trio.abc.AsyncResource):
 
     async def _receive_once(self) -> bool:
         """Receive and dispatch one read; False when reading is over."""
-        data = await self._stream.receive_some(self.config.read_size)
+        data = await self._receive_some(self.config.read_size)
         if not data:
             if self._close_kind is None:
                 self._request_close(_CloseKind.LOST, "connection closed by the peer without goodbye")

@@ -1,24 +1,31 @@
-"""Writing without the writer task (``rstreams/_direct_send.py``).
+"""Direct I/O on plain TCP sockets (``rstreams/_direct_socket.py``).
 
 The reader answering a read, and a caller sending a subscribe, hand their
 bytes to the kernel themselves while the writer is parked. These tests check
-the two promises that makes: nothing is lost or reordered when the socket
-takes only part of a write (the writer sends the rest first), and only plain
-TCP streams are written this way.
+the promises that makes: nothing is lost or reordered when the socket takes
+only part of a write (the writer sends the rest first), a peer that stops
+reading never blocks the reader, and only plain TCP streams are handled this
+way. The reader's lean ``receive_some`` must behave as trio's does: data,
+end of stream, errors, cancellation.
 """
 
 from __future__ import annotations
 
 import random
 import socket
+import ssl
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 import trio.testing
 
 import rstreams
-from rstreams._direct_send import DirectSend, direct_sender
+from collections.abc import Callable
+
+from rstreams._direct_socket import direct_socket
 from rstreams._session import Session
 from rstreams.protocol import Goodbye, Subscribe
 
@@ -30,12 +37,17 @@ async def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
     return trio.SocketStream(left), trio.SocketStream(right)
 
 
-async def test_direct_sender_writes_what_the_socket_takes_and_never_blocks() -> None:
+def _send_now(stream: trio.SocketStream) -> Callable[[bytes], int]:
+    direct = direct_socket(stream)
+    assert direct is not None
+    return direct.send_now
+
+
+async def test_send_now_writes_what_the_socket_takes_and_never_blocks() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
         ours.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
-        send_now = direct_sender(ours)
-        assert send_now is not None
+        send_now = _send_now(ours)
         assert send_now(b"hello") == 5
         assert await theirs.receive_some(100) == b"hello"
         # Fill the buffer: each call returns at once, and some call takes
@@ -57,21 +69,20 @@ async def test_direct_sender_writes_what_the_socket_takes_and_never_blocks() -> 
         await theirs.aclose()
 
 
-async def test_direct_sender_reports_a_broken_connection_as_nothing_written() -> None:
+async def test_send_now_reports_a_broken_connection_as_nothing_written() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
         await theirs.aclose()
-        send_now = direct_sender(ours)
-        assert send_now is not None
+        send_now = _send_now(ours)
         assert send_now(b"to nobody") == 0  # EPIPE: left for the writer to report
         await ours.aclose()
 
 
-async def test_only_plain_socket_streams_get_a_direct_sender() -> None:
+async def test_only_plain_socket_streams_get_direct_io() -> None:
     client, server = trio.testing.memory_stream_pair()
-    assert direct_sender(client) is None
+    assert direct_socket(client) is None
     ours, theirs = await _socket_stream_pair()
-    assert direct_sender(trio.SSLStream(ours, __import__("ssl").create_default_context())) is None
+    assert direct_socket(trio.SSLStream(ours, ssl.create_default_context())) is None
     await ours.aclose()
     await theirs.aclose()
 
@@ -80,13 +91,13 @@ class _Throttled:
     """Wraps a session's direct sender so the socket seems to take only part
     of each write (sometimes nothing), in a seeded, repeatable pattern."""
 
-    def __init__(self, send_now: DirectSend, seed: int) -> None:
+    def __init__(self, send_now: Callable[[bytes | bytearray | memoryview], int], seed: int) -> None:
         self._send_now = send_now
         self._random = random.Random(seed)
         self.calls = 0
         self.partial = 0
 
-    def __call__(self, data: bytes) -> int:
+    def __call__(self, data: bytes | bytearray | memoryview) -> int:
         self.calls += 1
         limit = self._random.choice([0, 1, 7, 300] + [len(data)] * 4)
         if limit < len(data):
@@ -199,3 +210,101 @@ async def test_a_peer_that_stops_reading_never_blocks_the_reader() -> None:
             assert server.close_reason == "leaving without reading"  # the reader saw it
             assert partial, "the socket never filled: the test did not reach its case"
             await peer.aclose()
+
+
+# ---- receive_some ----------------------------------------------------------
+
+
+async def test_receive_some_reads_what_arrives_and_then_end_of_stream() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = direct_socket(ours)
+        assert direct is not None
+        await theirs.send_all(b"first")
+        assert await direct.receive_some(100) == b"first"  # read at once
+        async with trio.open_nursery() as nursery:
+            # Waiting: the last read was short, so it waits for readability.
+            nursery.start_soon(theirs.send_all, b"second")
+            assert await direct.receive_some(100) == b"second"
+        await theirs.send_all(b"x" * 300)
+        assert await direct.receive_some(100) == b"x" * 100  # a full read ...
+        assert await direct.receive_some(1000) == b"x" * 200  # ... reads again at once
+        await theirs.aclose()
+        assert await direct.receive_some(100) == b""
+        await ours.aclose()
+
+
+async def test_receive_some_always_checkpoints() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = direct_socket(ours)
+        assert direct is not None
+        await theirs.send_all(b"ready")
+        with trio.testing.assert_checkpoints():
+            assert await direct.receive_some(100) == b"ready"
+        await theirs.send_all(b"again")
+        with trio.testing.assert_checkpoints():
+            assert await direct.receive_some(100) == b"again"
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_receive_some_when_cancelled_reads_nothing() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = direct_socket(ours)
+        assert direct is not None
+        with trio.move_on_after(0.05):
+            await direct.receive_some(100)  # nothing comes: cancelled while waiting
+        await theirs.send_all(b"kept")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            with pytest.raises(trio.Cancelled):
+                await direct.receive_some(100)  # cancelled before reading
+        assert await direct.receive_some(100) == b"kept"
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_receive_some_raises_what_socket_stream_raises() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = direct_socket(ours)
+        assert direct is not None
+        await ours.aclose()
+        with pytest.raises(trio.ClosedResourceError):
+            await direct.receive_some(100)
+        await theirs.aclose()
+
+        # A reset: the peer closes with data it never read (SO_LINGER 0 on TCP).
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        server = await listeners[0].accept()
+        await listeners[0].aclose()
+        direct = direct_socket(client)
+        assert direct is not None
+        server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await server.aclose()
+        with pytest.raises(trio.BrokenResourceError):
+            await direct.receive_some(100)
+        await client.aclose()
+
+
+async def test_a_closed_socket_ends_a_wait_with_closed_resource_error() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = direct_socket(ours)
+        assert direct is not None
+        await theirs.send_all(b"a")
+        assert await direct.receive_some(100) == b"a"  # short: the next call waits
+        async with trio.open_nursery() as nursery:
+
+            async def close_soon() -> None:
+                await trio.testing.wait_all_tasks_blocked()
+                await ours.aclose()
+
+            nursery.start_soon(close_soon)
+            with pytest.raises(trio.ClosedResourceError):
+                await direct.receive_some(100)
+        await theirs.aclose()

@@ -1,0 +1,108 @@
+"""Reading and writing a plain TCP socket without trio's per-call overhead.
+
+A session's writer task is the one place that *waits* to write: it sleeps
+until something is queued, and blocks while the peer does not read. Handing
+it every answer costs a scheduling pass (the writer must be woken, run, and
+checkpoint), which is most of the cost of a request-response round trip.
+When the writer has nothing in hand, the task that just queued a message
+(the reader answering a subscribe, a caller sending one) may instead hand
+the bytes straight to the kernel: a non-blocking ``write`` either takes
+them, takes part of them (the writer then sends the rest, before anything
+else), or takes none. Nothing waits, so the reader still never blocks on the
+peer, and order is kept because only an idle writer is bypassed. This is
+what asyncio's transports do on every ``write``; trio's ``SocketStream``
+has no such call (``send_all`` always checkpoints).
+
+The reader's side follows asyncio too: after a read that did not fill its
+buffer the socket is most likely empty, so it waits for readability before
+reading, instead of trying a read that finds nothing (a system call and an
+exception) as ``SocketStream.receive_some`` does; after a full read it reads
+again at once. Either way it behaves as ``receive_some`` does: the same
+errors, a checkpoint on every call, nothing read when cancelled.
+
+Only plain TCP streams qualify: TLS and WebSocket frame what they send and
+receive, and always go through trio's streams. A write to a connection the
+peer has reset fails with ``EPIPE`` exactly as trio's own ``send`` does
+(CPython ignores ``SIGPIPE``), and is left to the writer to report.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import trio
+
+__all__ = ["DirectSocket", "direct_socket"]
+
+# As trio's SocketStream: these mean the socket was closed under us.
+_CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+
+
+def direct_socket(stream: trio.abc.Stream) -> DirectSocket | None:
+    """Direct I/O on ``stream``'s socket, or None if it cannot have it."""
+    if os.name != "posix" or type(stream) is not trio.SocketStream:
+        return None
+    return DirectSocket(stream)
+
+
+class DirectSocket:
+    """Non-blocking writes and lean reads on one ``trio.SocketStream``'s socket.
+
+    The stream still owns the socket (and closes it); this only reads and
+    writes its file descriptor, looked up on each call: a closed socket
+    reports -1, and its old number may already belong to another file.
+    """
+
+    __slots__ = ("_socket", "_read_at_once")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._socket = stream.socket
+        self._read_at_once = True
+
+    def send_now(self, data: bytes | bytearray | memoryview) -> int:
+        """Write what the socket takes of ``data`` at once; return how many
+        bytes that was: 0 when its buffer is full, it is closed, or the write
+        failed (the writer then meets the same error and reports it)."""
+        fd = self._socket.fileno()
+        if fd < 0:
+            return 0
+        try:
+            return os.write(fd, data)
+        except OSError:
+            return 0
+
+    async def receive_some(self, max_bytes: int) -> bytes:
+        """As ``trio.SocketStream.receive_some``: up to ``max_bytes``, b"" at
+        end of stream; ``trio.BrokenResourceError`` if the connection broke,
+        ``trio.ClosedResourceError`` if the socket was closed. Always
+        checkpoints; when cancelled, nothing was read."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._read_at_once:
+            data = self._read(max_bytes)
+            if data is not None:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return data
+        while True:
+            await trio.lowlevel.wait_readable(self._socket)
+            data = self._read(max_bytes)
+            if data is not None:
+                return data
+
+    def _read(self, max_bytes: int) -> bytes | None:
+        fd = self._socket.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("this socket was already closed")
+        try:
+            data = os.read(fd, max_bytes)
+        except BlockingIOError:
+            self._read_at_once = False
+            return None
+        except OSError as exc:
+            if exc.errno in _CLOSED_ERRNOS:
+                raise trio.ClosedResourceError("this socket was already closed") from None
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        # A full read suggests more is waiting; a short one, that the socket
+        # is now empty.
+        self._read_at_once = len(data) >= max_bytes
+        return data
