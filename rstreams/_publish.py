@@ -207,6 +207,12 @@ class SinkStatistics:
 class Sink:
     """Where a publisher puts its elements; one per subscription.
 
+    Without a codec, an element is ``bytes``, or a ``memoryview`` of a
+    ``bytes`` object: a slice of a larger buffer (``memoryview(data)[a:b]``)
+    is then written straight from that buffer, with no copy made first,
+    which counts for large elements. (A view of a ``bytearray`` is refused:
+    it could change before it is written.)
+
     Every method may be called only from the publisher's own task (or tasks
     it owns).
     """

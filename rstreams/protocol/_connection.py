@@ -59,7 +59,7 @@ from ._messages import (
     Subscribed,
     prechecked,
 )
-from ._outbound import Outbound, Publication
+from ._outbound import Outbound, Publication, QueuedElement
 from ._split import Reassembler
 from ._state import (
     CONNECTION_TRANSITIONS,
@@ -744,11 +744,14 @@ class Connection:
         publication = self._publications.get(subscriber)
         return publication is not None and publication.state is _PUBLISHING
 
-    def send_elements(self, subscriber: int, elements: Sequence[bytes]) -> None:
+    def send_elements(self, subscriber: int, elements: Sequence[QueuedElement]) -> None:
         """Queue elements on a publication, within the peer's demand.
 
         The elements are written by :meth:`data_to_send`, packed, split and
-        interleaved with other streams as the scheduler decides.
+        interleaved with other streams as the scheduler decides. Each is
+        ``bytes``, or a ``memoryview`` of a ``bytes`` object (a slice of a
+        larger buffer, sent without copying it first): both are immutable,
+        so what is queued is what will be written.
 
         Raises:
             LocalProtocolError: more elements than demand, a wrong element size
@@ -762,14 +765,14 @@ class Connection:
             self._publication_transition(publication, _SEND_ELEMENTS)
         self._check_can_send()
         size = publication.element_size
-        chunk: list[bytes] | bytes
+        chunk: list[QueuedElement] | bytes
         if size:
             # Fixed-size elements are joined now: one type and size check for
             # the whole run, and the scheduler then sends them packed.
             try:
                 chunk = b"".join(elements)
             except TypeError:
-                raise LocalProtocolError("elements must be bytes") from None
+                raise LocalProtocolError("elements must be bytes or a memoryview of bytes") from None
             if len(chunk) != size * count or set(map(len, elements)) != {size}:
                 lengths = sorted(set(map(len, elements)))
                 raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
@@ -777,8 +780,10 @@ class Connection:
         else:
             chunk = list(elements)  # our own copy: the caller may reuse its list
             for element in chunk:
-                if type(element) is not bytes:
-                    raise LocalProtocolError(f"elements must be bytes, got {type(element).__name__}")
+                if type(element) is not bytes and not is_bytes_view(element):
+                    raise LocalProtocolError(
+                        f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
+                    )
             nbytes = sum(map(len, chunk))
         if not publication.demand.take(count):
             raise LocalProtocolError(
@@ -888,3 +893,24 @@ class Connection:
             f"<Connection {self._state.name}: {len(self._subscriptions)} subscriptions,"
             f" {len(self._publications)} publications>"
         )
+
+
+def is_bytes_view(element: object) -> bool:
+    """True for a one-dimensional, contiguous byte view of a ``bytes`` object:
+    an element that can be queued as it is and cannot change before it is
+    written (a view of a ``bytearray`` could)."""
+    return (
+        type(element) is memoryview
+        and type(element.obj) is bytes
+        and element.ndim == 1
+        and element.format == "B"
+        and element.c_contiguous
+    )
+
+
+def _describe_element(element: object) -> str:
+    if type(element) is memoryview:
+        return f"a memoryview of {type(element.obj).__name__}" + (
+            "" if element.ndim == 1 and element.format == "B" and element.c_contiguous else " that is not contiguous bytes"
+        )
+    return type(element).__name__

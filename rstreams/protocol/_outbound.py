@@ -41,6 +41,10 @@ from ._state import PublicationState
 
 __all__ = ["Publication", "Outbound"]
 
+#: An element as queued by a publisher: bytes, or a memoryview of a bytes
+#: object (see ``Connection.send_elements``); both are written as they are.
+QueuedElement = bytes | memoryview
+
 _MAX_CACHED_HEADERS = 64
 # Module constants: reading an enum member through its class is slow (see
 # _connection.py), and these are read for every publication.
@@ -83,7 +87,7 @@ class Publication:
         self.element_size = 0
         # Queued elements in the chunks the application handed over: a list of
         # bytes, or one bytes object packing elements of element_size bytes.
-        self.chunks: deque[list[bytes] | bytes] = deque()
+        self.chunks: deque[list[QueuedElement] | bytes] = deque()
         self.head = 0  # index of the next element in chunks[0]
         self.queued_count = 0
         self.queued_bytes = 0
@@ -159,7 +163,7 @@ class Outbound:
             publication.scheduled = True
             self.ready.append(publication)
 
-    def enqueue(self, publication: Publication, chunk: list[bytes] | bytes, count: int, nbytes: int) -> None:
+    def enqueue(self, publication: Publication, chunk: list[QueuedElement] | bytes, count: int, nbytes: int) -> None:
         publication.chunks.append(chunk)
         publication.queued_count += count
         publication.queued_bytes += nbytes
@@ -248,19 +252,19 @@ class Outbound:
                         nbytes = count * length
                         joined = True
                 while not joined and head < end:
-                    element = chunk[head]
-                    length = len(element)
+                    queued = chunk[head]
+                    length = len(queued)
                     if length > threshold:
                         if head == start:
                             # Start splitting this element; it leaves the
                             # queue now and goes out part by part.
-                            self._start_split(pub, memoryview(element))
+                            self._start_split(pub, memoryview(queued))
                             head += 1
                             nbytes += length
                         break
                     cached = headers.get(length)
                     out += cached if cached is not None else pub.on_next_header(length)
-                    out += element
+                    out += queued
                     nbytes += length
                     head += 1
                     if len(out) >= limit:

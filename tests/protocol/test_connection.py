@@ -334,6 +334,53 @@ def test_onnext_of_the_wrong_size_on_a_fixed_size_stream_is_a_protocol_error(
     assert_protocol_error(pair, pair.client, encode(OnNext(subscriber=subscriber, element=element)))
 
 
+# ---- elements as views of bytes ------------------------------------------------
+
+
+def test_views_of_bytes_go_out_as_the_bytes_they_show(small_pair: ConnectionPair) -> None:
+    pair = small_pair
+    subscriber = pair.open_stream(pair.client, initial_demand=10)
+    buffer = bytes(range(256)) * 20
+    view = memoryview(buffer)
+    # Small (onNext each), mixed with bytes, and large (split, threshold 1024).
+    elements = [view[0:8], b"plain", view[8:16], view[100:3100], view[0:0]]
+    pair.server.send_elements(subscriber, elements)
+    data = pair.drain(pair.server)
+    assert elements_of(pair.deliver(pair.client, data), subscriber) == [bytes(e) for e in elements]
+    # The same wire bytes as the copies would have produced.
+    copies = ConnectionPair(SMALL_LIMITS)
+    copies.open()
+    other = copies.open_stream(copies.client, initial_demand=10)
+    assert other == subscriber
+    copies.server.send_elements(other, [bytes(e) for e in elements])
+    assert copies.drain(copies.server) == data
+
+
+def test_views_of_bytes_on_a_fixed_size_stream_go_out_packed(pair: ConnectionPair) -> None:
+    subscriber = pair.open_stream(pair.client, initial_demand=10, element_size=2)
+    view = memoryview(b"abcdef")
+    pair.server.send_elements(subscriber, [view[0:2], view[2:4], b"ef"])
+    assert decode(pair.drain(pair.server)) == [OnNextPacked(subscriber=subscriber, count=3, messages=b"abcdef")]
+
+
+@pytest.mark.parametrize(
+    "element",
+    [
+        pytest.param(memoryview(bytearray(b"mutable")), id="view-of-bytearray"),
+        pytest.param(memoryview(b"abcdefgh")[::2], id="not-contiguous"),
+        pytest.param(memoryview(b"abcdefgh").cast("I"), id="not-bytes-format"),
+        pytest.param(bytearray(b"mutable"), id="bytearray"),
+        pytest.param("text", id="str"),
+    ],
+)
+def test_other_elements_are_refused_before_anything_is_queued(pair: ConnectionPair, element: object) -> None:
+    subscriber = pair.open_stream(pair.client, initial_demand=10)
+    with pytest.raises(LocalProtocolError, match="elements must be bytes or a memoryview of bytes"):
+        pair.server.send_elements(subscriber, [b"fine", element])  # type: ignore[list-item]
+    assert pair.server.publication_demand(subscriber) == 10
+    assert pair.drain(pair.server) == b""
+
+
 # ---- split elements ------------------------------------------------------------
 
 

@@ -148,6 +148,38 @@ async def test_send_many_with_demand_in_steps_sends_everything_in_order(connect)
                 assert [from_u32(raw) for raw in await collect(stream)] == list(range(5000))
 
 
+async def test_elements_may_be_views_of_bytes(connect) -> None:
+    # Slices of one buffer, sent without copies: small ones, ones over the
+    # split threshold (64 KiB), through send, send_nowait and send_many.
+    buffer = bytes(range(256)) * 1200  # 300 KiB
+    view = memoryview(buffer)
+    cuts = [(0, 8), (5, 70_000), (100, 100), (1000, 200_000), (3, 1027)]
+
+    async def views(sink: rstreams.Sink) -> None:
+        await sink.send(view[0:8])
+        await sink.send_many([view[start : start + size] for start, size in cuts[1:]])
+        await sink.wait_demand()
+        sink.send_nowait(view[7:9])
+
+    refused: list[BaseException] = []
+
+    async def mutable(sink: rstreams.Sink) -> None:
+        try:
+            await sink.send(memoryview(bytearray(b"could change")))
+        except rstreams.protocol.LocalProtocolError as exc:
+            refused.append(exc)
+            raise
+
+    with trio.fail_after(20):
+        async with connect(rstreams.Router({"views": views, "mutable": mutable})) as (client, _):
+            received = await client.fetch("views", 10)
+            assert received == [buffer[start : start + size] for start, size in cuts] + [buffer[7:9]]
+            assert all(type(element) is bytes for element in received)
+            with pytest.raises(rstreams.PublisherError, match="memoryview of bytes"):
+                await client.fetch("mutable", 1)
+    assert len(refused) == 1
+
+
 async def test_send_some_returns_how_many_were_queued() -> None:
     results: list[int] = []
 
