@@ -366,7 +366,17 @@ class Session(trio.abc.AsyncResource):
         streams' elements into one write.
         """
         send_now = self._send_now
-        if send_now is not None and self._writer_parked and self._unsent is None and not self._stream_closed:
+        if (
+            send_now is not None
+            and self._writer_parked
+            and not self._writer_wakeup.is_set()
+            and self._unsent is None
+            and not self._stream_closed
+        ):
+            # Not once something else has woken the writer (a publisher with
+            # elements, say): it is about to write anyway, and what was
+            # queued here goes with that write, instead of a large write
+            # from this task cutting in ahead of it.
             data = self._collect()
             if data:
                 sent = send_now(data)

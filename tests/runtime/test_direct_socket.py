@@ -308,3 +308,29 @@ async def test_a_closed_socket_ends_a_wait_with_closed_resource_error() -> None:
             with pytest.raises(trio.ClosedResourceError):
                 await direct.receive_some(100)
         await theirs.aclose()
+
+
+async def test_no_direct_write_once_something_else_has_woken_the_writer() -> None:
+    # A publisher that queued elements has woken the writer, which is about
+    # to write them: a subscribe queued now goes with that write.
+    ours, theirs = await _socket_stream_pair()
+    with trio.fail_after(10):
+        async with (
+            rstreams.open_stream_session(ours, app=rstreams.Router({"burst": _burst})),
+            rstreams.open_stream_session(theirs) as client,
+        ):
+            assert await client.fetch("burst", 3) == _expected(3, 8)  # the writer is parked from here on
+            assert client._send_now is not None
+            real = client._send_now
+            calls: list[int] = []
+
+            def counting(data: bytes | bytearray | memoryview) -> int:
+                calls.append(len(data))
+                return real(data)
+
+            client._send_now = counting
+            assert await client.fetch("burst", 3) == _expected(3, 8)
+            assert len(calls) == 1  # alone and unwoken: written at once
+            client._wake_writer()  # as a publisher queueing elements would
+            assert await client.fetch("burst", 3) == _expected(3, 8)
+            assert len(calls) == 1  # left to the writer
