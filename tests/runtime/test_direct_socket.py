@@ -25,7 +25,7 @@ import trio.testing
 import rstreams
 from collections.abc import Callable
 
-from rstreams._direct_socket import direct_socket
+from rstreams._direct_socket import DirectSocket, direct_socket
 from rstreams._session import Session
 from rstreams.protocol import Goodbye, Subscribe
 
@@ -37,10 +37,14 @@ async def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
     return trio.SocketStream(left), trio.SocketStream(right)
 
 
-def _send_now(stream: trio.SocketStream) -> Callable[[bytes], int]:
+def _direct(stream: trio.SocketStream) -> DirectSocket:
     direct = direct_socket(stream)
     assert direct is not None
-    return direct.send_now
+    return direct
+
+
+def _send_now(stream: trio.SocketStream) -> Callable[[bytes | bytearray | memoryview], int]:
+    return _direct(stream).send_now
 
 
 async def test_send_now_writes_what_the_socket_takes_and_never_blocks() -> None:
@@ -160,13 +164,13 @@ async def test_a_session_over_tcp_answers_through_direct_writes() -> None:
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             server = rstreams.Server(rstreams.Router({"burst": _burst}))
-            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)  # type: ignore[arg-type]
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
             port = listeners[0].socket.getsockname()[1]
             async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
                 assert client._send_now is not None
                 real = client._send_now
 
-                def counting(data: bytes) -> int:
+                def counting(data: bytes | bytearray | memoryview) -> int:
                     sent = real(data)
                     sends.append(sent)
                     return sent
@@ -218,8 +222,7 @@ async def test_a_peer_that_stops_reading_never_blocks_the_reader() -> None:
 async def test_receive_some_reads_what_arrives_and_then_end_of_stream() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = direct_socket(ours)
-        assert direct is not None
+        direct = _direct(ours)
         await theirs.send_all(b"first")
         assert await direct.receive_some(100) == b"first"  # read at once
         async with trio.open_nursery() as nursery:
@@ -237,8 +240,7 @@ async def test_receive_some_reads_what_arrives_and_then_end_of_stream() -> None:
 async def test_receive_some_always_checkpoints() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = direct_socket(ours)
-        assert direct is not None
+        direct = _direct(ours)
         await theirs.send_all(b"ready")
         with trio.testing.assert_checkpoints():
             assert await direct.receive_some(100) == b"ready"
@@ -252,8 +254,7 @@ async def test_receive_some_always_checkpoints() -> None:
 async def test_receive_some_when_cancelled_reads_nothing() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = direct_socket(ours)
-        assert direct is not None
+        direct = _direct(ours)
         with trio.move_on_after(0.05):
             await direct.receive_some(100)  # nothing comes: cancelled while waiting
         await theirs.send_all(b"kept")
@@ -269,8 +270,7 @@ async def test_receive_some_when_cancelled_reads_nothing() -> None:
 async def test_receive_some_raises_what_socket_stream_raises() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = direct_socket(ours)
-        assert direct is not None
+        direct = _direct(ours)
         await ours.aclose()
         with pytest.raises(trio.ClosedResourceError):
             await direct.receive_some(100)
@@ -282,8 +282,7 @@ async def test_receive_some_raises_what_socket_stream_raises() -> None:
         client = await trio.open_tcp_stream("127.0.0.1", port)
         server = await listeners[0].accept()
         await listeners[0].aclose()
-        direct = direct_socket(client)
-        assert direct is not None
+        direct = _direct(client)
         server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await server.aclose()
         with pytest.raises(trio.BrokenResourceError):
@@ -294,8 +293,7 @@ async def test_receive_some_raises_what_socket_stream_raises() -> None:
 async def test_a_closed_socket_ends_a_wait_with_closed_resource_error() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = direct_socket(ours)
-        assert direct is not None
+        direct = _direct(ours)
         await theirs.send_all(b"a")
         assert await direct.receive_some(100) == b"a"  # short: the next call waits
         async with trio.open_nursery() as nursery:
