@@ -909,8 +909,9 @@ def is_bytes_view(element: object) -> bool:
 
 
 def _describe_element(element: object) -> str:
-    if type(element) is memoryview:
-        return f"a memoryview of {type(element.obj).__name__}" + (
-            "" if element.ndim == 1 and element.format == "B" and element.c_contiguous else " that is not contiguous bytes"
-        )
-    return type(element).__name__
+    """What a refused element is, for the error (it failed is_bytes_view)."""
+    if type(element) is not memoryview:
+        return type(element).__name__
+    if type(element.obj) is not bytes:
+        return f"a memoryview of {type(element.obj).__name__}"
+    return "a memoryview of bytes that is not one run of bytes"

@@ -364,19 +364,22 @@ def test_views_of_bytes_on_a_fixed_size_stream_go_out_packed(pair: ConnectionPai
 
 
 @pytest.mark.parametrize(
-    "element",
+    ("element", "described"),
     [
-        pytest.param(memoryview(bytearray(b"mutable")), id="view-of-bytearray"),
-        pytest.param(memoryview(b"abcdefgh")[::2], id="not-contiguous"),
-        pytest.param(memoryview(b"abcdefgh").cast("I"), id="not-bytes-format"),
-        pytest.param(bytearray(b"mutable"), id="bytearray"),
-        pytest.param("text", id="str"),
+        pytest.param(memoryview(bytearray(b"mutable")), "a memoryview of bytearray", id="view-of-bytearray"),
+        pytest.param(memoryview(b"abcdefgh")[::2], "not one run of bytes", id="not-contiguous"),
+        pytest.param(memoryview(b"abcdefgh").cast("I"), "not one run of bytes", id="not-bytes-format"),
+        pytest.param(bytearray(b"mutable"), "got bytearray", id="bytearray"),
+        pytest.param("text", "got str", id="str"),
     ],
 )
-def test_other_elements_are_refused_before_anything_is_queued(pair: ConnectionPair, element: object) -> None:
+def test_other_elements_are_refused_before_anything_is_queued(
+    pair: ConnectionPair, element: object, described: str
+) -> None:
     subscriber = pair.open_stream(pair.client, initial_demand=10)
-    with pytest.raises(LocalProtocolError, match="elements must be bytes or a memoryview of bytes"):
+    with pytest.raises(LocalProtocolError, match="elements must be bytes or a memoryview of bytes") as raised:
         pair.server.send_elements(subscriber, [b"fine", element])  # type: ignore[list-item]
+    assert described in str(raised.value)
     assert pair.server.publication_demand(subscriber) == 10
     assert pair.drain(pair.server) == b""
 
