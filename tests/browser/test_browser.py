@@ -187,22 +187,31 @@ def test_blank_page_connect_subscribe_close(browser_context: Any, demo_server: A
     }
 
 
+def follow_a_ticker(page: Any, server: ServeProcess) -> None:
+    """Open the demo page and start a ticker subscription whose end (how it
+    ended: type, byPeer, reason, message) lands in ``window.outcome``; return
+    once it has delivered three elements."""
+    page.goto(http_url(server) + "/")
+    page.wait_for_function("window.rstreamsDemo && window.rstreamsDemo.ready === true")
+    page.evaluate(
+        """() => {
+          const sub = window.rstreamsDemo.session.subscribe("ticker?interval=0.02");
+          window.outcome = (async () => {
+            try { for await (const _ of sub); return { type: "completed" }; }
+            catch (err) {
+              return { type: err.constructor.name, byPeer: err.byPeer, reason: err.reason, message: err.message };
+            }
+          })();
+        }"""
+    )
+    page.wait_for_function("window.rstreamsDemo.ticker.stats().elements >= 3")
+
+
 def test_server_goodbye_ends_open_streams(browser_context: Any, tmp_path: Path) -> None:
     with start_demo_server(tmp_path / "stderr.log") as server:
         page = browser_context.new_page()
         try:
-            page.goto(http_url(server) + "/")
-            page.wait_for_function("window.rstreamsDemo && window.rstreamsDemo.ready === true")
-            page.evaluate(
-                """() => {
-                  const sub = window.rstreamsDemo.session.subscribe("ticker?interval=0.02");
-                  window.outcome = (async () => {
-                    try { for await (const _ of sub); return { type: "completed" }; }
-                    catch (err) { return { type: err.constructor.name, byPeer: err.byPeer, reason: err.reason }; }
-                  })();
-                }"""
-            )
-            page.wait_for_function("window.rstreamsDemo.ticker.stats().elements >= 3")
+            follow_a_ticker(page, server)
             assert server.stop(signal.SIGINT) == 0
             outcome = page.evaluate("() => window.outcome")
             assert outcome["type"] == "SessionClosed"
@@ -217,18 +226,7 @@ def test_lost_connection_is_session_broken(browser_context: Any, tmp_path: Path)
     with start_demo_server(tmp_path / "stderr.log") as server:
         page = browser_context.new_page()
         try:
-            page.goto(http_url(server) + "/")
-            page.wait_for_function("window.rstreamsDemo && window.rstreamsDemo.ready === true")
-            page.evaluate(
-                """() => {
-                  const sub = window.rstreamsDemo.session.subscribe("ticker?interval=0.02");
-                  window.outcome = (async () => {
-                    try { for await (const _ of sub); return { type: "completed" }; }
-                    catch (err) { return { type: err.constructor.name, byPeer: err.byPeer, message: err.message }; }
-                  })();
-                }"""
-            )
-            page.wait_for_function("window.rstreamsDemo.ticker.stats().elements >= 3")
+            follow_a_ticker(page, server)
             server.process.kill()  # no goodbye: the connection just goes
             server.process.wait(timeout=10)
             outcome = page.evaluate("() => window.outcome")
