@@ -165,63 +165,55 @@ async def _session_task(port: int, task_status: Any) -> None:
         await trio.sleep_forever()
 
 
-async def rstreams_many_streams(port: int, n: int) -> dict[str, Any]:
-    """n streams open at once on one connection, each reading 100 elements."""
+async def _all_open_then_read(n: int, open_one: Any) -> dict[str, Any]:
+    """Run n copies of ``open_one(read)``; each opens a subscription to
+    ``range?count=100`` its own way and hands it to ``read``, which waits
+    until all n are open (so they are open at once), then reads it."""
     import trio
 
-    import rstreams
-
-    opened = 0
+    opened = elements = 0
     everyone_open = trio.Event()
-    elements = 0
 
-    async def one(session: rstreams.Session) -> None:
+    async def read(subscription: Any) -> None:
         nonlocal opened, elements
-        async with session.subscribe("range?count=100", prefetch=128) as subscription:
-            opened += 1
-            if opened == n:
-                everyone_open.set()
-            await everyone_open.wait()
-            async for batch in subscription.batches():
-                elements += len(batch)
-
-    async with rstreams.open_session(URL.format(port=port)) as session:
-        start = time.perf_counter()
-        with trio.fail_after(120):
-            async with trio.open_nursery() as nursery:
-                for _ in range(n):
-                    nursery.start_soon(one, session)
-        elapsed = time.perf_counter() - start
-    return {"opened": opened, "elements": elements, "seconds": elapsed}
-
-
-async def rstreams_many_connections(port: int, n: int) -> dict[str, Any]:
-    """n sessions open at once to one server, each reading 100 elements."""
-    import trio
-
-    import rstreams
-
-    opened = 0
-    everyone_open = trio.Event()
-    elements = 0
-
-    async def one() -> None:
-        nonlocal opened, elements
-        async with rstreams.open_session(URL.format(port=port)) as session:
-            async with session.subscribe("range?count=100", prefetch=128) as subscription:
-                opened += 1
-                if opened == n:
-                    everyone_open.set()
-                await everyone_open.wait()
-                async for batch in subscription.batches():
-                    elements += len(batch)
+        opened += 1
+        if opened == n:
+            everyone_open.set()
+        await everyone_open.wait()
+        async for batch in subscription.batches():
+            elements += len(batch)
 
     start = time.perf_counter()
     with trio.fail_after(120):
         async with trio.open_nursery() as nursery:
             for _ in range(n):
-                nursery.start_soon(one)
+                nursery.start_soon(open_one, read)
     return {"opened": opened, "elements": elements, "seconds": time.perf_counter() - start}
+
+
+async def rstreams_many_streams(port: int, n: int) -> dict[str, Any]:
+    """n streams open at once on one connection, each reading 100 elements."""
+    import rstreams
+
+    async with rstreams.open_session(URL.format(port=port)) as session:
+
+        async def one(read: Any) -> None:
+            async with session.subscribe("range?count=100", prefetch=128) as subscription:
+                await read(subscription)
+
+        return await _all_open_then_read(n, one)
+
+
+async def rstreams_many_connections(port: int, n: int) -> dict[str, Any]:
+    """n sessions open at once to one server, each reading 100 elements."""
+    import rstreams
+
+    async def one(read: Any) -> None:
+        async with rstreams.open_session(URL.format(port=port)) as session:
+            async with session.subscribe("range?count=100", prefetch=128) as subscription:
+                await read(subscription)
+
+    return await _all_open_then_read(n, one)
 
 
 def run_rstreams(command: dict[str, Any]) -> dict[str, Any]:
