@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -191,9 +192,15 @@ class Session(trio.abc.AsyncResource):
         # Sending without the writer happens only while it is parked with
         # nothing in hand; what the socket did not take waits in _unsent, and
         # the writer sends it before anything else.
-        direct = direct_socket(stream)
+        direct = self._direct = direct_socket(stream, config.busy_poll)
         self._send_now = direct.send_now if direct is not None else None
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
+        # Callers of fetch waiting for their answers, and how long answers
+        # take (a moving average): while fetches wait, and answers come
+        # within the busy-poll window, the reader polls for them before it
+        # sleeps (see _direct_socket). Slower answers would only burn CPU.
+        self._fetching = 0
+        self._fetch_time = 0.0
         self._writer_parked = False
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
@@ -500,7 +507,11 @@ class Session(trio.abc.AsyncResource):
 
     async def _receive_once(self) -> bool:
         """Receive and dispatch one read; False when reading is over."""
-        data = await self._receive_some(self.config.read_size)
+        data: bytes | bytearray
+        if self._fetching and self._direct is not None and self._fetch_time <= self.config.busy_poll:
+            data = await self._direct.receive_some(self.config.read_size, poll=True)
+        else:
+            data = await self._receive_some(self.config.read_size)
         if not data:
             if self._close_kind is None:
                 self._request_close(_CloseKind.LOST, "connection closed by the peer without goodbye")
@@ -688,12 +699,17 @@ class Session(trio.abc.AsyncResource):
         decoder = resolve_codec(codec)
         await trio.lowlevel.checkpoint_if_cancelled()
         fetch = _Fetch(name, limit)
+        started = time.perf_counter()
         fetch.subscriber = self._open_subscription(fetch, limit)
+        self._fetching += 1
         try:
             await fetch.wait()
         except BaseException:
             self._cancel_subscription(fetch)
             raise
+        finally:
+            self._fetching -= 1
+        self._fetch_time += (time.perf_counter() - started - self._fetch_time) / 8
         if fetch._error is not None:
             raise fetch._error
         if not fetch._ended:

@@ -13,7 +13,7 @@ from ._support import blob, collect, fetch_range, standard_app
 
 
 @pytest.mark.parametrize(
-    "field", ["handshake_timeout", "drain_timeout", "goodbye_timeout"]
+    "field", ["handshake_timeout", "drain_timeout", "goodbye_timeout", "busy_poll"]
 )
 def test_timeouts_must_not_be_negative(field: str) -> None:
     with pytest.raises(ValueError, match=field):

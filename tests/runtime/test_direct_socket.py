@@ -332,3 +332,129 @@ async def test_no_direct_write_once_something_else_has_woken_the_writer() -> Non
             client._wake_writer()  # as a publisher queueing elements would
             assert await client.fetch("burst", 3) == _expected(3, 8)
             assert len(calls) == 1  # left to the writer
+
+
+# ---- busy polling ----------------------------------------------------------
+
+
+class _SleepCounter:
+    """Counts the reads that went to sleep in epoll (``wait_readable``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sleeps = 0
+        real = trio.lowlevel.wait_readable
+
+        async def counting(sock: object) -> None:
+            self.sleeps += 1
+            await real(sock)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(trio.lowlevel, "wait_readable", counting)
+
+
+async def _send_after_checkpoints(stream: trio.SocketStream, data: bytes, checkpoints: int) -> None:
+    # Checkpoints, not wait_all_tasks_blocked: a polling reader is never
+    # blocked, and this sender only gets to run if the poll lets it.
+    for _ in range(checkpoints):
+        await trio.lowlevel.checkpoint()
+    await stream.send_all(data)
+
+
+async def test_a_polling_read_finds_the_answer_without_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = _SleepCounter(monkeypatch)
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = DirectSocket(ours, busy_poll=5.0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_send_after_checkpoints, theirs, b"answer", 5)
+            assert await direct.receive_some(100, poll=True) == b"answer"
+        # Polling let the sender run (else it would have spun its 5 s, then
+        # slept) and found the data itself.
+        assert counter.sleeps == 0
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_a_polling_read_sleeps_once_its_window_is_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = _SleepCounter(monkeypatch)
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = DirectSocket(ours, busy_poll=0.001)
+        async with trio.open_nursery() as nursery:
+
+            async def send_late() -> None:
+                await trio.sleep(0.1)
+                await theirs.send_all(b"late")
+
+            nursery.start_soon(send_late)
+            assert await direct.receive_some(100, poll=True) == b"late"
+        assert counter.sleeps == 1
+        await ours.aclose()
+        await theirs.aclose()
+
+
+@pytest.mark.parametrize(("window", "poll"), [(5.0, False), (0.0, True)])
+async def test_without_poll_or_window_a_read_sleeps_at_once(
+    monkeypatch: pytest.MonkeyPatch, window: float, poll: bool
+) -> None:
+    counter = _SleepCounter(monkeypatch)
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = DirectSocket(ours, busy_poll=window)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_send_after_checkpoints, theirs, b"answer", 5)
+            assert await direct.receive_some(100, poll=poll) == b"answer"
+        assert counter.sleeps == 1
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_a_polling_read_when_cancelled_reads_nothing() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = DirectSocket(ours, busy_poll=5.0)
+        with trio.move_on_after(0.05) as scope:
+            await direct.receive_some(100, poll=True)  # cancelled while polling
+        assert scope.cancelled_caught
+        await theirs.send_all(b"kept")
+        assert await direct.receive_some(100, poll=True) == b"kept"
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_the_reader_polls_only_while_quick_fetches_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Polls recorded per DirectSocket: the client's reads are picked out below.
+    polls: list[tuple[DirectSocket, bool]] = []
+    real = DirectSocket.receive_some
+
+    async def recording(self: DirectSocket, max_bytes: int, *, poll: bool = False) -> bytes:
+        polls.append((self, poll))
+        return await real(self, max_bytes, poll=poll)
+
+    monkeypatch.setattr(DirectSocket, "receive_some", recording)
+
+    async def slow(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        await trio.sleep(0.5)
+        await sink.send(b"late")
+
+    def client_polls() -> list[bool]:
+        return [poll for direct, poll in polls if direct is client._direct]
+
+    config = rstreams.SessionConfig(busy_poll=0.05)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            server = rstreams.Server(rstreams.Router({"burst": _burst, "slow": slow}))
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+            port = listeners[0].socket.getsockname()[1]
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}", config=config) as client:
+                assert client._direct is not None
+                assert client_polls() and not any(client_polls())  # the handshake: no fetch waits
+                for _ in range(10):
+                    assert await client.fetch("burst", 3) == _expected(3, 8)
+                assert any(client_polls())  # quick answers: polled for
+                # One answer ten times the window: the average of answer
+                # times (1/8 of each new one) is now above the window.
+                assert await client.fetch("slow", 1) == [b"late"]
+                before = len(client_polls())
+                assert await client.fetch("slow", 1) == [b"late"]
+                assert client_polls()[before:] and not any(client_polls()[before:])
+            nursery.cancel_scope.cancel()
