@@ -28,12 +28,13 @@ class SessionConfig:
         max_queued_bytes: per publication, bytes queued but not yet written
             before ``sink.send`` waits: with demand, this bounds the memory a
             fast publisher can pin behind a slow connection.
-        busy_poll: seconds the reader polls the socket, before it sleeps,
-            while a ``fetch`` waits for its answer, as long as answers have
-            been coming within that time (plain TCP only; 0 turns it off).
-            Spends up to that much CPU per read to save waking a sleeping
-            core, which on loopback or a fast LAN is a third of a round
-            trip (see ``_direct_socket``).
+        busy_poll: seconds the reader polls the socket before it sleeps
+            when the peer's next message is due (a ``fetch`` waits for its
+            answer; the peer's subscribes were just answered), as long as
+            such messages have lately come within that time (plain TCP
+            only; 0 turns it off). Spends up to that much CPU per read to
+            save waking a sleeping core, which on loopback or a fast LAN is
+            a third or more of a round trip (see ``_direct_socket``).
     """
 
     limits: ProtocolLimits = field(default_factory=lambda: DEFAULT_LIMITS)

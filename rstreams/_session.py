@@ -195,12 +195,17 @@ class Session(trio.abc.AsyncResource):
         direct = self._direct = direct_socket(stream, config.busy_poll)
         self._send_now = direct.send_now if direct is not None else None
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
-        # Callers of fetch waiting for their answers, and how long answers
-        # take (a moving average): while fetches wait, and answers come
-        # within the busy-poll window, the reader polls for them before it
-        # sleeps (see _direct_socket). Slower answers would only burn CPU.
+        # Busy polling (see _direct_socket): the reader polls before it
+        # sleeps when the peer's next message is due, that is while a fetch
+        # waits for its answer (_fetching), or after a read whose subscribes
+        # were answered at once (a request-response peer sends its next one
+        # as the answer arrives); and only while such waits have lately
+        # ended within the window (_due_wait, a moving average), since
+        # polling for a slower peer only burns CPU.
+        self._busy_poll = config.busy_poll if direct is not None else 0.0
         self._fetching = 0
-        self._fetch_time = 0.0
+        self._answered_subscribe = False
+        self._due_wait = 0.0
         self._writer_parked = False
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
@@ -508,8 +513,8 @@ class Session(trio.abc.AsyncResource):
     async def _receive_once(self) -> bool:
         """Receive and dispatch one read; False when reading is over."""
         data: bytes | bytearray
-        if self._fetching and self._direct is not None and self._fetch_time <= self.config.busy_poll:
-            data = await self._direct.receive_some(self.config.read_size, poll=True)
+        if self._busy_poll and (self._fetching or self._answered_subscribe):
+            data = await self._receive_due()
         else:
             data = await self._receive_some(self.config.read_size)
         if not data:
@@ -519,6 +524,7 @@ class Session(trio.abc.AsyncResource):
         self._bytes_in += len(data)
         conn = self._conn
         conn.receive_data(data)
+        self._answered_subscribe = False
         try:
             while True:
                 events = conn.events(_DISPATCH_BATCH)
@@ -544,6 +550,19 @@ class Session(trio.abc.AsyncResource):
             self._send_queued()
         return conn.goodbye_received is None
 
+    async def _receive_due(self) -> bytes:
+        """The read of a message that is due: busy-polled for while such
+        waits have been ending within the window."""
+        assert self._direct is not None
+        window = self._busy_poll
+        started = time.perf_counter()
+        data = await self._direct.receive_some(self.config.read_size, poll=self._due_wait <= window)
+        # One long wait counts as 16 windows at most: a pause of the peer
+        # stops polling at once, and a few quick answers bring it back.
+        waited = min(time.perf_counter() - started, 16 * window)
+        self._due_wait += (waited - self._due_wait) / 8
+        return data
+
     def _dispatch(self, events: list[Any]) -> None:
         subscriptions = self._subscriptions
         for event in events:
@@ -568,6 +587,7 @@ class Session(trio.abc.AsyncResource):
                 if subscription is not None:
                     subscription._on_end(self._publisher_error(subscription, event.error))
             elif type(event) is Subscribe:
+                self._answered_subscribe = True
                 self._start_publication(event)
             elif type(event) is Cancel or type(event) is InvalidRequest:
                 handle = self._publications.pop(event.subscriber, None)
@@ -699,7 +719,6 @@ class Session(trio.abc.AsyncResource):
         decoder = resolve_codec(codec)
         await trio.lowlevel.checkpoint_if_cancelled()
         fetch = _Fetch(name, limit)
-        started = time.perf_counter()
         fetch.subscriber = self._open_subscription(fetch, limit)
         self._fetching += 1
         try:
@@ -709,7 +728,6 @@ class Session(trio.abc.AsyncResource):
             raise
         finally:
             self._fetching -= 1
-        self._fetch_time += (time.perf_counter() - started - self._fetch_time) / 8
         if fetch._error is not None:
             raise fetch._error
         if not fetch._ended:

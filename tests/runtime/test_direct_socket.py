@@ -17,6 +17,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
@@ -421,40 +422,127 @@ async def test_a_polling_read_when_cancelled_reads_nothing() -> None:
         await theirs.aclose()
 
 
-async def test_the_reader_polls_only_while_quick_fetches_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Polls recorded per DirectSocket: the client's reads are picked out below.
-    polls: list[tuple[DirectSocket, bool]] = []
-    real = DirectSocket.receive_some
+async def test_one_read_polls_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # While one read polls, the run loop never sleeps, so a second socket's
+    # data is seen at once anyway: the second read sleeps instead of
+    # spending every pass of the loop on a read that finds nothing.
+    counter = _SleepCounter(monkeypatch)
+    with trio.fail_after(10):
+        first, first_peer = await _socket_stream_pair()
+        second, second_peer = await _socket_stream_pair()
+        first_direct = DirectSocket(first, busy_poll=5.0)
+        second_direct = DirectSocket(second, busy_poll=5.0)
 
-    async def recording(self: DirectSocket, max_bytes: int, *, poll: bool = False) -> bytes:
-        polls.append((self, poll))
-        return await real(self, max_bytes, poll=poll)
+        async def read_second_later() -> None:
+            for _ in range(3):
+                await trio.lowlevel.checkpoint()
+            assert await second_direct.receive_some(100, poll=True) == b"second"
 
-    monkeypatch.setattr(DirectSocket, "receive_some", recording)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_send_after_checkpoints, first_peer, b"first", 30)
+            nursery.start_soon(_send_after_checkpoints, second_peer, b"second", 10)
+            nursery.start_soon(read_second_later)
+            assert await first_direct.receive_some(100, poll=True) == b"first"
+        assert counter.sleeps == 1  # the second read's
+        # The slot is free again: the second socket's next read polls.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_send_after_checkpoints, second_peer, b"again", 5)
+            assert await second_direct.receive_some(100, poll=True) == b"again"
+        assert counter.sleeps == 1
+        for stream in (first, first_peer, second, second_peer):
+            await stream.aclose()
+
+
+class _PollRecorder:
+    """Records, per DirectSocket, whether each read asked to busy-poll."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[DirectSocket, bool]] = []
+        real = DirectSocket.receive_some
+
+        async def recording(direct: DirectSocket, max_bytes: int, *, poll: bool = False) -> bytes:
+            self.calls.append((direct, poll))
+            return await real(direct, max_bytes, poll=poll)
+
+        monkeypatch.setattr(DirectSocket, "receive_some", recording)
+
+    def of(self, session: Session) -> list[bool]:
+        return [poll for direct, poll in self.calls if direct is session._direct]
+
+
+@asynccontextmanager
+async def _client_and_server(
+    client_config: rstreams.SessionConfig, server_config: rstreams.SessionConfig
+) -> AsyncIterator[tuple[Session, list[Session]]]:
+    """A client session over TCP to a server with ``burst``, ``slow``
+    (answers after 0.5 s) and ``stream`` (100 elements, each sent as demand
+    allows); also yields the server's sessions as they open."""
 
     async def slow(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         await trio.sleep(0.5)
         await sink.send(b"late")
 
-    def client_polls() -> list[bool]:
-        return [poll for direct, poll in polls if direct is client._direct]
+    async def stream(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        for index in range(100):
+            await sink.send(u32(index))
 
-    config = rstreams.SessionConfig(busy_poll=0.05)
+    server_sessions: list[Session] = []
+    app = rstreams.Router({"burst": _burst, "slow": slow, "stream": stream})
+
+    async def handler(stream: trio.SocketStream) -> None:
+        async with rstreams.open_stream_session(stream, app=app, config=server_config) as session:
+            server_sessions.append(session)
+            await session.wait_closed()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        async with rstreams.open_session(f"tcp://127.0.0.1:{port}", config=client_config) as client:
+            assert client._direct is not None
+            yield client, server_sessions
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_polls_only_while_quick_fetches_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _PollRecorder(monkeypatch)
+    polling = rstreams.SessionConfig(busy_poll=0.01)
     with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            server = rstreams.Server(rstreams.Router({"burst": _burst, "slow": slow}))
-            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
-            port = listeners[0].socket.getsockname()[1]
-            async with rstreams.open_session(f"tcp://127.0.0.1:{port}", config=config) as client:
-                assert client._direct is not None
-                assert client_polls() and not any(client_polls())  # the handshake: no fetch waits
-                for _ in range(10):
-                    assert await client.fetch("burst", 3) == _expected(3, 8)
-                assert any(client_polls())  # quick answers: polled for
-                # One answer ten times the window: the average of answer
-                # times (1/8 of each new one) is now above the window.
-                assert await client.fetch("slow", 1) == [b"late"]
-                before = len(client_polls())
-                assert await client.fetch("slow", 1) == [b"late"]
-                assert client_polls()[before:] and not any(client_polls()[before:])
-            nursery.cancel_scope.cancel()
+        async with _client_and_server(polling, rstreams.SessionConfig(busy_poll=0)) as (client, _):
+            await trio.testing.wait_all_tasks_blocked()
+            assert recorder.of(client) and not any(recorder.of(client))  # no fetch waits
+            for _ in range(10):
+                assert await client.fetch("burst", 3) == _expected(3, 8)
+            assert any(recorder.of(client))  # quick answers: polled for
+            # An answer 50 windows late (counted as 16): the moving average
+            # of waits (1/8 of each new one) is now twice the window, and the
+            # few quick waits before the next slow answer (for subscribed,
+            # onComplete) cannot bring it back down.
+            assert await client.fetch("slow", 1) == [b"late"]
+            before = len(recorder.of(client))
+            assert await client.fetch("slow", 1) == [b"late"]
+            assert recorder.of(client)[before:] and not any(recorder.of(client)[before:])
+
+
+async def test_a_server_polls_for_the_next_subscribe_only_while_they_come_quickly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder = _PollRecorder(monkeypatch)
+    polling = rstreams.SessionConfig(busy_poll=0.05)
+    with trio.fail_after(20):
+        async with _client_and_server(rstreams.SessionConfig(busy_poll=0), polling) as (client, servers):
+            async with client.subscribe("stream", prefetch=10) as sub:
+                assert [element async for element in sub] == [u32(index) for index in range(100)]
+            await trio.testing.wait_all_tasks_blocked()
+            [server] = servers
+            # Its reads of requests (demand) never polled; the one after
+            # answering the subscribe did, and found the first request.
+            assert recorder.of(server).count(True) == 1
+            for _ in range(10):
+                assert await client.fetch("burst", 3) == _expected(3, 8)
+            assert recorder.of(server).count(True) > 1  # quick subscribes: polled for
+            # A pause of ten windows between two subscribes puts the moving
+            # average above the window: the read after the next answer sleeps.
+            await trio.sleep(0.5)
+            assert await client.fetch("burst", 3) == _expected(3, 8)
+            await trio.testing.wait_all_tasks_blocked()
+            assert recorder.of(server)[-1] is False
