@@ -360,17 +360,27 @@ async def _send_after_checkpoints(stream: trio.SocketStream, data: bytes, checkp
     await stream.send_all(data)
 
 
-async def test_a_polling_read_finds_the_answer_without_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("window", "poll", "sleeps"),
+    [
+        # Polling let the sender run (else it would have spun its 5 s, then
+        # slept) and found the data itself.
+        (5.0, True, 0),
+        (5.0, False, 1),  # not asked to poll
+        (0.0, True, 1),  # no window to poll in
+    ],
+)
+async def test_a_polling_read_finds_the_answer_without_sleeping(
+    monkeypatch: pytest.MonkeyPatch, window: float, poll: bool, sleeps: int
+) -> None:
     counter = _SleepCounter(monkeypatch)
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours, busy_poll=5.0)
+        direct = DirectSocket(ours, busy_poll=window)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_send_after_checkpoints, theirs, b"answer", 5)
-            assert await direct.receive_some(100, poll=True) == b"answer"
-        # Polling let the sender run (else it would have spun its 5 s, then
-        # slept) and found the data itself.
-        assert counter.sleeps == 0
+            assert await direct.receive_some(100, poll=poll) == b"answer"
+        assert counter.sleeps == sleeps
         await ours.aclose()
         await theirs.aclose()
 
@@ -388,22 +398,6 @@ async def test_a_polling_read_sleeps_once_its_window_is_over(monkeypatch: pytest
 
             nursery.start_soon(send_late)
             assert await direct.receive_some(100, poll=True) == b"late"
-        assert counter.sleeps == 1
-        await ours.aclose()
-        await theirs.aclose()
-
-
-@pytest.mark.parametrize(("window", "poll"), [(5.0, False), (0.0, True)])
-async def test_without_poll_or_window_a_read_sleeps_at_once(
-    monkeypatch: pytest.MonkeyPatch, window: float, poll: bool
-) -> None:
-    counter = _SleepCounter(monkeypatch)
-    with trio.fail_after(10):
-        ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours, busy_poll=window)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_send_after_checkpoints, theirs, b"answer", 5)
-            assert await direct.receive_some(100, poll=poll) == b"answer"
         assert counter.sleeps == 1
         await ours.aclose()
         await theirs.aclose()
