@@ -26,7 +26,9 @@ from functools import partial
 
 import trio
 
+from .._config import DEFAULT_CONFIG, SessionConfig
 from .._http import normalize_origin
+from .._publish import Router
 from .._serve import Listener, Server
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "parse_origin",
     "add_log_level_argument",
     "add_server_arguments",
+    "server_from_arguments",
     "configure_logging",
     "server_ssl_context",
     "serve_until_stopped",
@@ -125,6 +128,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
 def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
@@ -157,7 +170,21 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         type=_positive_int,
         help="refuse connections beyond N open sessions (with goodbye \"server busy\")",
     )
+    parser.add_argument(
+        "--busy-poll",
+        metavar="SECONDS",
+        type=_non_negative_seconds,
+        default=DEFAULT_CONFIG.busy_poll,
+        help="how long a session polls its socket for a request-response peer's next subscribe "
+        f"before sleeping, while such subscribes come that quickly (plain TCP; default: {DEFAULT_CONFIG.busy_poll:g}; "
+        "0: never, to spare the CPU)",
+    )
     add_log_level_argument(parser)
+
+
+def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
+    """The ``Server`` that ``add_server_arguments``' options describe."""
+    return Server(app, max_connections=args.max_connections, config=SessionConfig(busy_poll=args.busy_poll))
 
 
 def configure_logging(level: str) -> None:

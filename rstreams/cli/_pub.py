@@ -8,7 +8,6 @@ from typing import Any
 import trio
 
 from .._publish import Router, Sink
-from .._serve import Server
 from ._common import (
     EXIT_USAGE,
     CommandError,
@@ -17,6 +16,7 @@ from ._common import (
     configure_logging,
     run_command,
     serve_until_stopped,
+    server_from_arguments,
     server_ssl_context,
 )
 from ._lines import LineReader
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"bad publisher name {args.name!r}: {exc}", EXIT_USAGE) from None
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
-    server = Server(app, max_connections=args.max_connections)
+    server = server_from_arguments(app, args)
 
     async def serve() -> int:
         async with trio.open_nursery() as nursery:

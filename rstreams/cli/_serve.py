@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 from .._publish import Router
-from .._serve import Server
 from ._common import (
     EXIT_USAGE,
     CommandError,
@@ -20,6 +19,7 @@ from ._common import (
     parse_origin,
     run_command,
     serve_until_stopped,
+    server_from_arguments,
     server_ssl_context,
 )
 
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
-    server = Server(app, max_connections=args.max_connections)
+    server = server_from_arguments(app, args)
 
     async def serve() -> int:
         tcp, websocket, origins = args.tcp or [], args.ws or [], args.allow_origin or []

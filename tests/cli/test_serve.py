@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 import trustme
 
+from rstreams import Router, SessionConfig
+from rstreams.cli import build_parser
+from rstreams.cli._common import server_from_arguments
+
 from ._support import RSTREAMS, ROOT, SHUTDOWN_TIMEOUT, OutputLines, ServeProcess, rstreams, start, stop
 
 
@@ -179,3 +183,19 @@ def test_python_dash_m_works_too() -> None:
 
     result = subprocess.run([sys.executable, "-m", "rstreams", "--version"], cwd=ROOT, capture_output=True, timeout=30)
     assert result.returncode == 0 and result.stdout.startswith(b"rstreams ")
+
+
+@pytest.mark.parametrize("command", [["serve", "examples.demo:app"], ["pub", "lines"]])
+def test_busy_poll_sets_the_servers_session_config(command: list[str]) -> None:
+    parser = build_parser()
+    default = server_from_arguments(Router(), parser.parse_args([*command, "--tcp", "127.0.0.1:0"]))
+    assert default.config.busy_poll == SessionConfig().busy_poll > 0
+    off = server_from_arguments(Router(), parser.parse_args([*command, "--tcp", "127.0.0.1:0", "--busy-poll", "0"]))
+    assert off.config.busy_poll == 0.0
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "nan"])
+def test_bad_busy_poll_values_are_usage_errors(value: str) -> None:
+    result = rstreams("serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--busy-poll", value)
+    assert result.returncode == 2
+    assert b"--busy-poll" in result.stderr
