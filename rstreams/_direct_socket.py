@@ -24,7 +24,7 @@ A read may also *busy-poll*: try the socket, let the other tasks run, try
 again, for a short window before sleeping in ``epoll``. The session asks for
 it when the peer's next message is due: a ``fetch`` waits for its answer, or
 the peer's subscribes were just answered and a request-response peer sends
-the next as soon as it has the answer. On a
+the next as soon as it has the answer, and says for how long. On a
 machine whose other cores sleep when idle (any VM, most laptops), waking a
 sleeping core to deliver the answer costs tens of microseconds on each
 side: on loopback that was more than a third of a whole round trip.
@@ -58,12 +58,12 @@ _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
 
 
 class _PollSlot:
-    """Who busy-polls in one trio run (at most one read at a time)."""
+    """Whether a read busy-polls in this trio run (one at a time)."""
 
-    __slots__ = ("holder",)
+    __slots__ = ("taken",)
 
     def __init__(self) -> None:
-        self.holder: DirectSocket | None = None
+        self.taken = False
 
 
 _poll_slot: trio.lowlevel.RunVar[_PollSlot] = trio.lowlevel.RunVar("rstreams_poll_slot")
@@ -78,11 +78,11 @@ def _this_runs_poll_slot() -> _PollSlot:
         return slot
 
 
-def direct_socket(stream: trio.abc.Stream, busy_poll: float = 0.0) -> DirectSocket | None:
+def direct_socket(stream: trio.abc.Stream) -> DirectSocket | None:
     """Direct I/O on ``stream``'s socket, or None if it cannot have it."""
     if os.name != "posix" or type(stream) is not trio.SocketStream:
         return None
-    return DirectSocket(stream, busy_poll)
+    return DirectSocket(stream)
 
 
 class DirectSocket:
@@ -93,12 +93,11 @@ class DirectSocket:
     reports -1, and its old number may already belong to another file.
     """
 
-    __slots__ = ("_socket", "_read_at_once", "_busy_poll", "_slot")
+    __slots__ = ("_socket", "_read_at_once", "_slot")
 
-    def __init__(self, stream: trio.SocketStream, busy_poll: float = 0.0) -> None:
+    def __init__(self, stream: trio.SocketStream) -> None:
         self._socket = stream.socket
         self._read_at_once = True
-        self._busy_poll = busy_poll
         self._slot: _PollSlot | None = None  # found on the first poll, inside the run
 
     def send_now(self, data: bytes | bytearray | memoryview) -> int:
@@ -113,22 +112,22 @@ class DirectSocket:
         except OSError:
             return 0
 
-    async def receive_some(self, max_bytes: int, *, poll: bool = False) -> bytes:
+    async def receive_some(self, max_bytes: int, *, poll_for: float = 0.0) -> bytes:
         """As ``trio.SocketStream.receive_some``: up to ``max_bytes``, b"" at
         end of stream; ``trio.BrokenResourceError`` if the connection broke,
         ``trio.ClosedResourceError`` if the socket was closed. Always
         checkpoints; when cancelled, nothing was read.
 
-        ``poll``: data is expected soon: busy-poll for it first, for up to
-        this socket's window (see the module's docstring)."""
+        ``poll_for``: data is expected within about this many seconds:
+        busy-poll for it that long first (see the module's docstring)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._read_at_once:
             data = self._read(max_bytes)
             if data is not None:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return data
-        if poll and self._busy_poll > 0.0:
-            data = await self._poll(max_bytes)
+        if poll_for > 0.0:
+            data = await self._poll(max_bytes, poll_for)
             if data is not None:
                 return data
         while True:
@@ -137,24 +136,24 @@ class DirectSocket:
             if data is not None:
                 return data
 
-    async def _poll(self, max_bytes: int) -> bytes | None:
+    async def _poll(self, max_bytes: int, seconds: float) -> bytes | None:
         slot = self._slot
         if slot is None:
             slot = self._slot = _this_runs_poll_slot()
-        if slot.holder is not None:
+        if slot.taken:
             return None  # another read keeps the run loop awake
-        slot.holder = self
+        slot.taken = True
         try:
             # Real time, not trio's clock: a test's MockClock stands still
             # while tasks run, and this loop must end whatever the clock.
-            deadline = time.perf_counter() + self._busy_poll
+            deadline = time.perf_counter() + seconds
             while True:
                 await trio.lowlevel.checkpoint()  # the others run; cancellable
                 data = self._read(max_bytes)
                 if data is not None or time.perf_counter() >= deadline:
                     return data
         finally:
-            slot.holder = None
+            slot.taken = False
 
     def _read(self, max_bytes: int) -> bytes | None:
         fd = self._socket.fileno()

@@ -192,7 +192,7 @@ class Session(trio.abc.AsyncResource):
         # Sending without the writer happens only while it is parked with
         # nothing in hand; what the socket did not take waits in _unsent, and
         # the writer sends it before anything else.
-        direct = self._direct = direct_socket(stream, config.busy_poll)
+        direct = self._direct = direct_socket(stream)
         self._send_now = direct.send_now if direct is not None else None
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
         # Busy polling (see _direct_socket): the reader polls before it
@@ -556,7 +556,8 @@ class Session(trio.abc.AsyncResource):
         assert self._direct is not None
         window = self._busy_poll
         started = time.perf_counter()
-        data = await self._direct.receive_some(self.config.read_size, poll=self._due_wait <= window)
+        poll_for = window if self._due_wait <= window else 0.0
+        data = await self._direct.receive_some(self.config.read_size, poll_for=poll_for)
         # One long wait counts as 16 windows at most: a pause of the peer
         # stops polling at once, and a few quick answers bring it back.
         waited = min(time.perf_counter() - started, 16 * window)

@@ -361,25 +361,24 @@ async def _send_after_checkpoints(stream: trio.SocketStream, data: bytes, checkp
 
 
 @pytest.mark.parametrize(
-    ("window", "poll", "sleeps"),
+    ("poll_for", "sleeps"),
     [
         # Polling let the sender run (else it would have spun its 5 s, then
         # slept) and found the data itself.
-        (5.0, True, 0),
-        (5.0, False, 1),  # not asked to poll
-        (0.0, True, 1),  # no window to poll in
+        (5.0, 0),
+        (0.0, 1),  # not asked to poll
     ],
 )
 async def test_a_polling_read_finds_the_answer_without_sleeping(
-    monkeypatch: pytest.MonkeyPatch, window: float, poll: bool, sleeps: int
+    monkeypatch: pytest.MonkeyPatch, poll_for: float, sleeps: int
 ) -> None:
     counter = _SleepCounter(monkeypatch)
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours, busy_poll=window)
+        direct = DirectSocket(ours)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_send_after_checkpoints, theirs, b"answer", 5)
-            assert await direct.receive_some(100, poll=poll) == b"answer"
+            assert await direct.receive_some(100, poll_for=poll_for) == b"answer"
         assert counter.sleeps == sleeps
         await ours.aclose()
         await theirs.aclose()
@@ -389,7 +388,7 @@ async def test_a_polling_read_sleeps_once_its_window_is_over(monkeypatch: pytest
     counter = _SleepCounter(monkeypatch)
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours, busy_poll=0.001)
+        direct = DirectSocket(ours)
         async with trio.open_nursery() as nursery:
 
             async def send_late() -> None:
@@ -397,7 +396,7 @@ async def test_a_polling_read_sleeps_once_its_window_is_over(monkeypatch: pytest
                 await theirs.send_all(b"late")
 
             nursery.start_soon(send_late)
-            assert await direct.receive_some(100, poll=True) == b"late"
+            assert await direct.receive_some(100, poll_for=0.001) == b"late"
         assert counter.sleeps == 1
         await ours.aclose()
         await theirs.aclose()
@@ -406,12 +405,12 @@ async def test_a_polling_read_sleeps_once_its_window_is_over(monkeypatch: pytest
 async def test_a_polling_read_when_cancelled_reads_nothing() -> None:
     with trio.fail_after(10):
         ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours, busy_poll=5.0)
+        direct = DirectSocket(ours)
         with trio.move_on_after(0.05) as scope:
-            await direct.receive_some(100, poll=True)  # cancelled while polling
+            await direct.receive_some(100, poll_for=5.0)  # cancelled while polling
         assert scope.cancelled_caught
         await theirs.send_all(b"kept")
-        assert await direct.receive_some(100, poll=True) == b"kept"
+        assert await direct.receive_some(100, poll_for=5.0) == b"kept"
         await ours.aclose()
         await theirs.aclose()
 
@@ -424,24 +423,24 @@ async def test_one_read_polls_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None
     with trio.fail_after(10):
         first, first_peer = await _socket_stream_pair()
         second, second_peer = await _socket_stream_pair()
-        first_direct = DirectSocket(first, busy_poll=5.0)
-        second_direct = DirectSocket(second, busy_poll=5.0)
+        first_direct = DirectSocket(first)
+        second_direct = DirectSocket(second)
 
         async def read_second_later() -> None:
             for _ in range(3):
                 await trio.lowlevel.checkpoint()
-            assert await second_direct.receive_some(100, poll=True) == b"second"
+            assert await second_direct.receive_some(100, poll_for=5.0) == b"second"
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_send_after_checkpoints, first_peer, b"first", 30)
             nursery.start_soon(_send_after_checkpoints, second_peer, b"second", 10)
             nursery.start_soon(read_second_later)
-            assert await first_direct.receive_some(100, poll=True) == b"first"
+            assert await first_direct.receive_some(100, poll_for=5.0) == b"first"
         assert counter.sleeps == 1  # the second read's
         # The slot is free again: the second socket's next read polls.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_send_after_checkpoints, second_peer, b"again", 5)
-            assert await second_direct.receive_some(100, poll=True) == b"again"
+            assert await second_direct.receive_some(100, poll_for=5.0) == b"again"
         assert counter.sleeps == 1
         for stream in (first, first_peer, second, second_peer):
             await stream.aclose()
@@ -454,9 +453,9 @@ class _PollRecorder:
         self.calls: list[tuple[DirectSocket, bool]] = []
         real = DirectSocket.receive_some
 
-        async def recording(direct: DirectSocket, max_bytes: int, *, poll: bool = False) -> bytes:
-            self.calls.append((direct, poll))
-            return await real(direct, max_bytes, poll=poll)
+        async def recording(direct: DirectSocket, max_bytes: int, *, poll_for: float = 0.0) -> bytes:
+            self.calls.append((direct, poll_for > 0.0))
+            return await real(direct, max_bytes, poll_for=poll_for)
 
         monkeypatch.setattr(DirectSocket, "receive_some", recording)
 
