@@ -9,7 +9,7 @@ import logging as _logging
 
 from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
 from ._config import SessionConfig
-from ._connect import open_session
+from ._connect import connect, open_local_session, open_session
 from ._errors import (
     HandshakeError,
     LocalProtocolError,
@@ -22,13 +22,15 @@ from ._errors import (
     SubscriptionError,
     UnknownPublisher,
 )
+from ._peer import Peer
 from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, publisher_from_async_gen
 from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websocket
+from ._registry import UnsupportedScheme
 from ._session import Session, SessionStatistics, open_stream_session
 from ._subscribe import Subscription, SubscriptionStatistics
 from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
 from ._topic_core import decode_sequenced, encode_sequenced
-from ._transport import Endpoint, parse_url
+from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
 from ._version import __version__
 from .protocol import ElementBatch, ProtocolLimits
 
@@ -46,6 +48,7 @@ __all__ = [
     "RStreamsError",
     "RawCodec",
     "RemoteProtocolError",
+    "Peer",
     "Route",
     "Router",
     "Session",
@@ -64,7 +67,12 @@ __all__ = [
     "TopicStatistics",
     "TopicSubscriberStatistics",
     "UnknownPublisher",
+    "UnsupportedScheme",
+    "BridgeURL",
+    "parse_bridge_url",
     "__version__",
+    "connect",
+    "open_local_session",
     "open_session",
     "listener_port",
     "open_stream_session",

@@ -1,4 +1,4 @@
-"""Client entry points: open a session to a URL."""
+"""Client entry points: open a session to a URL, or a peer to any URL."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from ._config import DEFAULT_CONFIG, SessionConfig
+from ._memory import memory_stream_pair
+from ._peer import Peer
 from ._publish import Router
+from ._registry import find_scheme
 from ._session import Session, open_stream_session
-from ._transport import connect_stream, parse_url
+from ._transport import connect_stream
+from ._url import SCHEMES, parse_url, url_scheme
 from ._websocket import websocket_config
 
-__all__ = ["open_session"]
+__all__ = ["open_session", "connect", "open_local_session"]
 
 
 @asynccontextmanager
@@ -32,6 +36,8 @@ async def open_session(
             async with session.subscribe("range?count=5") as numbers:
                 async for raw in numbers:
                     print(int.from_bytes(raw, "big"))
+
+    For any URL, a bridge's included (``emp://``, ...), use :func:`connect`.
 
     Args:
         app: publishers this client serves to the server on the same
@@ -56,3 +62,56 @@ async def open_session(
     stream = await connect_stream(endpoint, ssl_context, config=config)
     async with open_stream_session(stream, app=app, config=config) as session:
         yield session
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    config: SessionConfig = DEFAULT_CONFIG,
+) -> AsyncIterator[Peer]:
+    """Connect to the publishers at ``url``, whatever protocol carries them.
+
+    ``tcp://``, ``tls://``, ``ws://`` and ``wss://`` open a
+    :class:`~rstreams.Session` (as :func:`open_session`); every other scheme
+    goes to the bridge that registered it (``emp://HOST:PORT``,
+    ``relink://HOST:PORT/ENDPOINT``, ...). Either way the result has
+    ``subscribe(name, prefetch=...)`` and ``fetch``::
+
+        async with rstreams.connect("emp://127.0.0.1:7000") as peer:
+            async with peer.subscribe("range?count=3") as numbers:
+                async for raw in numbers:
+                    print(raw.hex())
+
+    Args:
+        ssl_context: for the TLS schemes; default: verify against system roots.
+        config: the session's settings (reactive-streams-io URLs only).
+
+    Raises:
+        UnsupportedScheme: no installed bridge handles the scheme (a
+            ``ValueError`` whose message lists the schemes that are handled).
+        ValueError: a malformed URL.
+        OSError: the connection could not be made.
+    """
+    scheme = url_scheme(url)
+    if scheme in SCHEMES:
+        async with open_session(url, ssl_context=ssl_context, config=config) as session:
+            yield session
+        return
+    bridge, _ = find_scheme(url, scheme)
+    async with bridge.connect(url, ssl_context=ssl_context) as peer:
+        yield peer
+
+
+@asynccontextmanager
+async def open_local_session(app: Router, *, config: SessionConfig = DEFAULT_CONFIG) -> AsyncIterator[Session]:
+    """A session to ``app``'s publishers in this process, over an in-memory stream.
+
+    What a bridge uses to serve an app: subscribing goes through the same
+    router, demand and codecs as a TCP subscriber's, without a socket.
+    """
+    client_stream, server_stream = memory_stream_pair()
+    async with open_stream_session(server_stream, app=app, config=config):
+        async with open_stream_session(client_stream, config=config) as session:
+            yield session

@@ -35,6 +35,7 @@ __all__ = [
     "SubscriptionError",
     "PublisherError",
     "UnknownPublisher",
+    "describe_error",
 ]
 
 
@@ -87,3 +88,19 @@ class UnknownPublisher(PublisherError):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+def describe_error(error: BaseException) -> str:
+    """The first thing in ``error``'s chain that says something.
+
+    trio's transport errors often say nothing themselves while their cause
+    does (a TLS certificate that failed to verify, a reset).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if str(current):
+            return str(current)
+        current = current.__cause__ or current.__context__
+    return type(error).__name__

@@ -44,15 +44,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field, fields
 from itertools import islice
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, Union
 from urllib.parse import parse_qsl, urlsplit
 
 import trio
 
 from ._codecs import Codec, CodecLike, resolve_codec
+from ._config import SessionConfig
+from ._peer import Peer
+from .protocol import Connection
 
-if TYPE_CHECKING:
-    from ._session import Session, _PublicationHandle
 
 __all__ = [
     "Sink",
@@ -62,6 +63,9 @@ __all__ = [
     "Route",
     "Router",
     "publisher_from_async_gen",
+    "PublishingSession",
+    "PublicationHandle",
+    "new_request",
 ]
 
 
@@ -83,7 +87,7 @@ class SubscribeRequest:
     name: str
     path: str
     params: Mapping[str, str]
-    session: Session = field(repr=False, compare=False)
+    session: Peer = field(repr=False, compare=False)
     subscriber: int = 0
 
     @staticmethod
@@ -139,7 +143,7 @@ class SubscribeRequest:
         return value
 
 
-def _request_constructor() -> Callable[[str, str, Mapping[str, str], Session, int], SubscribeRequest]:
+def _request_constructor() -> Callable[[str, str, Mapping[str, str], Peer, int], SubscribeRequest]:
     # The session makes one SubscribeRequest per subscribe, from values it
     # has already checked; a frozen dataclass's __init__ sets each field
     # through object.__setattr__, three times the cost of the slots' own
@@ -149,7 +153,7 @@ def _request_constructor() -> Callable[[str, str, Mapping[str, str], Session, in
     )
     new = object.__new__
 
-    def new_request(name: str, path: str, params: Mapping[str, str], session: Session, subscriber: int) -> SubscribeRequest:
+    def new_request(name: str, path: str, params: Mapping[str, str], session: Peer, subscriber: int) -> SubscribeRequest:
         request = new(SubscribeRequest)
         set_name(request, name)
         set_path(request, path)
@@ -161,7 +165,7 @@ def _request_constructor() -> Callable[[str, str, Mapping[str, str], Session, in
     return new_request
 
 
-_new_request = _request_constructor()
+new_request = _request_constructor()
 
 
 def _parse_name(name: str) -> tuple[str, dict[str, str]]:
@@ -185,6 +189,54 @@ def _parse_name(name: str) -> tuple[str, dict[str, str]]:
 _parsed_names: dict[str, tuple[str, Mapping[str, str]]] = {}
 _PARSED_NAMES = 256
 _PARSED_NAME_LENGTH = 200
+
+
+class PublishingSession(Protocol):
+    """What a publication's :class:`Sink` uses of the session it runs on."""
+
+    config: SessionConfig
+    _conn: Connection
+    _room_waiters: set[PublicationHandle]
+
+    def _wake_writer(self) -> None: ...
+
+
+class PublicationHandle:
+    """The session's side of one publication: its task's scope and waiter.
+
+    The scope exists only once the publication has a task: a publisher that
+    answers at once never needs one.
+    """
+
+    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "_waiter")
+
+    def __init__(self, session: PublishingSession, subscriber: int, element_size: int) -> None:
+        self.session = session
+        self.subscriber = subscriber
+        self.element_size = element_size
+        self.scope: trio.CancelScope | None = None
+        self.closed = False
+        self._waiter: trio.Event | None = None
+
+    async def wait_for_room(self) -> None:
+        waiter = self._waiter = trio.Event()
+        self.session._room_waiters.add(self)
+        try:
+            await waiter.wait()
+        finally:
+            self.session._room_waiters.discard(self)
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            waiter.set()
+
+    def stop(self) -> None:
+        self.closed = True
+        if self.scope is not None:
+            self.scope.cancel()
+        self.wake()
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +271,7 @@ class Sink:
 
     __slots__ = ("_handle", "_conn", "_session", "_subscriber", "_codec", "_max_queued", "_sent", "_element_size")
 
-    def __init__(self, handle: _PublicationHandle, codec: Codec | None) -> None:
+    def __init__(self, handle: PublicationHandle, codec: Codec | None) -> None:
         self._handle = handle
         self._session = handle.session
         self._conn = handle.session._conn

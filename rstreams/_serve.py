@@ -25,7 +25,7 @@ from ._session import Session, open_stream_session
 from ._websocket import websocket_config
 from .protocol import Connection
 
-__all__ = ["Server", "serve_stream", "serve_tcp", "serve_websocket"]
+__all__ = ["Server", "Listener", "serve_stream", "serve_tcp", "serve_websocket", "with_tls", "listener_port", "listener_address", "listener_url"]
 
 logger = logging.getLogger("rstreams")
 
@@ -205,9 +205,22 @@ def with_tls(tcp_listeners: list[trio.SocketListener], ssl_context: ssl.SSLConte
 
 def listener_port(listener: Listener) -> int:
     """The TCP port a listener returned by ``serve_tcp`` is bound to."""
+    return listener_address(listener)[1]
+
+
+def listener_address(listener: Listener) -> tuple[str, int]:
+    """The (host, port) a TCP or TLS listener is bound to."""
     transport = listener.transport_listener if isinstance(listener, trio.SSLListener) else listener
     assert isinstance(transport, trio.SocketListener)
-    return int(transport.socket.getsockname()[1])
+    host, port = transport.socket.getsockname()[:2]
+    return str(host), int(port)
+
+
+def listener_url(listener: Listener, scheme: str, path: str = "") -> str:
+    """``scheme://host:port`` (IPv6 in brackets) for a listener, then ``path``."""
+    host, port = listener_address(listener)
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}{path}"
 
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:

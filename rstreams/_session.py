@@ -41,6 +41,7 @@ from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._direct_socket import direct_socket
 from ._errors import (
+    describe_error,
     PublisherError,
     RemoteProtocolError,
     SessionBroken,
@@ -48,8 +49,9 @@ from ._errors import (
     UnknownPublisher,
 )
 from ._groups import caller_sees_its_own_exception
-from ._publish import Route, Router, Sink, SubscribeRequest, _new_request
-from ._subscribe import Subscription, _Fetch, _StreamReceiver
+from ._peer import DEFAULT_PREFETCH, Peer
+from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request
+from ._subscribe import StreamReceiver, Subscription, _Fetch
 from .protocol import (
     Cancel,
     Connection,
@@ -88,20 +90,6 @@ class _CloseKind(enum.Enum):
     LOST = "lost"  # the transport failed: nothing more can be written
 
 
-def _describe(error: BaseException) -> str:
-    # trio's transport errors often say nothing themselves while their cause
-    # does (a TLS certificate that failed to verify, a reset): use the first
-    # error in the chain that has something to say.
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if str(current):
-            return str(current)
-        current = current.__cause__ or current.__context__
-    return type(error).__name__
-
-
 @dataclass(frozen=True, slots=True)
 class SessionStatistics:
     """A snapshot of one session.
@@ -124,45 +112,7 @@ class SessionStatistics:
     close_reason: str | None
 
 
-class _PublicationHandle:
-    """The session's side of one publication: its task's scope and waiter.
-
-    The scope exists only once the publication has a task: a publisher that
-    answers at once never needs one.
-    """
-
-    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "_waiter")
-
-    def __init__(self, session: Session, subscriber: int, element_size: int) -> None:
-        self.session = session
-        self.subscriber = subscriber
-        self.element_size = element_size
-        self.scope: trio.CancelScope | None = None
-        self.closed = False
-        self._waiter: trio.Event | None = None
-
-    async def wait_for_room(self) -> None:
-        waiter = self._waiter = trio.Event()
-        self.session._room_waiters.add(self)
-        try:
-            await waiter.wait()
-        finally:
-            self.session._room_waiters.discard(self)
-
-    def wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            waiter.set()
-
-    def stop(self) -> None:
-        self.closed = True
-        if self.scope is not None:
-            self.scope.cancel()
-        self.wake()
-
-
-class Session(trio.abc.AsyncResource):
+class Session(Peer):
     """One rstreams connection: subscribe to the peer, serve it publishers.
 
     Create one with :func:`rstreams.open_session` (client),
@@ -182,9 +132,9 @@ class Session(trio.abc.AsyncResource):
         self._stream = stream
         self._conn = Connection(limits=config.limits)
         self._nursery: trio.Nursery | None = None
-        self._subscriptions: dict[int, _StreamReceiver] = {}
-        self._publications: dict[int, _PublicationHandle] = {}
-        self._room_waiters: set[_PublicationHandle] = set()
+        self._subscriptions: dict[int, StreamReceiver] = {}
+        self._publications: dict[int, PublicationHandle] = {}
+        self._room_waiters: set[PublicationHandle] = set()
         self._writer_wakeup = trio.Event()
         self._writer_idle: trio.Event | None = None
         self._writing = False
@@ -476,7 +426,7 @@ class Session(trio.abc.AsyncResource):
             # stays silent.
             with trio.move_on_after(_WRITE_ERROR_GRACE):
                 await self._reader_done.wait()
-            self._request_close(_CloseKind.LOST, f"connection lost while writing: {_describe(exc)}", exc)
+            self._request_close(_CloseKind.LOST, f"connection lost while writing: {describe_error(exc)}", exc)
         finally:
             self._writing = False
             self._writer_done.set()
@@ -500,7 +450,7 @@ class Session(trio.abc.AsyncResource):
                 pass
         except _TRANSPORT_ERRORS as exc:
             if self._close_kind is None:
-                self._request_close(_CloseKind.LOST, f"connection lost: {_describe(exc)}", exc)
+                self._request_close(_CloseKind.LOST, f"connection lost: {describe_error(exc)}", exc)
         except RemoteProtocolError as exc:
             # Raised by a transport that frames the protocol itself (WebSocket:
             # a text message); the close sequence queues the goodbye.
@@ -600,7 +550,7 @@ class Session(trio.abc.AsyncResource):
                 pass
 
     @staticmethod
-    def _publisher_error(subscription: _StreamReceiver, message: str) -> PublisherError:
+    def _publisher_error(subscription: StreamReceiver, message: str) -> PublisherError:
         if not subscription._subscribed and message.startswith("no such publisher"):
             return UnknownPublisher(subscription.name, message)
         return PublisherError(message)
@@ -631,10 +581,10 @@ class Session(trio.abc.AsyncResource):
         if route is None:
             conn.fail(subscriber, f"no such publisher: {name}")
             return
-        handle = _PublicationHandle(self, subscriber, route.element_size)
+        handle = PublicationHandle(self, subscriber, route.element_size)
         self._publications[subscriber] = handle
         conn.accept(subscriber, route.element_size)
-        request = _new_request(name, path, params, self, subscriber)
+        request = new_request(name, path, params, self, subscriber)
         sink = Sink(handle, route.resolved_codec)
         try:
             work = route.start(sink, request)
@@ -651,7 +601,7 @@ class Session(trio.abc.AsyncResource):
         handle.scope = trio.CancelScope()
         self._nursery.start_soon(self._run_publication, handle, work, request, name=f"publisher {name}")
 
-    def _end_publication(self, handle: _PublicationHandle, error: str | None, *, answer: bool = True) -> None:
+    def _end_publication(self, handle: PublicationHandle, error: str | None, *, answer: bool = True) -> None:
         """The publisher is done, at once or as a task: send onComplete (no
         ``error``) or onError, unless it was cancelled (``answer`` false) or
         the stream already ended, and forget the publication."""
@@ -667,7 +617,7 @@ class Session(trio.abc.AsyncResource):
         handle.closed = True
         self._wake_writer()
 
-    async def _run_publication(self, handle: _PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
+    async def _run_publication(self, handle: PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
         answer = False
         error: str | None = None
         assert handle.scope is not None
@@ -683,7 +633,7 @@ class Session(trio.abc.AsyncResource):
 
     # ---- subscriptions ----------------------------------------------
 
-    def subscribe(self, name: str, *, prefetch: int = 32, codec: CodecLike = None) -> Subscription:
+    def subscribe(self, name: str, *, prefetch: int = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
         """Subscribe to the peer's publisher ``name`` (use with ``async with``).
 
         Args:
@@ -738,7 +688,7 @@ class Session(trio.abc.AsyncResource):
             return [decoder.decode(element) for element in elements]
         return elements
 
-    def _open_subscription(self, subscription: _StreamReceiver, initial_demand: int) -> int:
+    def _open_subscription(self, subscription: StreamReceiver, initial_demand: int) -> int:
         if self._close_kind is not None:
             raise SessionClosed(self._close_reason or "closed", by_peer=self._closed_by_peer)
         subscriber = self._conn.subscribe(subscription.name, initial_demand)
@@ -755,7 +705,7 @@ class Session(trio.abc.AsyncResource):
             self._wake_writer()
         return subscriber
 
-    def _cancel_subscription(self, subscription: _StreamReceiver) -> None:
+    def _cancel_subscription(self, subscription: StreamReceiver) -> None:
         assert subscription.subscriber is not None
         if self._subscriptions.pop(subscription.subscriber, None) is not None:
             self._conn.cancel(subscription.subscriber)
@@ -765,6 +715,9 @@ class Session(trio.abc.AsyncResource):
         if subscriber in self._subscriptions:
             self._conn.request(subscriber, n)
             self._wake_writer()
+
+    def _outstanding_demand(self, subscriber: int) -> int:
+        return self._conn.outstanding_demand(subscriber)
 
     # ---- introspection --------------------------------------------------
 

@@ -28,17 +28,14 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import trio
 
 from ._codecs import CodecLike, resolve_codec
 from .protocol import DemandWindow, ElementBatch
 
-if TYPE_CHECKING:
-    from ._session import Session
-
-__all__ = ["Subscription", "SubscriptionStatistics", "CHECKPOINT_INTERVAL"]
+__all__ = ["Subscription", "SubscriptionStatistics", "CHECKPOINT_INTERVAL", "StreamReceiver", "SubscriptionOwner"]
 
 #: While elements are buffered, iteration checkpoints once per this many.
 CHECKPOINT_INTERVAL = 64
@@ -94,8 +91,9 @@ class _OneWaiter:
 class Subscription(_OneWaiter):
     """One stream from a peer's publisher: an async iterator of elements.
 
-    Create it with :meth:`Session.subscribe` and use it as an async context
-    manager. Only one task may iterate it at a time.
+    Create it with :meth:`Peer.subscribe` (a :class:`~rstreams.Session`, or
+    a bridge's client) and use it as an async context manager. Only one task
+    may iterate it at a time.
     """
 
     # Slots: one Subscription is made per subscribe (a round trip's worth
@@ -121,7 +119,7 @@ class Subscription(_OneWaiter):
         "__weakref__",
     )
 
-    def __init__(self, session: Session, name: str, *, prefetch: int, codec: CodecLike) -> None:
+    def __init__(self, session: SubscriptionOwner, name: str, *, prefetch: int, codec: CodecLike) -> None:
         if type(prefetch) is not int or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         super().__init__()
@@ -368,7 +366,7 @@ class Subscription(_OneWaiter):
             state = "failed" if self._error is not None else "completed"
         else:
             state = "open" if self._subscribed else "opening"
-        outstanding = self._session._conn.outstanding_demand(self.subscriber) if self.subscriber is not None else 0
+        outstanding = self._session._outstanding_demand(self.subscriber) if self.subscriber is not None else 0
         return SubscriptionStatistics(
             subscriber=self.subscriber,
             buffered=self._buffered,
@@ -407,9 +405,9 @@ class _BatchIterator:
         return batch
 
 
-class _StreamReceiver(Protocol):
-    """What the session's reader hands a stream's events to: a
-    :class:`Subscription`, or the collector of a :meth:`Session.fetch`."""
+class StreamReceiver(Protocol):
+    """What a stream's events are handed to: a :class:`Subscription`, or the
+    collector of a :meth:`Session.fetch`."""
 
     name: str
     subscriber: int | None
@@ -420,6 +418,19 @@ class _StreamReceiver(Protocol):
     def _on_elements(self, batch: ElementBatch) -> None: ...
 
     def _on_end(self, error: BaseException | None) -> None: ...
+
+
+class SubscriptionOwner(Protocol):
+    """What a :class:`Subscription` asks of the peer it was opened on (a
+    session, or a :class:`~rstreams.FeedPeer`): all synchronous, none blocks."""
+
+    def _open_subscription(self, receiver: StreamReceiver, initial_demand: int) -> int: ...
+
+    def _cancel_subscription(self, receiver: StreamReceiver) -> None: ...
+
+    def _request(self, subscriber: int, n: int) -> None: ...
+
+    def _outstanding_demand(self, subscriber: int) -> int: ...
 
 
 class _Fetch(_OneWaiter):

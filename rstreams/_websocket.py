@@ -38,7 +38,6 @@ send lock with the writer so frames never interleave.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import msgpack
 import trio
@@ -57,11 +56,8 @@ from wsproto.events import (
 from wsproto.utilities import ProtocolError as WebSocketProtocolError
 
 from ._config import SessionConfig
-from ._errors import RemoteProtocolError
-from ._session import _describe
-
-if TYPE_CHECKING:
-    from ._transport import Endpoint
+from ._errors import RemoteProtocolError, describe_error
+from ._url import Endpoint
 
 __all__ = [
     "SUBPROTOCOL",
@@ -333,7 +329,7 @@ async def open_websocket_client(stream: trio.abc.Stream, endpoint: Endpoint, *, 
         return await _client_handshake(stream, connection, request, config)
     except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         # Often a TLS failure (an untrusted certificate), said by the cause.
-        raise ConnectionError(f"WebSocket handshake failed: {_describe(exc)}") from exc
+        raise ConnectionError(f"WebSocket handshake failed: {describe_error(exc)}") from exc
 
 
 async def _client_handshake(stream: trio.abc.Stream, connection: WSConnection, request: Request, config: SessionConfig) -> WebSocketStream:

@@ -582,10 +582,10 @@ def test_parse_name_agrees_with_urllib(path: str, query: str) -> None:
 
 
 def test_the_sessions_request_constructor_makes_the_same_request() -> None:
-    from rstreams._publish import _new_request
+    from rstreams._publish import new_request
 
     session = object()
-    made = _new_request("range?count=1", "range", {"count": "1"}, session, 7)  # type: ignore[arg-type]
+    made = new_request("range?count=1", "range", {"count": "1"}, session, 7)  # type: ignore[arg-type]
     expected = rstreams.SubscribeRequest(name="range?count=1", path="range", params={"count": "1"}, session=session, subscriber=7)  # type: ignore[arg-type]
     assert made == expected and type(made) is rstreams.SubscribeRequest
     assert (made.name, made.path, made.params, made.session, made.subscriber) == ("range?count=1", "range", {"count": "1"}, session, 7)

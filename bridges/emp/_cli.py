@@ -1,0 +1,189 @@
+"""``rstreams emp ping|send|call HOST:PORT``: poke an EMP peer, as grpcurl does for gRPC.
+
+Each subcommand opens one EMP connection (hello both ways), does one thing,
+says bye and exits. Whatever the peer does instead (error, bye, a plain
+close, a protocol violation) is reported on stderr with a non-zero status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+import sys
+from typing import Any
+
+import trio
+
+from rstreams.cli import (
+    EXIT_CONNECTION,
+    EXIT_DECODE,
+    EXIT_FAILURE,
+    EXIT_GOODBYE,
+    EXIT_OK,
+    EXIT_USAGE,
+    FORMATS,
+    CommandError,
+    DecodeError,
+    HelpFormatter,
+    parse_address,
+    run_command,
+)
+
+from ._client import FRAMINGS
+from ._config import DEFAULT_CONFIG, EmpConfig
+from ._connect import open_emp_connection
+from ._errors import EmpClosed, EmpConnectionLost, EmpError, EmpTimeout, PeerError, RemoteProtocolError
+from ._events import CompressionScheme
+
+# Reached through BRIDGE only (bridges.emp._bridge), so that importing
+# bridges.emp never imports the command line.
+__all__: list[str] = []
+
+DESCRIPTION = """\
+Talk to an EMP (Extensible Messaging Protocol) peer: check that it answers
+(ping), send it one data message (send), or send it one request and print
+the response (call).
+
+HOST:PORT is the peer. --framing picks how envelope and extension block sizes
+are counted: "spec" (the spec text: the size includes its own 4-byte field;
+the default) or "author" (the author's later drafts and implementation:
+excluding it). Both peers must agree.
+"""
+
+EPILOG = """\
+examples:
+  rstreams serve examples.demo:app --emp 127.0.0.1:7000
+  rstreams emp ping 127.0.0.1:7000
+  rstreams emp call 127.0.0.1:7000 'range?count=3' --format msgpack
+  rstreams emp call 127.0.0.1:7000 'range?count=3' --gzip --format msgpack
+  rstreams emp send 127.0.0.1:7000 'hello there' --framing author
+  rstreams emp call emp.example.com:7443 'range?count=3' --tls --ca ca.pem
+
+exit status:
+  0    the peer answered (pong, response) or took the data message
+  1    the peer sent an error message, or broke the protocol
+  2    bad arguments
+  3    the peer said bye instead of answering
+  4    could not connect, timed out, or the connection closed without bye
+  5    the response could not be decoded for --format msgpack or json
+"""
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "emp",
+        help="ping, send data to, or call an EMP peer",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    commands = parser.add_subparsers(title="subcommands", metavar="SUBCOMMAND", required=True)
+    ping = commands.add_parser("ping", help="ping the peer, print the round trip", formatter_class=HelpFormatter)
+    _common_arguments(ping)
+    ping.set_defaults(run=run, action="ping")
+    send = commands.add_parser("send", help="send one data message", formatter_class=HelpFormatter)
+    _common_arguments(send)
+    send.add_argument("data", metavar="DATA", help="the body, as UTF-8 text")
+    send.add_argument("--gzip", action="store_true", help="compress the body (compression extension, gzip)")
+    send.set_defaults(run=run, action="send")
+    call = commands.add_parser("call", help="send one request, print the response", formatter_class=HelpFormatter)
+    _common_arguments(call)
+    call.add_argument("body", metavar="BODY", help="the request body, as UTF-8 text (e.g. 'range?count=3')")
+    call.add_argument("--gzip", action="store_true", help="compress the request (compression extension, gzip)")
+    call.add_argument(
+        "--format",
+        choices=sorted(FORMATS),
+        default="raw",
+        help="how to print the response body: raw bytes, hex, or msgpack/json as JSON (default: raw)",
+    )
+    call.set_defaults(run=run, action="call")
+    return parser
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("address", metavar="HOST:PORT", type=parse_address, help="the EMP peer")
+    parser.add_argument("--framing", choices=sorted(FRAMINGS), default="spec", help="size framing (default: spec)")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS")
+    parser.add_argument("--ca", metavar="FILE", help="with --tls: trust this CA (PEM) instead of the system's")
+    parser.add_argument(
+        "--timeout", metavar="SECONDS", type=float, default=10.0, help="give up after this long (default: 10)"
+    )
+
+
+def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    if not args.tls:
+        if args.ca is not None:
+            raise CommandError("--ca needs --tls", EXIT_USAGE)
+        return None
+    try:
+        return ssl.create_default_context(cafile=args.ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandError(f"cannot load the CA file {args.ca!r}: {exc}", EXIT_USAGE) from None
+
+
+async def _act(args: argparse.Namespace, config: EmpConfig, ssl_context: ssl.SSLContext | None) -> int:
+    host, port = args.address
+    compression = CompressionScheme.GZIP if getattr(args, "gzip", False) else None
+    async with open_emp_connection(host or "127.0.0.1", port, ssl_context=ssl_context, config=config) as emp:
+        if args.action == "ping":
+            elapsed = await emp.ping()
+            print(f"pong from {host}:{port} in {elapsed * 1000:.1f} ms", flush=True)
+        elif args.action == "send":
+            await emp.send_data(args.data.encode("utf-8"), compression=compression)
+            # Give a peer that refuses the message the chance to say so.
+            with trio.move_on_after(0.2):
+                await emp.wait_ended()
+            while emp.ended:
+                await emp.receive_data()  # past what the peer sent, raises why it ended
+        else:
+            response = await emp.call(args.body.encode("utf-8"), compression=compression)
+            try:
+                line = FORMATS[args.format](response)
+            except DecodeError as exc:
+                raise CommandError(f"the response is {exc}", EXIT_DECODE) from None
+            sys.stdout.buffer.write(line + b"\n")
+            sys.stdout.buffer.flush()
+    return EXIT_OK
+
+
+def error_status(exc: BaseException) -> tuple[int, str] | None:
+    """The exit status and message for an EMP error (None: not one)."""
+    if isinstance(exc, PeerError):
+        return EXIT_FAILURE, str(exc)
+    if isinstance(exc, RemoteProtocolError):
+        return EXIT_FAILURE, f"the peer broke the protocol: {exc.message}"
+    if isinstance(exc, (EmpConnectionLost, EmpTimeout)):
+        return EXIT_CONNECTION, exc.message
+    if isinstance(exc, EmpClosed):
+        return EXIT_GOODBYE, "the peer said bye" if exc.by_peer else exc.message
+    if isinstance(exc, trio.EndOfChannel):
+        return EXIT_GOODBYE, "the peer said bye"
+    if isinstance(exc, EmpError):
+        return EXIT_FAILURE, exc.message
+    if isinstance(exc, OSError):
+        return EXIT_CONNECTION, f"cannot connect: {exc.strerror or exc}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    ssl_context = _ssl_context(args)
+    if args.timeout <= 0:
+        raise CommandError("--timeout must be positive", EXIT_USAGE)
+    config = EmpConfig(
+        framing=FRAMINGS[args.framing],
+        keepalive_interval=None,
+        handshake_timeout=args.timeout,
+        limits=DEFAULT_CONFIG.limits,
+    )
+
+    async def main() -> int:
+        try:
+            with trio.fail_after(args.timeout):
+                return await _act(args, config, ssl_context)
+        except trio.TooSlowError:
+            raise CommandError(f"no answer within {args.timeout} s", EXIT_CONNECTION) from None
+        except (EmpError, OSError, trio.EndOfChannel) as exc:
+            status = error_status(exc)
+            assert status is not None
+            raise CommandError(status[1], status[0]) from None
+
+    return run_command(main)

@@ -1,0 +1,62 @@
+"""Public building blocks for code that extends rstreams: bridges above all.
+
+A bridge to another protocol (see ``docs/bridges/README.md``) needs a few
+things the runtime already has: a way to feed :class:`~rstreams.Subscription`
+objects from its own connection (:class:`FeedPeer`, :class:`StreamFeed`), the
+registry through which ``rstreams.connect`` and the command line find it
+(:class:`Bridge`, :class:`Scheme`, :class:`BridgeService`), and small helpers
+for listeners, TLS, in-process streams and nurseries. They live here, with a
+documented contract, so that no bridge reaches into the runtime's private
+modules.
+"""
+
+from ._errors import describe_error
+from ._groups import caller_sees_its_own_exception
+from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
+from ._peer import DEFAULT_PREFETCH, FeedPeer, Peer, StreamFeed
+from ._registry import (
+    ENTRY_POINT_GROUP,
+    Bridge,
+    BridgeService,
+    ServeContext,
+    Scheme,
+    UnsupportedScheme,
+    find_scheme,
+    known_schemes,
+    register_bridge,
+    registered_bridges,
+    url_is_secure,
+)
+from ._serve import Listener, listener_address, listener_port, listener_url, with_tls
+from ._url import BridgeURL, parse_bridge_url, url_scheme
+
+__all__ = [
+    "Bridge",
+    "BridgeService",
+    "BridgeURL",
+    "DEFAULT_MEMORY_BUFFER",
+    "DEFAULT_PREFETCH",
+    "ENTRY_POINT_GROUP",
+    "FeedPeer",
+    "Listener",
+    "MemoryStream",
+    "Peer",
+    "Scheme",
+    "ServeContext",
+    "StreamFeed",
+    "UnsupportedScheme",
+    "caller_sees_its_own_exception",
+    "describe_error",
+    "find_scheme",
+    "known_schemes",
+    "listener_address",
+    "listener_port",
+    "listener_url",
+    "memory_stream_pair",
+    "parse_bridge_url",
+    "register_bridge",
+    "registered_bridges",
+    "url_is_secure",
+    "url_scheme",
+    "with_tls",
+]
