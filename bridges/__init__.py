@@ -1,10 +1,16 @@
 """Bridges from existing protocols to rstreams publishers and subscribers.
 
-One subpackage per protocol (EMP, MicroMsg2, Relink, Bond Epoxy), each a
-sans-I/O codec and state machine with a thin trio adapter on top, and a
-mapping onto rstreams publishers and subscribers. EMP (``bridges.emp``) is
-the first and sets the pattern; the shared error base is in
-``bridges._common``.
+One subpackage per protocol (EMP, and after it Relink, MicroMsg2 and Bond
+Epoxy), each a sans-I/O codec and state machine, a mapping onto rstreams
+publishers and subscribers, and a command line, all built on the bridge kit
+(``bridges.kit``). Each registers itself under the entry-point group
+``rstreams.bridges``, which is how ``rstreams.connect`` and the ``rstreams``
+command find it: nothing in the runtime names a bridge.
+
+``BridgeError``, the base of every bridge's errors, is in ``bridges.errors``
+(a module without trio, for the bridges' sans-I/O code) and re-exported here.
 """
 
-__all__: list[str] = []
+from .errors import BridgeError
+
+__all__ = ["BridgeError"]

@@ -10,7 +10,11 @@ Three layers, each usable alone:
   :func:`serve_emp` / :class:`EmpServer` (TCP, TLS, keepalive pings);
 * the mapping onto rstreams: :func:`data_publisher`, :func:`pipe_publisher`,
   :func:`call_publisher`, :class:`ResponseStream`, :func:`serve_requests`,
-  and :class:`EmpAppServer` (``rstreams serve --emp``).
+  :class:`EmpAppServer` (``rstreams serve --emp``) and :class:`EmpPeer`
+  (``rstreams.connect("emp://HOST:PORT")``, ``rstreams sub emp://...``);
+* :data:`BRIDGE`, its entry in the bridge registry.
+
+The trio side is built on the bridge kit (``bridges.kit``).
 
 Decisions on the spec's ambiguities are in ``docs/bridges/emp.md``.
 """
@@ -64,7 +68,9 @@ from ._mapping import (
     send_stream,
     serve_requests,
 )
-from ._app import DEFAULT_MAX_RESPONSE_BYTES, EmpAppServer, answer_publisher_request, serve_app_with_emp
+from ._app import DEFAULT_MAX_RESPONSE_BYTES, EmpAppServer, answer_publisher_request, decode_response
+from ._client import FRAMINGS, EmpPeer, connect_emp_url
+from ._bridge import BRIDGE
 
 __all__ = [
     # messages and events
@@ -133,5 +139,9 @@ __all__ = [
     "EmpAppServer",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "answer_publisher_request",
-    "serve_app_with_emp",
+    "decode_response",
+    "EmpPeer",
+    "connect_emp_url",
+    "FRAMINGS",
+    "BRIDGE",
 ]

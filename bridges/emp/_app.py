@@ -14,30 +14,28 @@ The contract (``docs/bridges/emp.md`` has a byte-level example):
   are read and dropped, so they cannot stall the requests behind them.
 
 Each EMP connection gets its own in-process rstreams session to the app
-(:func:`~bridges.emp.open_local_session`), so subscribing goes through the
-same router, demand and codecs as a TCP subscriber's.
+(:func:`rstreams.open_local_session`), so subscribing goes through the same
+router, demand and codecs as a TCP subscriber's.
 """
 
 from __future__ import annotations
 
 import logging
-import ssl
-from collections.abc import Sequence
 from functools import partial
 
 import msgpack
 import trio
 
-from rstreams import Router, Session, Server, SubscriptionError
+from rstreams import Peer, Router, SubscriptionError, open_local_session
 
-from ._errors import EmpError
-from ._mapping import open_local_session, serve_requests
-from ._serve import EmpServer
-from ._codec import Framing
+from ..kit import collect_elements
 from ._config import DEFAULT_CONFIG, EmpConfig
+from ._errors import EmpError
+from ._mapping import serve_requests
+from ._serve import EmpServer
 from ._trio import EmpConnection
 
-__all__ = ["EmpAppServer", "DEFAULT_MAX_RESPONSE_BYTES", "answer_publisher_request", "serve_app_with_emp"]
+__all__ = ["EmpAppServer", "DEFAULT_MAX_RESPONSE_BYTES", "answer_publisher_request", "decode_response"]
 
 logger = logging.getLogger("rstreams.emp")
 
@@ -45,8 +43,6 @@ logger = logging.getLogger("rstreams.emp")
 #: cancelled and answered ``{"error": ...}``. Well under the 16 MiB message
 #: limit of a peer with default limits.
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
-#: Demand per subscription while collecting a response.
-PREFETCH = 64
 
 
 def _pack(value: dict[str, object]) -> bytes:
@@ -54,24 +50,39 @@ def _pack(value: dict[str, object]) -> bytes:
     return packed
 
 
-async def answer_publisher_request(session: Session, body: bytes, *, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> bytes:
+async def answer_publisher_request(session: Peer, body: bytes, *, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> bytes:
     """The response body for a request ``body`` naming a publisher on ``session``."""
     try:
         name = body.decode("utf-8")
     except UnicodeDecodeError:
         return _pack({"error": "the request body is not a UTF-8 publisher name"})
-    elements: list[bytes] = []
-    size = 0
     try:
-        async with session.subscribe(name, prefetch=PREFETCH) as subscription:
-            async for element in subscription:
-                size += len(element)
-                if size > max_response_bytes:
-                    return _pack({"error": f"the stream exceeds {max_response_bytes} bytes"})
-                elements.append(bytes(element))
+        elements = await collect_elements(session, name, max_bytes=max_response_bytes)
     except SubscriptionError as exc:
         return _pack({"error": str(exc)})
     return _pack({"elements": elements})
+
+
+def decode_response(body: bytes) -> list[bytes]:
+    """The elements of a response body of this contract.
+
+    Raises:
+        ValueError: the body is not such a response.
+        rstreams.PublisherError: it is ``{"error": ...}`` (the text is the error's).
+    """
+    from rstreams import PublisherError
+
+    try:
+        value = msgpack.unpackb(body, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise ValueError(f"the response is not MessagePack: {exc}") from None
+    if isinstance(value, dict) and len(value) == 1:
+        if isinstance(value.get("error"), str):
+            raise PublisherError(value["error"])
+        elements = value.get("elements")
+        if isinstance(elements, list) and all(isinstance(element, bytes) for element in elements):
+            return elements
+    raise ValueError('the response is neither {"elements": [bytes, ...]} nor {"error": text}')
 
 
 class EmpAppServer(EmpServer):
@@ -118,71 +129,3 @@ async def _drop_data(connection: EmpConnection) -> None:
             pass
     except EmpError:
         pass
-
-
-class _ServerAndEmp(Server):
-    # serve_until_stopped closes "the server" once a signal came: closing this
-    # one says goodbye on the rstreams sessions and bye on the EMP connections
-    # at the same time.
-    def __init__(self, server: Server, emp: EmpAppServer) -> None:
-        super().__init__(server.app, config=server.config, max_connections=server.max_connections)
-        self.emp = emp
-
-    async def aclose(self, reason: str = "server shutting down") -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(Server.aclose, self, reason))
-            nursery.start_soon(self.emp.aclose)
-
-
-def _emp_url(listener: trio.SocketListener | trio.SSLListener[trio.SocketStream], secure: bool) -> str:
-    transport = listener.transport_listener if isinstance(listener, trio.SSLListener) else listener
-    assert isinstance(transport, trio.SocketListener)
-    host, port = transport.socket.getsockname()[:2]
-    host = f"[{host}]" if ":" in host else host
-    return f"{'emps' if secure else 'emp'}://{host}:{port}"
-
-
-async def serve_app_with_emp(
-    server: Server,
-    tcp_addresses: list[tuple[str | None, int]],
-    emp_addresses: list[tuple[str | None, int]],
-    ssl_context: ssl.SSLContext | None,
-    label: str,
-    *,
-    framing: str = "spec",
-    websocket_addresses: Sequence[tuple[str | None, int]] = (),
-    allowed_origins: Sequence[str] = (),
-) -> int:
-    """``rstreams serve --emp``: the app over EMP, next to its TCP and WebSocket listeners (if any).
-
-    Prints ``rstreams: serving LABEL on emp://HOST:PORT`` (``emps://`` with
-    TLS) per EMP listener, then serves like ``rstreams serve`` until a signal;
-    the shutdown says bye on every EMP connection too. ``framing``:
-    ``"spec"`` (sizes include their own field) or ``"author"`` (exclude it).
-    """
-    # Imported here: rstreams.cli imports bridges.emp (for ``rstreams emp``).
-    from rstreams.cli._common import CommandError, serve_until_stopped
-
-    config = EmpConfig(framing=Framing.SIZE_EXCLUDES_FIELD if framing == "author" else Framing.SIZE_INCLUDES_FIELD)
-    emp = EmpAppServer(server.app, config=config, max_connections=server.max_connections)
-    combined = _ServerAndEmp(server, emp)
-    async with trio.open_nursery() as connections:
-        async with trio.open_nursery() as listening:
-            for host, port in emp_addresses:
-                try:
-                    listeners = await listening.start(partial(emp.serve_tcp, host, port, ssl_context, handler_nursery=connections))
-                except OSError as exc:
-                    raise CommandError(f"cannot listen on {host or '*'}:{port} for EMP: {exc.strerror or exc}") from None
-                for listener in listeners:
-                    print(f"rstreams: serving {label} on {_emp_url(listener, ssl_context is not None)}", flush=True)
-            status = await serve_until_stopped(
-                combined,
-                tcp_addresses,
-                ssl_context,
-                label,
-                websocket_addresses=websocket_addresses,
-                allowed_origins=allowed_origins,
-            )
-            listening.cancel_scope.cancel()
-        connections.cancel_scope.cancel()
-    return status

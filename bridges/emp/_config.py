@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..kit import LinkSettings
 from ._codec import DEFAULT_LIMITS, EmpLimits, Framing
 from ._events import CompressionScheme
 
 __all__ = ["EmpConfig", "DEFAULT_CONFIG", "EmpRequest", "EmpStatistics"]
 
-KiB = 1024
-MiB = 1024 * KiB
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EmpConfig:
-    """Settings of one EMP connection.
+class EmpConfig(LinkSettings):
+    """Settings of one EMP connection: the kit's :class:`~bridges.kit.LinkSettings`
+    (timeouts and buffer bounds, with EMP's defaults) plus EMP's own.
 
     Attributes:
         framing: how sizes are counted; both peers must agree (default: the
@@ -39,22 +38,6 @@ class EmpConfig:
 
     framing: Framing = Framing.SIZE_INCLUDES_FIELD
     limits: EmpLimits = DEFAULT_LIMITS
-    handshake_timeout: float = 10.0
-    keepalive_interval: float | None = 30.0
-    ping_timeout: float = 10.0
-    max_read_ahead: int = 1 * MiB
-    receive_size: int = 64 * KiB
-    max_write_buffer: int = 64 * KiB
-    close_timeout: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-        if self.keepalive_interval is not None and not self.keepalive_interval > 0:
-            raise ValueError("keepalive_interval must be positive or None")
-        if self.max_read_ahead < 0 or self.max_write_buffer < 0 or self.receive_size <= 0:
-            raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
 
 
 DEFAULT_CONFIG = EmpConfig()

@@ -1,8 +1,8 @@
 """Opening an EMP connection: over any trio stream, or over TCP / TLS.
 
-Two of trio's entry shapes: ``open_*`` (an async context manager that owns
-the connection's tasks) and ``connect_emp(nursery, ...)`` (the tasks run in
-the caller's nursery; the caller closes the connection).
+Two of trio's entry shapes, from the kit: ``open_*`` (an async context
+manager that owns the connection's tasks) and ``connect_emp(nursery, ...)``
+(the tasks run in the caller's nursery; the caller closes the connection).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from rstreams._groups import caller_sees_its_own_exception
-
+from ..kit import open_connection, open_tcp_stream, start_connection
 from ._config import DEFAULT_CONFIG, EmpConfig
 from ._trio import EmpConnection
 
@@ -32,14 +31,8 @@ async def open_emp_stream(stream: trio.abc.Stream, *, config: EmpConfig = DEFAUL
         EmpTimeout: no hello in time. PeerError / EmpClosed: the peer sent
         error or bye instead of hello. UnsupportedVersionError: its version.
     """
-    connection = EmpConnection(stream, config)
-    with caller_sees_its_own_exception():
-        async with trio.open_nursery() as nursery:
-            await _start(connection, nursery)
-            try:
-                yield connection
-            finally:
-                await connection.aclose()
+    async with open_connection(EmpConnection(stream, config)) as connection:
+        yield connection
 
 
 @asynccontextmanager
@@ -61,23 +54,9 @@ async def open_emp_connection(
     Raises:
         OSError: the connection could not be made; and as :func:`open_emp_stream`.
     """
-    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-    if ssl_context is not None:
-        stream = trio.SSLStream(stream, ssl_context, server_hostname=server_hostname or host, https_compatible=True)
+    stream = await open_tcp_stream(host, port, ssl_context=ssl_context, server_hostname=server_hostname)
     async with open_emp_stream(stream, config=config) as connection:
         yield connection
-
-
-async def _start(connection: EmpConnection, nursery: trio.Nursery) -> None:
-    await nursery.start(connection._run)
-    try:
-        await connection._handshake()
-    except BaseException:
-        with trio.CancelScope(shield=True):
-            await connection.aclose()
-        raise
-    if connection.config.keepalive_interval is not None and connection._nursery is not None:
-        connection._nursery.start_soon(connection._keepalive, connection.config.keepalive_interval)
 
 
 async def connect_emp(
@@ -97,9 +76,7 @@ async def connect_emp(
     Raises:
         OSError: the connection could not be made; and as :func:`open_emp_stream`.
     """
-    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-    if ssl_context is not None:
-        stream = trio.SSLStream(stream, ssl_context, server_hostname=server_hostname or host, https_compatible=True)
+    stream = await open_tcp_stream(host, port, ssl_context=ssl_context, server_hostname=server_hostname)
     connection = EmpConnection(stream, config)
-    await _start(connection, nursery)
+    await start_connection(connection, nursery)
     return connection

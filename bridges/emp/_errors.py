@@ -16,7 +16,7 @@ import enum
 from rstreams.protocol import LocalProtocolError as _RStreamsLocalProtocolError
 from rstreams.protocol import RemoteProtocolError as _RStreamsRemoteProtocolError
 
-from .._common import BridgeError
+from ..errors import BridgeError
 
 __all__ = [
     "ErrorCode",

@@ -29,14 +29,13 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any, Union
 
 import trio
-import trio.testing
 
-from rstreams import Router, Session, Sink, SubscribeRequest, open_stream_session
+from rstreams import Session, Sink, SubscribeRequest, open_local_session
 
+from ..kit import RequestSlots
 from ._errors import EmpClosed, EmpConnectionLost, EmpError, ErrorCode
 from ._events import CompressionScheme
 from ._config import EmpRequest
@@ -257,9 +256,7 @@ async def serve_requests(connection: EmpConnection, handler: RequestHandler, *, 
         PeerError, RemoteProtocolError, EmpConnectionLost, EmpTimeout: the
             connection ended other than by bye.
     """
-    if max_concurrency <= 0:
-        raise ValueError("max_concurrency must be positive")
-    slots = trio.Semaphore(max_concurrency)
+    slots = RequestSlots(max_concurrency)
     if inspect.isasyncgenfunction(handler):
         await _serve_processor(connection, handler, slots)
         return
@@ -296,15 +293,13 @@ async def serve_requests(connection: EmpConnection, handler: RequestHandler, *, 
         raise end
 
 
-async def _next_request(connection: EmpConnection, slots: trio.Semaphore) -> EmpRequest | None:
+async def _next_request(connection: EmpConnection, slots: RequestSlots) -> EmpRequest | None:
     """The next request, once a slot is free (the slot is then the caller's
     to release); None after bye, or once we closed the connection."""
-    await slots.acquire()
     try:
-        return await connection.receive_request()
-    except BaseException as exc:
-        slots.release()
-        if isinstance(exc, trio.EndOfChannel) or (isinstance(exc, EmpClosed) and not exc.by_peer):
+        return await slots.receive(connection.receive_request)
+    except (trio.EndOfChannel, EmpClosed) as exc:
+        if isinstance(exc, trio.EndOfChannel) or not exc.by_peer:
             return None
         raise
 
@@ -316,7 +311,7 @@ async def _fail(connection: EmpConnection, exc: Exception) -> None:
         pass
 
 
-async def _serve_processor(connection: EmpConnection, processor: Any, slots: trio.Semaphore) -> None:
+async def _serve_processor(connection: EmpConnection, processor: Any, slots: RequestSlots) -> None:
     order: deque[EmpRequest] = deque()
 
     async def requests() -> AsyncIterator[bytes]:
@@ -342,16 +337,3 @@ async def _serve_processor(connection: EmpConnection, processor: Any, slots: tri
         await _fail(connection, exc)
     finally:
         await responses.aclose()
-
-
-@asynccontextmanager
-async def open_local_session(app: Router) -> AsyncIterator[Session]:
-    """A session to ``app``'s publishers in this process (over memory streams).
-
-    What the bridge uses to subscribe to an app it serves: the full runtime
-    path (router, demand, codecs) without a socket.
-    """
-    client_stream, server_stream = trio.testing.memory_stream_pair()
-    async with open_stream_session(server_stream, app=app):
-        async with open_stream_session(client_stream) as session:
-            yield session

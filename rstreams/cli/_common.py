@@ -29,7 +29,8 @@ import trio
 from .._config import DEFAULT_CONFIG, SessionConfig
 from .._http import normalize_origin
 from .._publish import Router
-from .._serve import Listener, Server
+from .._registry import BridgeService
+from .._serve import Listener, Server, listener_url
 
 __all__ = [
     "EXIT_OK",
@@ -48,6 +49,7 @@ __all__ = [
     "add_server_arguments",
     "server_from_arguments",
     "configure_logging",
+    "client_ssl_context",
     "server_ssl_context",
     "serve_until_stopped",
     "run_command",
@@ -209,6 +211,23 @@ def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | No
     return context
 
 
+def client_ssl_context(secure: bool, ca: str | None, *, ca_hint: str) -> ssl.SSLContext | None:
+    """A client's TLS context: None without TLS, else verifying against ``ca`` (default: system roots).
+
+    Raises:
+        CommandError: ``ca`` given without TLS (``ca_hint`` says so), or a CA
+            file that cannot be loaded (exit status 2).
+    """
+    if not secure:
+        if ca is not None:
+            raise CommandError(ca_hint, EXIT_USAGE)
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandError(f"cannot load the CA file {ca!r}: {exc}", EXIT_USAGE) from None
+
+
 def parse_origin(text: str) -> str:
     """An ``--allow-origin`` value: ``scheme://host[:port]``, or ``*`` for any."""
     if text != "*" and normalize_origin(text) is None:
@@ -217,13 +236,9 @@ def parse_origin(text: str) -> str:
 
 
 def _listener_url(listener: Listener, secure: bool, websocket: bool = False) -> str:
-    transport = listener.transport_listener if isinstance(listener, trio.SSLListener) else listener
-    assert isinstance(transport, trio.SocketListener)
-    host, port = transport.socket.getsockname()[:2]
-    host = f"[{host}]" if ":" in host else host
     if websocket:
-        return f"{'wss' if secure else 'ws'}://{host}:{port}/"
-    return f"{'tls' if secure else 'tcp'}://{host}:{port}"
+        return listener_url(listener, "wss" if secure else "ws", "/")
+    return listener_url(listener, "tls" if secure else "tcp")
 
 
 def _format_address(host: str | None, port: int) -> str:
@@ -254,13 +269,15 @@ async def serve_until_stopped(
     stop: trio.Event | None = None,
     websocket_addresses: Sequence[tuple[str | None, int]] = (),
     allowed_origins: Sequence[str] = (),
+    services: Sequence[BridgeService] = (),
 ) -> int:
     """Serve on every address until SIGINT / SIGTERM (or ``stop``), then shut down.
 
     ``addresses`` are TCP (TLS with ``ssl_context``) listeners,
     ``websocket_addresses`` WebSocket ones (``wss://`` with ``ssl_context``;
     ``allowed_origins`` as for ``Server.serve_websocket``), all serving the
-    same ``server``.
+    same ``server``; ``services`` are the bridges' (``--emp``), whose
+    connections are closed together with the sessions on shutdown.
 
     Prints ``rstreams: serving LABEL on URL`` on stdout per listener once all
     listen, and ``rstreams: shut down`` at the end. A second signal during the
@@ -292,6 +309,13 @@ async def serve_until_stopped(
                     for listener in await _listen(listening, serve, host, port):
                         url = _listener_url(listener, ssl_context is not None, websocket=True)
                         print(f"rstreams: serving {label} on {url}", flush=True)
+                for service in services:
+                    try:
+                        urls: list[str] = await listening.start(partial(service.serve, handler_nursery=sessions))
+                    except OSError as exc:
+                        raise CommandError(str(exc.strerror or exc)) from None
+                    for url in urls:
+                        print(f"rstreams: serving {label} on {url}", flush=True)
                 await _wait_for_stop(signals, stop)
                 listening.cancel_scope.cancel()
             # Not accepting any more: say goodbye to every session. A second
@@ -299,7 +323,10 @@ async def serve_until_stopped(
             with trio.move_on_after(SHUTDOWN_TIMEOUT) as bound:
                 async with trio.open_nursery() as closing:
                     closing.start_soon(_cancel_on_signal, signals, closing.cancel_scope, forced)
-                    await server.aclose()
+                    async with trio.open_nursery() as goodbyes:
+                        goodbyes.start_soon(server.aclose)
+                        for service in services:
+                            goodbyes.start_soon(service.aclose)
                     closing.cancel_scope.cancel()
             if bound.cancelled_caught:
                 forced.append(True)

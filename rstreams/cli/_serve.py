@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .._publish import Router
+from .._registry import ServeContext, registered_bridges
 from ._common import (
     EXIT_USAGE,
     CommandError,
@@ -94,20 +95,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=".",
         help="put DIR first on sys.path before importing MODULE (default: .)",
     )
-    # --emp: the app over EMP too (bridges.emp).
-    parser.add_argument(
-        "--emp",
-        metavar="HOST:PORT",
-        type=parse_address,
-        action="append",
-        help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
-    )
-    parser.add_argument(
-        "--emp-framing",
-        choices=("spec", "author"),
-        default="spec",
-        help="EMP sizes include their own field (spec, the default) or exclude it (author)",
-    )
+    # The bridges' options (--emp HOST:PORT, ...), from the bridge registry.
+    for bridge in registered_bridges():
+        if bridge.add_serve_arguments is not None:
+            bridge.add_serve_arguments(parser)
     parser.set_defaults(run=run)
     return parser
 
@@ -146,31 +137,33 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    if not args.tcp and not args.ws and not args.emp:
-        raise CommandError("name at least one listener: --tcp HOST:PORT, --ws HOST:PORT or --emp HOST:PORT", EXIT_USAGE)
     if args.allow_origin and not args.ws:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
+    context = ServeContext(app=app, ssl_context=ssl_context, max_connections=args.max_connections, label=args.app)
+    services = [
+        service
+        for bridge in registered_bridges()
+        if bridge.services is not None
+        for service in bridge.services(context, args)
+    ]
+    if not args.tcp and not args.ws and not services:
+        bridges = [f"--{bridge.name} HOST:PORT" for bridge in registered_bridges() if bridge.add_serve_arguments is not None]
+        options = ["--tcp HOST:PORT", "--ws HOST:PORT", *bridges]
+        options_text = ", ".join(options[:-1]) + " or " + options[-1]
+        raise CommandError(f"name at least one listener: {options_text}", EXIT_USAGE)
     server = server_from_arguments(app, args)
 
     async def serve() -> int:
-        tcp, websocket, origins = args.tcp or [], args.ws or [], args.allow_origin or []
-        if args.emp:
-            from bridges.emp import serve_app_with_emp
-
-            return await serve_app_with_emp(
-                server,
-                tcp,
-                args.emp,
-                ssl_context,
-                args.app,
-                framing=args.emp_framing,
-                websocket_addresses=websocket,
-                allowed_origins=origins,
-            )
         return await serve_until_stopped(
-            server, tcp, ssl_context, args.app, websocket_addresses=websocket, allowed_origins=origins
+            server,
+            args.tcp or [],
+            ssl_context,
+            args.app,
+            websocket_addresses=args.ws or [],
+            allowed_origins=args.allow_origin or [],
+            services=services,
         )
 
     return run_command(serve)

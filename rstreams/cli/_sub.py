@@ -15,15 +15,17 @@ import signal
 import ssl
 import sys
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any, BinaryIO
 
 import msgpack
 import trio
 
-from .._connect import open_session
-from .._errors import PublisherError, SessionBroken, SessionClosed
+from .._connect import connect
+from .._errors import PublisherError, RStreamsError, SessionBroken, SessionClosed
+from .._registry import find_scheme, url_is_secure
 from .._subscribe import Subscription
-from .._transport import parse_url
+from .._url import SCHEMES, url_scheme
 from ._common import (
     EXIT_CODES_HELP,
     EXIT_CONNECTION,
@@ -35,6 +37,7 @@ from ._common import (
     CommandError,
     HelpFormatter,
     add_log_level_argument,
+    client_ssl_context,
     configure_logging,
     run_command,
 )
@@ -46,8 +49,10 @@ Subscribe to the publisher NAME at URL and print its elements as they arrive,
 one per line.
 
 URL is tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/ or wss://HOST:PORT/
-(a server started with `rstreams serve --ws`). NAME is the publisher name with
-its query, e.g. 'range?count=5' (quote it for the shell).
+(a server started with `rstreams serve --ws`), or the URL of any installed
+bridge: emp://HOST:PORT (emps:// for TLS, ?framing=author for the author's
+framing) reads an app served with `rstreams serve --emp`. NAME is the
+publisher name with its query, e.g. 'range?count=5' (quote it for the shell).
 
 formats:
   raw      the element's bytes as they are, then a newline (for text elements;
@@ -71,6 +76,7 @@ examples:
   rstreams sub tls://example.org:9443 ticker --ca ca.pem --format msgpack
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'range?count=1000000' --format hex | head -3
+  rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex   # over EMP
 
 """
     + EXIT_CODES_HELP
@@ -104,7 +110,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("url", metavar="URL", help="tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/ or wss://HOST:PORT/")
+    parser.add_argument("url", metavar="URL", help="tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/, wss://HOST:PORT/, or a bridge's URL (emp://HOST:PORT, ...)")
     parser.add_argument("name", metavar="NAME", help="the publisher name, e.g. 'range?count=5'")
     parser.add_argument("--count", metavar="N", type=_non_negative_int, help="stop after N elements (then cancel)")
     parser.add_argument(
@@ -115,7 +121,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"elements kept requested ahead of printing (default: {DEFAULT_PREFETCH}; at least 1)",
     )
     parser.add_argument("--format", choices=FORMATS, default="raw", help="how to print each element (default: raw)")
-    parser.add_argument("--ca", metavar="FILE", help="for tls:// and wss://, trust the CA certificates in FILE (PEM)")
+    parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
@@ -206,18 +212,6 @@ class _Demand:
         return 0
 
 
-def _client_ssl_context(url: str, ca: str | None) -> ssl.SSLContext | None:
-    endpoint = parse_url(url)
-    if not endpoint.secure:
-        if ca is not None:
-            raise CommandError("--ca is for tls:// and wss:// URLs", EXIT_USAGE)
-        return None
-    try:
-        return ssl.create_default_context(cafile=ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise CommandError(f"cannot load the CA file {ca!r}: {exc}", EXIT_USAGE) from None
-
-
 async def _print_elements(subscription: Subscription, demand: _Demand, format_element: Callable[[bytes], bytes], out: BinaryIO) -> None:
     def top_up() -> None:
         n = demand.more()
@@ -255,33 +249,54 @@ async def _subscribe(args: argparse.Namespace, ssl_context: ssl.SSLContext | Non
     format_element = FORMATS[args.format]
     status = EXIT_OK
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        try:
-            async with open_session(args.url, ssl_context=ssl_context) as session:
-                async with trio.open_nursery() as nursery:
+        async with AsyncExitStack() as stack:
+            try:
+                peer = await stack.enter_async_context(connect(args.url, ssl_context=ssl_context))
+            except OSError as exc:
+                # Connecting failed (the session itself reports later failures).
+                return _report(f"cannot connect to {args.url}: {exc.strerror or exc}", EXIT_CONNECTION)
+            except ValueError as exc:
+                # A bridge's URL it cannot use (an unknown option, say).
+                return _report(str(exc), EXIT_USAGE)
+            except RStreamsError as exc:
+                # A bridge's handshake failed (the peer's error, a timeout).
+                return _bridge_error(args.url, exc)
+            async with trio.open_nursery() as nursery:
 
-                    async def on_signal() -> None:
-                        nonlocal status
-                        signum = await signals.__anext__()
-                        status = 128 + signum  # 130 for SIGINT, as shells report it
-                        nursery.cancel_scope.cancel()
-
-                    nursery.start_soon(on_signal)
-                    try:
-                        async with session.subscribe(args.name, prefetch=0) as subscription:
-                            await _print_elements(subscription, demand, format_element, out)
-                    except PublisherError as exc:
-                        status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
-                    except SessionClosed as exc:
-                        status = _session_closed(exc)
-                    except DecodeError as exc:
-                        status = _report(str(exc), EXIT_DECODE)
-                    except BrokenPipeError:
-                        _silence_stdout()
+                async def on_signal() -> None:
+                    nonlocal status
+                    signum = await signals.__anext__()
+                    status = 128 + signum  # 130 for SIGINT, as shells report it
                     nursery.cancel_scope.cancel()
-        except OSError as exc:
-            # Connecting failed (the session itself reports later failures).
-            return _report(f"cannot connect to {args.url}: {exc.strerror or exc}", EXIT_CONNECTION)
+
+                nursery.start_soon(on_signal)
+                try:
+                    async with peer.subscribe(args.name, prefetch=0) as subscription:
+                        await _print_elements(subscription, demand, format_element, out)
+                except PublisherError as exc:
+                    status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
+                except SessionClosed as exc:
+                    status = _session_closed(exc)
+                except DecodeError as exc:
+                    status = _report(str(exc), EXIT_DECODE)
+                except BrokenPipeError:
+                    _silence_stdout()
+                except RStreamsError as exc:
+                    status = _bridge_error(args.url, exc)
+                nursery.cancel_scope.cancel()
     return status
+
+
+def _bridge_error(url: str, exc: RStreamsError) -> int:
+    # A bridge's own error: the bridge says which exit status it means.
+    scheme = url_scheme(url)
+    if scheme not in SCHEMES:
+        bridge, _ = find_scheme(url, scheme)
+        if bridge.error_status is not None:
+            answer = bridge.error_status(exc)
+            if answer is not None:
+                return _report(answer[1], answer[0])
+    return _report(str(exc), EXIT_FAILURE)
 
 
 def _session_closed(exc: SessionClosed) -> int:
@@ -327,9 +342,10 @@ def _silence_stdout() -> None:
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
-        ssl_context = _client_ssl_context(args.url, args.ca)
-    except ValueError as exc:
+        secure = url_is_secure(args.url)
+    except ValueError as exc:  # UnsupportedScheme included: it names the known schemes
         raise CommandError(str(exc), EXIT_USAGE) from None
+    ssl_context = client_ssl_context(secure, args.ca, ca_hint="--ca is for tls:// and wss:// URLs (and the bridges' TLS schemes, such as emps://)")
     out = sys.stdout.buffer
 
     async def subscribe() -> int:

@@ -407,7 +407,7 @@ def test_local_errors_change_nothing() -> None:
 
 def test_local_and_remote_errors_are_rstreams_and_bridge_errors() -> None:
     import rstreams.protocol
-    from bridges._common import BridgeError
+    from bridges import BridgeError
 
     assert issubclass(RemoteProtocolError, rstreams.protocol.RemoteProtocolError)
     assert issubclass(RemoteProtocolError, BridgeError)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import rstreams.protocol
-from bridges._common import BridgeError
+from bridges import BridgeError
 from bridges.emp import (
     EmpError,
     ErrorCode,

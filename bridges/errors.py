@@ -1,4 +1,4 @@
-"""The base of every error a bridge raises."""
+"""The base of every bridge's errors, importable without trio by sans-I/O modules."""
 
 from __future__ import annotations
 

@@ -1,0 +1,76 @@
+"""EMP's entry in the bridge registry: its URL schemes, ``rstreams serve --emp``, ``rstreams emp``.
+
+Registered in ``pyproject.toml`` under the entry-point group
+``rstreams.bridges`` as ``emp = "bridges.emp:BRIDGE"``. The command-line
+parts (``_cli``, which uses ``rstreams.cli``) are imported only when the
+command line asks for them: the library never imports the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
+
+from ..kit import ListenerService
+from ._app import EmpAppServer
+from ._client import FRAMINGS, connect_emp_url
+from ._config import EmpConfig
+
+__all__ = ["BRIDGE"]
+
+
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from rstreams.cli import parse_address
+
+    parser.add_argument(
+        "--emp",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
+    )
+    parser.add_argument(
+        "--emp-framing",
+        choices=sorted(FRAMINGS),
+        default="spec",
+        help="EMP sizes include their own field (spec, the default) or exclude it (author)",
+    )
+
+
+def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[BridgeService]:
+    addresses = getattr(args, "emp", None)
+    if not addresses:
+        return []
+    config = EmpConfig(framing=FRAMINGS[args.emp_framing])
+    server = EmpAppServer(context.app, config=config, max_connections=context.max_connections)
+    return [ListenerService(server, addresses, context.ssl_context, scheme="emp", secure_scheme="emps")]
+
+
+def _add_commands(subparsers: Any) -> None:
+    from ._cli import add_parser
+
+    add_parser(subparsers)
+
+
+def _error_status(exc: BaseException) -> tuple[int, str] | None:
+    from ._cli import error_status
+
+    return error_status(exc)
+
+
+BRIDGE = Bridge(
+    name="emp",
+    summary="EMP (Extensible Messaging Protocol): request-response as one-element streams",
+    schemes=(
+        Scheme(name="emp", form="emp://HOST:PORT[?framing=author]"),
+        Scheme(name="emps", secure=True, form="emps://HOST:PORT[?framing=author]"),
+    ),
+    connect=connect_emp_url,
+    add_serve_arguments=_add_serve_arguments,
+    services=_services,
+    add_commands=_add_commands,
+    error_status=_error_status,
+)

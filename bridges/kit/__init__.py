@@ -1,0 +1,59 @@
+"""The bridge kit: what every bridge to another protocol is built on.
+
+A bridge is a sans-I/O codec and state machine for its protocol, plus a
+mapping onto rstreams and a command line. Everything else is here, written
+once (``docs/bridges/README.md`` shows how EMP uses it):
+
+* :class:`BridgeConnection`: the trio side of a sans-I/O machine: a reader
+  that reads only while someone waits for input, one writer with bounded
+  waits, the end recorded once and raised as a typed error in every waiter,
+  keepalive pings, the handshake's timeout;
+* :class:`InboundQueue`: demand-paced inbound delivery (TCP carries the
+  pressure back to a protocol without flow control);
+* :class:`SendWindow`: windowed outbound delivery (at most W unacknowledged,
+  for protocols whose acknowledgements are demand);
+* :class:`RequestSlots`: bounded concurrent requests;
+* :func:`open_tcp_stream`, :func:`open_connection`, :func:`start_connection`:
+  connecting, over TCP or TLS;
+* :class:`BridgeServer`, :class:`ListenerService`: accepting, and serving
+  behind ``rstreams serve --PROTOCOL HOST:PORT``;
+* :class:`BridgePeer`, :func:`open_bridge_peer`: a bridge's client as an
+  :class:`rstreams.Peer`, what ``rstreams.connect(url)`` returns;
+* :func:`collect_elements`: an app's stream as one response;
+* :class:`LinkSettings`, :class:`BridgeError`.
+"""
+
+from ._app import COLLECT_PREFETCH, ResponseTooLarge, collect_elements
+from ._client import BridgePeer, open_bridge_peer
+from ._config import KiB, LinkSettings, MiB
+from ._connection import BridgeConnection, SansIOMachine, copy_error
+from bridges import BridgeError
+from ._inbound import ITEM_COST, InboundQueue
+from ._net import open_connection, open_tcp_stream, start_connection
+from ._server import BridgeServer, ListenerService
+from ._slots import RequestSlots
+from ._window import SendWindow
+
+__all__ = [
+    "BridgeConnection",
+    "BridgeError",
+    "BridgePeer",
+    "BridgeServer",
+    "COLLECT_PREFETCH",
+    "ITEM_COST",
+    "InboundQueue",
+    "KiB",
+    "LinkSettings",
+    "ListenerService",
+    "MiB",
+    "RequestSlots",
+    "ResponseTooLarge",
+    "SansIOMachine",
+    "SendWindow",
+    "collect_elements",
+    "copy_error",
+    "open_bridge_peer",
+    "open_connection",
+    "open_tcp_stream",
+    "start_connection",
+]

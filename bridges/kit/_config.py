@@ -1,0 +1,56 @@
+"""The settings every bridge connection shares: timeouts and buffer bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LinkSettings", "KiB", "MiB"]
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSettings:
+    """Timeouts and buffer bounds of one bridge connection.
+
+    A bridge's own settings class subclasses this one, adds its protocol's
+    options (framing, limits) and may change the defaults to its protocol's
+    customs (Relink pings after 11 s idle, EMP every 30 s).
+
+    Attributes:
+        handshake_timeout: seconds to wait for the peer's side of the
+            handshake; then the protocol's timeout error and close.
+        keepalive_interval: seconds between keepalive pings (with
+            ``keepalive_when_idle``: seconds of silence from the peer before
+            one); None: no pings.
+        keepalive_when_idle: ping only after ``keepalive_interval`` seconds
+            in which nothing arrived, rather than on a fixed beat.
+        ping_timeout: seconds a pong may take; then the protocol's timeout
+            error and close.
+        max_read_ahead: bytes read but not yet taken by the application;
+            beyond it the reader stops (at least one message is always read).
+        receive_size: the most bytes asked of the transport per read.
+        max_write_buffer: bytes queued and not yet written beyond which a
+            send waits for the transport (0: every send waits until its
+            message is written).
+        close_timeout: seconds to flush the last words and close.
+    """
+
+    handshake_timeout: float = 10.0
+    keepalive_interval: float | None = 30.0
+    keepalive_when_idle: bool = False
+    ping_timeout: float = 10.0
+    max_read_ahead: int = 1 * MiB
+    receive_size: int = 64 * KiB
+    max_write_buffer: int = 64 * KiB
+    close_timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        if self.keepalive_interval is not None and not self.keepalive_interval > 0:
+            raise ValueError("keepalive_interval must be positive or None")
+        if self.max_read_ahead < 0 or self.max_write_buffer < 0 or self.receive_size <= 0:
+            raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")

@@ -1,0 +1,468 @@
+"""The trio side of a bridge: one sans-I/O protocol machine over one trio stream.
+
+Theory of operation
+-------------------
+A bridge's protocol lives in a sans-I/O machine (bytes in, events out; calls
+in, bytes out). :class:`BridgeConnection` runs one over a ``trio.abc.Stream``
+with two tasks, in a nursery of its own:
+
+* the **reader** reads only while someone waits for what it would read
+  (:meth:`BridgeConnection._wants_input`), feeds the machine, and hands each
+  event to the subclass's :meth:`~BridgeConnection._dispatch`, synchronously.
+  When nobody waits, it parks and the kernel's buffers fill, so TCP carries
+  the pressure back to a sender that has no flow control of its own (EMP,
+  Epoxy). A read returns up to ``receive_size`` bytes, which may hold
+  messages nobody asked for yet; they are kept in order, and once
+  ``max_read_ahead`` bytes are held (:meth:`~BridgeConnection._hold`) the
+  reader stops even if someone waits: the bound wins, the peer waits.
+* the **writer** is the only task that writes. Senders queue the machine's
+  bytes (:meth:`~BridgeConnection._take_output`) and wait only while more
+  than ``max_write_buffer`` bytes are unwritten, so small messages coalesce
+  into one ``send_all`` and a sender is still paced by the transport. The
+  last words (the protocol's goodbye or error) are written within
+  ``close_timeout``, and the writer closes the transport when the connection
+  has ended.
+
+A third task, the keepalive, pings every ``keepalive_interval`` (or after
+that long without input) and gives up after ``ping_timeout``. Its clock stops
+while the reader is held back by ``max_read_ahead``: a pong queued behind
+data we refuse to read cannot arrive, and the data proves the peer is alive.
+
+How it ends: the first reason wins (:meth:`~BridgeConnection._finish`), and
+everything parked wakes to see it. A normal end (the protocol's goodbye)
+lets inbound queues drain before they raise ``trio.EndOfChannel``; any other
+end raises the recorded error, a fresh copy in each task.
+
+What a subclass provides (the contract)
+---------------------------------------
+* ``_dispatch(event)``: act on one event of the machine (never blocks);
+* ``_wants_more_input()``: whether something beyond the handshake, the
+  inbound queues and a ping waits for input (a pending call, say);
+* ``_read_paused_by_protocol()``: a protocol bound that stops reading (EMP:
+  too many requests pending);
+* ``_say_goodbye()``: queue the protocol's goodbye if the machine can still
+  send one (``aclose``);
+* ``_closed_locally()``, ``_lost(message)``: the errors for a local close
+  and a lost transport;
+* ``_queue_ping()`` and ``_ping_timed_out()``, ``_handshake_timed_out()``:
+  the keepalive's and the handshake's protocol side (queue the message,
+  return the error to end with);
+* ``_on_finish(error)``: resolve whatever waits on the connection's own
+  bookkeeping (pending calls).
+
+The machine must offer ``receive_data(data)``, ``events()`` (raising a
+subclass of ``rstreams.RemoteProtocolError`` for a peer's violation, after
+queueing whatever the protocol says then), ``has_data_to_send`` and
+``data_to_send()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
+
+from rstreams.protocol import RemoteProtocolError
+
+from ._config import LinkSettings
+
+__all__ = ["BridgeConnection", "SansIOMachine", "copy_error"]
+
+
+class SansIOMachine(Protocol):
+    """What :class:`BridgeConnection` needs of a bridge's protocol machine."""
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def events(self) -> Sequence[Any]: ...
+
+    @property
+    def has_data_to_send(self) -> bool: ...
+
+    def data_to_send(self) -> bytes: ...
+
+
+MachineT = TypeVar("MachineT", bound=SansIOMachine)
+SettingsT = TypeVar("SettingsT", bound=LinkSettings)
+
+
+def copy_error(error: BaseException) -> BaseException:
+    """A copy of ``error`` to raise in one more task.
+
+    Each waiter raises its own copy of why the connection ended: one
+    exception object raised in several tasks would collect all their
+    tracebacks. (``copy.copy`` would call ``__init__``, whose signatures
+    differ.)
+    """
+    clone = type(error).__new__(type(error))
+    clone.args = error.args
+    clone.__dict__.update(error.__dict__)
+    clone.__cause__ = error.__cause__
+    return clone
+
+
+class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
+    """A bridge's protocol machine running over a trio stream (see the module docstring).
+
+    Start it with :func:`bridges.kit.open_connection` or
+    :func:`bridges.kit.start_connection`, which run its tasks and its
+    handshake.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, machine: MachineT, config: SettingsT) -> None:
+        self.stream = stream
+        self.config = config
+        self._machine = machine
+        self._cancel_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        # Output: bytes taken from the machine, waiting for the writer.
+        self._outgoing: list[bytes] = []  # bounded: senders wait past max_write_buffer
+        self._queued = 0
+        self._written = 0
+        self._writer_lot = trio.lowlevel.ParkingLot()
+        self._written_lot = trio.lowlevel.ParkingLot()
+        self._writer_done = trio.Event()
+        # Input: the reader parks here; takers of inbound items park in
+        # _inbound_lot. _buffered counts what was read and not yet taken.
+        self._reader_lot = trio.lowlevel.ParkingLot()
+        self._inbound_lot = trio.lowlevel.ParkingLot()
+        self._inbound_queues: list[Any] = []  # InboundQueue, registered by their constructor
+        self._buffered = 0
+        self._bytes_in = 0
+        self._last_input = 0.0
+        self._paused = False
+        self._write_broken = False
+        self._paused_during_ping = False
+        self._pong: trio.Event | None = None
+        self._handshake_done = trio.Event()
+        self._handshake_settled = trio.Event()
+        # Why the connection ended (None while open); normal: by goodbye.
+        self._end: BaseException | None = None
+        self._end_normal = False
+        self._ended = trio.Event()
+
+    # ---- the subclass's side (see the module docstring) -----------------
+
+    def _dispatch(self, event: Any) -> None:
+        raise NotImplementedError
+
+    def _wants_more_input(self) -> bool:
+        return False
+
+    def _read_paused_by_protocol(self) -> bool:
+        return False
+
+    def _say_goodbye(self) -> None:
+        pass
+
+    def _closed_locally(self) -> BaseException:
+        return trio.ClosedResourceError("connection closed by this side")
+
+    def _lost(self, message: str) -> BaseException:
+        return trio.BrokenResourceError(message)
+
+    def _queue_ping(self) -> None:
+        raise NotImplementedError
+
+    def _ping_timed_out(self) -> BaseException:
+        return TimeoutError(f"no pong within {self.config.ping_timeout} s")
+
+    def _handshake_timed_out(self) -> BaseException:
+        return TimeoutError(f"no handshake within {self.config.handshake_timeout} s")
+
+    def _on_finish(self, error: BaseException) -> None:
+        pass
+
+    # ---- state --------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        """True once the connection has ended, for whatever reason."""
+        return self._end is not None
+
+    @property
+    def end_reason(self) -> BaseException | None:
+        """Why the connection ended (None while it is open)."""
+        return self._end
+
+    @property
+    def bytes_received(self) -> int:
+        """Transport bytes read so far."""
+        return self._bytes_in
+
+    @property
+    def bytes_sent(self) -> int:
+        """Transport bytes written so far."""
+        return self._written
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes read and not yet taken by the application."""
+        return self._buffered
+
+    async def wait_ended(self) -> None:
+        """Wait until the connection has ended (goodbye, error or close)."""
+        await self._ended.wait()
+
+    # ---- the end --------------------------------------------------------------
+
+    def _finish(self, error: BaseException, *, normal: bool = False) -> None:
+        # The first reason wins. Everything parked is woken to see it.
+        if self._end is not None:
+            return
+        self._end, self._end_normal = error, normal
+        self._on_finish(error)
+        if self._pong is not None:
+            self._pong.set()
+        self._ended.set()
+        self._handshake_settled.set()
+        for lot in (self._reader_lot, self._inbound_lot, self._writer_lot, self._written_lot):
+            lot.unpark_all()
+
+    def _stream_end(self) -> BaseException:
+        # What an inbound stream raises once drained: EndOfChannel after a goodbye.
+        assert self._end is not None
+        if self._end_normal:
+            return trio.EndOfChannel()
+        return copy_error(self._end)
+
+    def _check_open(self) -> None:
+        if self._end is not None:
+            raise copy_error(self._end)
+
+    async def aclose(self) -> None:
+        """Say goodbye (if the connection is still open) and close the transport.
+
+        Idempotent. Bounded by ``close_timeout``. Cancellation: the transport
+        is closed forcefully. Always checkpoints.
+        """
+        if self._end is None:
+            self._say_goodbye()
+            self._take_output()
+            self._finish(self._closed_locally(), normal=True)
+        try:
+            with trio.move_on_after(self.config.close_timeout):
+                await self._writer_done.wait()
+        finally:
+            if self._cancel_scope is not None:
+                self._cancel_scope.cancel()
+
+    async def _close_with(self, error: BaseException) -> None:
+        # The machine has queued its last words (an error message): end with
+        # ``error`` and give the writer close_timeout to flush them.
+        self._take_output()
+        self._finish(error)
+        with trio.move_on_after(self.config.close_timeout):
+            await self._writer_done.wait()
+
+    # ---- output ----------------------------------------------------------------
+
+    def _take_output(self) -> int:
+        # Move what the machine queued to the writer; return the byte count
+        # that must be written for it to have gone out.
+        machine = self._machine
+        if machine.has_data_to_send:
+            data = machine.data_to_send()
+            self._outgoing.append(data)
+            self._queued += len(data)
+            self._writer_lot.unpark_all()
+        return self._queued
+
+    async def _wait_written(self, target: int) -> None:
+        # Wait until at most max_write_buffer bytes, ours included, are left
+        # unwritten: small messages coalesce into one send_all, and a sender
+        # is still paced by the transport once the bound is reached.
+        target -= self.config.max_write_buffer
+        while self._written < target:
+            if self._writer_done.is_set():
+                self._check_open()
+                raise self._lost("the transport closed before the message was written")
+            await self._written_lot.park()
+
+    async def _send_queued(self) -> None:
+        # What a send does once the machine has queued its message.
+        await self._wait_written(self._take_output())
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                while not self._outgoing:
+                    if self._end is not None:
+                        return
+                    await self._writer_lot.park()
+                data = b"".join(self._outgoing)
+                self._outgoing.clear()
+                try:
+                    if self._end is not None:
+                        # The last words (goodbye, error): bounded, the peer may not read.
+                        with trio.move_on_after(self.config.close_timeout):
+                            await self.stream.send_all(data)
+                    else:
+                        await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    # The peer may have said why (an error, a goodbye) just
+                    # before it went: let the reader take what is left before
+                    # calling it a lost connection.
+                    self._write_broken = True
+                    self._reader_lot.unpark_all()
+                    with trio.move_on_after(self.config.close_timeout):
+                        await self._ended.wait()
+                    self._finish(self._lost(f"connection lost while writing: {exc!r}"))
+                    return
+                self._written += len(data)
+                self._written_lot.unpark_all()
+        finally:
+            # Closing gracefully (TLS close_notify) may fail or hang when the
+            # peer is gone; either way the transport ends up closed.
+            graceful = False
+            with trio.move_on_after(self.config.close_timeout) as scope:
+                scope.shield = True
+                try:
+                    await self.stream.aclose()
+                    graceful = True
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                    pass
+            if not graceful:
+                await trio.aclose_forcefully(self.stream)
+            self._writer_done.set()
+            self._written_lot.unpark_all()
+
+    # ---- input ---------------------------------------------------------------------
+
+    def _hold(self, size: int) -> None:
+        # Count ``size`` bytes read and not yet taken against max_read_ahead.
+        self._buffered += size
+
+    def _release(self, size: int) -> None:
+        # The application took ``size`` held bytes: the reader may go on.
+        self._buffered -= size
+        self._reader_lot.unpark_all()
+
+    def _wake_reader(self) -> None:
+        # Someone now waits for input (a call was sent, say).
+        self._reader_lot.unpark_all()
+
+    def _wants_input(self) -> bool:
+        if self._end is not None:
+            return False
+        if self._write_broken:
+            return True  # to find out why: the peer's last message, or the reset
+        wanted = (
+            not self._handshake_done.is_set()
+            or any(queue.wanted for queue in self._inbound_queues)
+            or self._pong is not None
+            or self._wants_more_input()
+        )
+        self._paused = wanted and (
+            (self._buffered > 0 and self._buffered >= self.config.max_read_ahead) or self._read_paused_by_protocol()
+        )
+        if self._paused and self._pong is not None:
+            self._paused_during_ping = True
+        return wanted and not self._paused
+
+    async def _reader(self) -> None:
+        while True:
+            while not self._wants_input():
+                if self._end is not None:
+                    return
+                await self._reader_lot.park()
+            try:
+                data = await self.stream.receive_some(self.config.receive_size)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._finish(self._lost(f"connection lost while reading: {exc!r}"))
+                return
+            self._bytes_in += len(data)
+            self._last_input = trio.current_time()
+            self._machine.receive_data(data)
+            self._process()
+
+    def _process(self) -> None:
+        while self._end is None:
+            try:
+                events = self._machine.events()
+            except RemoteProtocolError as exc:
+                self._take_output()  # what the machine queued about it
+                self._finish(exc)
+                return
+            if not events:
+                break
+            for event in events:
+                self._dispatch(event)
+        self._take_output()  # automatic answers (pongs)
+        self._inbound_lot.unpark_all()
+
+    # ---- handshake and keepalive ---------------------------------------------------
+
+    def _handshake_complete(self) -> None:
+        # The subclass calls this when the peer's side of the handshake arrived.
+        self._handshake_done.set()
+        self._handshake_settled.set()
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # The connection's own nursery, one level below the caller's block:
+        # ending the connection cancels these tasks, never the caller's code.
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._cancel_scope = nursery.cancel_scope
+            self._last_input = trio.current_time()
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._reader)
+            task_status.started()
+
+    async def _handshake(self) -> None:
+        self._take_output()  # our side of the handshake, if the machine queued it
+        self._wake_reader()
+        with trio.move_on_after(self.config.handshake_timeout):
+            await self._handshake_settled.wait()  # the peer's side, or the end
+        if self._end is not None:
+            raise copy_error(self._end)
+        if not self._handshake_done.is_set():
+            error = self._handshake_timed_out()
+            self._take_output()
+            self._finish(error)
+            raise copy_error(error)
+
+    def _start_ping(self) -> trio.Event:
+        # One ping at a time: a second asker waits for the same pong.
+        if self._pong is None:
+            self._queue_ping()
+            self._pong = trio.Event()
+            self._paused_during_ping = False
+            self._take_output()
+            self._reader_lot.unpark_all()
+        return self._pong
+
+    def _pong_received(self) -> None:
+        # The subclass calls this when the pong to our ping arrived.
+        if self._pong is not None:
+            self._pong.set()
+            self._pong = None
+
+    async def _keepalive(self, interval: float) -> None:
+        while self._end is None:
+            if self.config.keepalive_when_idle:
+                # Ping only after ``interval`` of silence from the peer.
+                while self._end is None:
+                    quiet_until = self._last_input + interval
+                    if trio.current_time() >= quiet_until:
+                        break
+                    await trio.sleep_until(quiet_until)
+            else:
+                await trio.sleep(interval)
+            if self._end is not None:
+                return
+            pong = self._start_ping()
+            while True:
+                with trio.move_on_after(self.config.ping_timeout):
+                    await pong.wait()
+                    break
+                if self._paused_during_ping:
+                    # Held back by our own read-ahead bound: not the peer's fault.
+                    self._paused_during_ping = self._paused
+                    continue
+                if self._end is None:
+                    error = self._ping_timed_out()
+                    self._take_output()
+                    self._finish(error)
+                return

@@ -1,0 +1,178 @@
+"""Accepting a bridge's connections: :class:`BridgeServer` and :class:`ListenerService`.
+
+The same shape as :class:`rstreams.Server`: the server owns no task; its
+``serve_tcp`` runs under the caller's nursery and each connection's handler
+runs in the handler nursery. It keeps its live connections so that
+:meth:`BridgeServer.aclose` can say goodbye on each.
+:class:`ListenerService` puts a server behind the addresses of an
+``rstreams serve`` option (``--emp HOST:PORT``).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from functools import partial
+from typing import Generic, NoReturn, TypeVar
+
+import trio
+
+from rstreams.support import Listener, listener_url, with_tls
+
+from ._connection import BridgeConnection
+from bridges import BridgeError
+
+__all__ = ["BridgeServer", "ListenerService"]
+
+logger = logging.getLogger("rstreams.bridges")
+
+ConnectionT = TypeVar("ConnectionT", bound=BridgeConnection)  # type: ignore[type-arg]
+
+
+class BridgeServer(abc.ABC, Generic[ConnectionT]):
+    """Runs ``handler`` on every connection of a bridge; can close them all gracefully.
+
+    A bridge subclasses it with :meth:`_open` (start the protocol over an
+    accepted stream, handshake included) and :meth:`_refuse` (the protocol's
+    way to turn a connection away).
+
+    Args:
+        handler: ``async def handler(connection)``; when it returns, the
+            connection says goodbye and closes.
+        max_connections: a connection beyond this many is refused ("server
+            busy").
+        protocol: the protocol's name, for log lines.
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[ConnectionT], Awaitable[None]],
+        *,
+        max_connections: int | None = None,
+        protocol: str = "bridge",
+    ) -> None:
+        if max_connections is not None and max_connections <= 0:
+            raise ValueError("max_connections must be positive")
+        self.handler = handler
+        self.max_connections = max_connections
+        self.protocol = protocol
+        self._connections: set[ConnectionT] = set()
+        self._active = 0
+        self._closing = False
+
+    @abc.abstractmethod
+    def _open(self, stream: trio.abc.Stream) -> AbstractAsyncContextManager[ConnectionT]:
+        """Run the protocol over ``stream`` for the duration of a block."""
+
+    @abc.abstractmethod
+    async def _refuse(self, stream: trio.abc.Stream, reason: str) -> None:
+        """Turn the connection away, as the protocol does it, and close ``stream``."""
+
+    @property
+    def connections(self) -> frozenset[ConnectionT]:
+        """The connections open right now."""
+        return frozenset(self._connections)
+
+    async def serve_stream(self, stream: trio.abc.Stream) -> None:
+        """Run the handler over one connected stream; only cancellation escapes."""
+        if self._closing or (self.max_connections is not None and self._active >= self.max_connections):
+            await self._refuse(stream, "server shutting down" if self._closing else "server busy")
+            return
+        # Reserve the slot before the first await, so that connections
+        # arriving together cannot all pass the check.
+        self._active += 1
+        try:
+            async with self._open(stream) as connection:
+                self._connections.add(connection)
+                try:
+                    await self.handler(connection)
+                finally:
+                    self._connections.discard(connection)
+        except BridgeError as exc:
+            logger.info("%s connection ended: %r", self.protocol, exc)
+        except Exception:
+            logger.exception("%s connection handler failed", self.protocol)
+        finally:
+            self._active -= 1
+
+    async def serve_tcp(
+        self,
+        host: str | None,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        handler_nursery: trio.Nursery | None = None,
+        task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Accept connections over TCP (TLS with ``ssl_context``) until cancelled.
+
+        ``await nursery.start(server.serve_tcp, "127.0.0.1", 0)`` returns the
+        listeners (``rstreams.listener_port`` reads the port).
+        """
+        listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
+        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
+
+    async def aclose(self) -> None:
+        """Stop admitting connections, say goodbye on each open one and close it."""
+        self._closing = True
+        async with trio.open_nursery() as nursery:
+            for connection in list(self._connections):
+                nursery.start_soon(connection.aclose)
+
+
+class ListenerService:
+    """A :class:`BridgeServer` on the addresses of an ``rstreams serve`` option.
+
+    Args:
+        server: the server to run.
+        addresses: ``(host, port)`` pairs to listen on (host None: every interface).
+        ssl_context: TLS for every listener, or None.
+        scheme: the URL scheme its listeners are reported with (``emp``);
+            ``secure_scheme`` with TLS (``emps``).
+    """
+
+    def __init__(
+        self,
+        server: BridgeServer,  # type: ignore[type-arg]
+        addresses: Sequence[tuple[str | None, int]],
+        ssl_context: ssl.SSLContext | None,
+        *,
+        scheme: str,
+        secure_scheme: str,
+        path: str = "",
+    ) -> None:
+        self.server = server
+        self.addresses = list(addresses)
+        self.ssl_context = ssl_context
+        self.scheme = secure_scheme if ssl_context is not None else scheme
+        self.path = path
+
+    async def serve(
+        self, *, handler_nursery: trio.Nursery, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Listen on every address and report the listeners' URLs; accept until cancelled.
+
+        Raises:
+            OSError: an address cannot be listened on (its message names the
+                address and the protocol).
+        """
+        async with trio.open_nursery() as nursery:
+            urls: list[str] = []
+            for host, port in self.addresses:
+                serve = partial(self.server.serve_tcp, host, port, self.ssl_context, handler_nursery=handler_nursery)
+                try:
+                    listeners: list[Listener] = await nursery.start(serve)
+                except OSError as exc:
+                    where = f"[{host}]:{port}" if host and ":" in host else f"{host or '*'}:{port}"
+                    raise OSError(exc.errno, f"cannot listen on {where} for {self.server.protocol}: {exc.strerror or exc}") from None
+                urls.extend(listener_url(listener, self.scheme, self.path) for listener in listeners)
+            task_status.started(urls)
+            await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        """Say goodbye on every connection (each bounded by its close timeout)."""
+        await self.server.aclose()

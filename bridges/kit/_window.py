@@ -1,0 +1,89 @@
+"""Windowed outbound delivery: at most W sent and not yet acknowledged.
+
+For protocols whose acknowledgements are demand (Relink's "consumed",
+MicroMsg2's acks and batch-acks): the sender may have at most ``size``
+messages in flight, and each acknowledgement frees room, exactly as a
+Reactive Streams ``request(n)`` would. :class:`SendWindow` is that
+arithmetic plus the waiting; the protocol machine decides what an
+acknowledgement is worth.
+"""
+
+from __future__ import annotations
+
+import trio
+
+__all__ = ["SendWindow"]
+
+
+class SendWindow:
+    """A window of ``size`` messages: :meth:`acquire` before sending, :meth:`release` on acknowledgement.
+
+    Args:
+        size: the most messages in flight (sent, not acknowledged).
+    """
+
+    def __init__(self, size: int) -> None:
+        if type(size) is not int or size <= 0:
+            raise ValueError(f"size must be a positive int, got {size!r}")
+        self.size = size
+        self._in_flight = 0
+        self._lot = trio.lowlevel.ParkingLot()
+        self._error: BaseException | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Messages sent and not yet acknowledged."""
+        return self._in_flight
+
+    @property
+    def available(self) -> int:
+        """How many more may be sent now."""
+        return max(self.size - self._in_flight, 0)
+
+    def acquire_nowait(self, n: int = 1) -> None:
+        """Take room for ``n`` messages.
+
+        Raises:
+            trio.WouldBlock: not enough room.
+            The error given to :meth:`close`, once closed.
+        """
+        if self._error is not None:
+            raise self._error
+        if n > self.available:
+            raise trio.WouldBlock
+        self._in_flight += n
+
+    async def acquire(self, n: int = 1) -> None:
+        """Wait for room for ``n`` messages (``n <= size``), then take it.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if not 0 < n <= self.size:
+            raise ValueError(f"n must be in [1, {self.size}], got {n}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            try:
+                self.acquire_nowait(n)
+            except trio.WouldBlock:
+                await self._lot.park()
+                continue
+            break
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def release(self, n: int = 1) -> None:
+        """``n`` messages were acknowledged (never more than are in flight)."""
+        if not 0 <= n <= self._in_flight:
+            raise ValueError(f"{n} acknowledged with {self._in_flight} in flight")
+        self._in_flight -= n
+        if n:
+            self._lot.unpark_all()
+
+    def reset(self) -> None:
+        """Nothing is in flight any more (a resumed link resends from scratch)."""
+        self._in_flight = 0
+        self._lot.unpark_all()
+
+    def close(self, error: BaseException) -> None:
+        """Make every waiter, and every later acquire, raise ``error``."""
+        self._error = error
+        self._lot.unpark_all()
