@@ -23,21 +23,9 @@ __all__ = ["BRIDGE"]
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from rstreams.cli import parse_address
+    from ._cli import add_serve_arguments
 
-    parser.add_argument(
-        "--emp",
-        metavar="HOST:PORT",
-        type=parse_address,
-        action="append",
-        help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
-    )
-    parser.add_argument(
-        "--emp-framing",
-        choices=sorted(FRAMINGS),
-        default="spec",
-        help="EMP sizes include their own field (spec, the default) or exclude it (author)",
-    )
+    add_serve_arguments(parser)
 
 
 def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[BridgeService]:

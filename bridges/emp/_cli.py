@@ -99,6 +99,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rstreams serve``'s EMP options: ``--emp HOST:PORT`` and ``--emp-framing``."""
+    parser.add_argument(
+        "--emp",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        help="also serve over EMP: a request naming a publisher gets its elements (repeatable; see docs/bridges/emp.md)",
+    )
+    parser.add_argument(
+        "--emp-framing",
+        choices=sorted(FRAMINGS),
+        default="spec",
+        help="EMP sizes include their own field (spec, the default) or exclude it (author)",
+    )
+
+
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("address", metavar="HOST:PORT", type=parse_address, help="the EMP peer")
     parser.add_argument("--framing", choices=sorted(FRAMINGS), default="spec", help="size framing (default: spec)")

@@ -180,3 +180,31 @@ def test_serve_with_the_authors_framing(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         result = rstreams("emp", "ping", server.emp)  # spec framing against author framing
         assert result.returncode == 1
+
+
+def test_sub_reads_an_app_over_emp(emp_server: EmpServe) -> None:
+    result = rstreams("sub", f"emp://{emp_server.emp}", "range?count=3", "--format", "hex")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"0000000000000000\n0000000000000001\n0000000000000002\n"
+
+
+def test_sub_over_emp_has_sub_s_exit_statuses(emp_server: EmpServe) -> None:
+    unknown = rstreams("sub", f"emp://{emp_server.emp}", "nothing-here")
+    assert unknown.returncode == 1
+    assert unknown.stderr == b"rstreams: publisher error: no such publisher: nothing-here\n"
+    counted = rstreams("sub", f"emp://{emp_server.emp}", "range?count=1000", "--format", "hex", "--count", "2")
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout.splitlines() == [b"0000000000000000", b"0000000000000001"]
+    refused = rstreams("sub", f"emp://127.0.0.1:{free_port()}", "range")
+    assert refused.returncode == 4
+    bad = rstreams("sub", f"emp://{emp_server.emp}?framing=other", "range")
+    assert bad.returncode == 2 and b"framing" in bad.stderr
+
+
+def test_sub_with_an_unknown_scheme_lists_the_known_ones() -> None:
+    result = rstreams("sub", "nope://h:1", "x")
+    assert result.returncode == 2
+    assert result.stderr.startswith(b"rstreams: unsupported URL scheme 'nope://'")
+    for scheme in (b"tcp", b"tls", b"ws", b"wss", b"emp", b"emps"):
+        assert scheme in result.stderr
+    assert b"Traceback" not in result.stderr

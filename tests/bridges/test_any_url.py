@@ -1,0 +1,116 @@
+"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws:// and emp://.
+
+The demo app is served three ways at once (reactive-streams-io over TCP and
+WebSocket, and the EMP bridge), and the very same function reads it through
+each URL: the elements, an unknown publisher, a failing one, and ``fetch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+
+import pytest
+import trio
+
+import examples.demo
+import rstreams
+from bridges.emp import EmpAppServer, EmpClosed
+from rstreams.support import listener_url
+
+EXPECTED = [n.to_bytes(8, "big") for n in range(3)]
+
+
+@pytest.fixture
+async def urls(nursery: trio.Nursery) -> AsyncIterator[dict[str, str]]:
+    server = rstreams.Server(examples.demo.app)
+    emp = EmpAppServer(examples.demo.app)
+    [tcp] = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    [websocket] = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
+    [emp_listener] = await nursery.start(partial(emp.serve_tcp, "127.0.0.1", 0))
+    yield {
+        "tcp": listener_url(tcp, "tcp"),
+        "ws": listener_url(websocket, "ws", "/"),
+        "emp": listener_url(emp_listener, "emp"),
+    }
+
+
+async def read(url: str, name: str, *, prefetch: int = 32) -> list[bytes]:
+    # The code a user writes once, whatever carries the stream.
+    async with rstreams.connect(url) as peer:
+        assert isinstance(peer, rstreams.Peer)
+        async with peer.subscribe(name, prefetch=prefetch) as elements:
+            return [bytes(element) async for element in elements]
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("prefetch", [0, 1, 32])
+async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str], scheme: str, prefetch: int) -> None:
+    with trio.fail_after(10):
+        if prefetch:
+            assert await read(urls[scheme], "range?count=3", prefetch=prefetch) == EXPECTED
+        else:
+            async with rstreams.connect(urls[scheme]) as peer:
+                async with peer.subscribe("range?count=3", prefetch=0) as elements:
+                    elements.request(2)
+                    got = [bytes(await elements.__anext__()), bytes(await elements.__anext__())]
+                    elements.request(1)
+                    got += [bytes(element) async for element in elements]
+            assert got == EXPECTED
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], scheme: str) -> None:
+    with trio.fail_after(10):
+        async with rstreams.connect(urls[scheme]) as peer:
+            assert await peer.fetch("range?count=5", 3) == EXPECTED
+            assert [int.from_bytes(x, "big") for x in await peer.fetch("range?count=4", 10)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str], scheme: str) -> None:
+    with trio.fail_after(10):
+        with pytest.raises(rstreams.UnknownPublisher) as caught:
+            await read(urls[scheme], "nothing-here")
+        assert caught.value.name == "nothing-here"
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+async def test_a_failing_publisher_is_a_publisher_error(urls: dict[str, str], scheme: str) -> None:
+    with trio.fail_after(10):
+        with pytest.raises(rstreams.PublisherError):
+            await read(urls[scheme], "fail?after=2")
+
+
+async def test_a_bridge_stream_ends_with_the_bridge_s_typed_error(nursery: trio.Nursery) -> None:
+    # An EMP server that says bye as soon as the request arrives: the open
+    # stream ends with EMP's own error, not a stringly PublisherError.
+    async def leave(connection: object) -> None:
+        from bridges.emp import EmpConnection
+
+        assert isinstance(connection, EmpConnection)
+        await connection.receive_request()
+
+    from bridges.emp import EmpServer
+
+    [listener] = await nursery.start(partial(EmpServer(leave).serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(10):
+        with pytest.raises(EmpClosed) as caught:
+            await read(listener_url(listener, "emp"), "range?count=3")
+        assert caught.value.by_peer
+
+
+async def test_an_unknown_scheme_names_the_known_ones() -> None:
+    with pytest.raises(rstreams.UnsupportedScheme) as caught:
+        async with rstreams.connect("nope://h:1"):
+            pass  # pragma: no cover
+    assert isinstance(caught.value, ValueError)
+    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps"):
+        assert f" {scheme}" in str(caught.value) or f"{scheme}," in str(caught.value)
+
+
+async def test_emp_urls_are_checked() -> None:
+    for url in ("emp://127.0.0.1:1?framing=other", "emp://127.0.0.1:1?nope=1", "emp://127.0.0.1:1/path", "emp://127.0.0.1"):
+        with pytest.raises(ValueError):
+            async with rstreams.connect(url):
+                pass  # pragma: no cover
