@@ -10,6 +10,8 @@ reader that stops reading stops the writer, as a full TCP window would.
 
 from __future__ import annotations
 
+import operator
+
 import trio
 
 __all__ = ["MemoryStream", "memory_stream_pair", "DEFAULT_MEMORY_BUFFER"]
@@ -77,12 +79,18 @@ class MemoryStream(trio.abc.Stream):
             raise trio.BrokenResourceError("the other end of the stream was closed")
 
     async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint_if_cancelled()
-        pipe = self._outgoing
-        while len(pipe.buffer) >= pipe.max_buffer and not (self._closed or pipe.reader_closed):
-            await pipe.lot.park()
-        self._check_send(pipe)
-        await trio.lowlevel.cancel_shielded_checkpoint()
+        if self._send_busy:
+            raise trio.BusyResourceError("another task is already sending on this stream")
+        self._send_busy = True
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            pipe = self._outgoing
+            while len(pipe.buffer) >= pipe.max_buffer and not (self._closed or pipe.reader_closed):
+                await pipe.lot.park()
+            self._check_send(pipe)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        finally:
+            self._send_busy = False
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """Up to ``max_bytes`` bytes (all available by default); ``b""`` once the other end closed.
@@ -91,8 +99,10 @@ class MemoryStream(trio.abc.Stream):
             trio.ClosedResourceError: this end was closed.
             trio.BusyResourceError: another task is receiving.
         """
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
+        if max_bytes is not None:
+            max_bytes = operator.index(max_bytes)
+            if max_bytes < 1:
+                raise ValueError("max_bytes must be >= 1")
         if self._receive_busy:
             raise trio.BusyResourceError("another task is already receiving on this stream")
         self._receive_busy = True

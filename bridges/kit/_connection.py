@@ -415,6 +415,11 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self._wake_reader()
         with trio.move_on_after(self.config.handshake_timeout):
             await self._handshake_settled.wait()  # the peer's side, or the end
+        if self._handshake_done.is_set():
+            # Done, even if the connection ended in the same read (hello,
+            # data and bye together): what came with it is still taken as
+            # after any other ending.
+            return
         if self._end is not None:
             raise copy_error(self._end)
         if not self._handshake_done.is_set():

@@ -20,7 +20,7 @@ from typing import Generic, NoReturn, TypeVar
 
 import trio
 
-from rstreams.support import Listener, listener_url, with_tls
+from rstreams.support import Listener, caller_sees_its_own_exception, listener_url, with_tls
 
 from ._connection import BridgeConnection
 from bridges import BridgeError
@@ -159,6 +159,13 @@ class ListenerService:
             OSError: an address cannot be listened on (its message names the
                 address and the protocol).
         """
+        # The nursery would wrap a listener's OSError in a group: the caller
+        # (rstreams serve) reports the OSError itself.
+        with caller_sees_its_own_exception(), trio.CancelScope():
+            await self._serve(handler_nursery, task_status)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _serve(self, handler_nursery: trio.Nursery, task_status: trio.TaskStatus[list[str]]) -> None:
         async with trio.open_nursery() as nursery:
             urls: list[str] = []
             for host, port in self.addresses:
@@ -171,7 +178,6 @@ class ListenerService:
                 urls.extend(listener_url(listener, self.scheme, self.path) for listener in listeners)
             task_status.started(urls)
             await trio.sleep_forever()
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
         """Say goodbye on every connection (each bounded by its close timeout)."""

@@ -1,0 +1,1091 @@
+"""The bridge kit, through a tiny bridge of its own: a line protocol.
+
+The protocol (sans-I/O, below) speaks newline-terminated ASCII lines: each
+side says ``HELLO`` first; ``PING`` is answered with ``PONG`` by the machine
+itself; ``DATA <text>`` carries data, ``BYE`` ends normally, ``ERR <text>``
+ends with an error; any other line is a violation (the machine queues
+``ERR protocol`` and raises a ``RemoteProtocolError``). ``LineConnection``
+runs it on :class:`bridges.kit.BridgeConnection`, and the tests drive the
+other side by hand (``RawLinePeer``) over trio's memory streams, or over TCP
+on 127.0.0.1 for the server. Timeouts run on trio's MockClock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+from urllib.parse import parse_qsl
+
+import pytest
+import trio
+import trio.testing
+
+import rstreams
+from bridges.kit import (
+    ITEM_COST,
+    BridgeConnection,
+    BridgeError,
+    BridgePeer,
+    BridgeServer,
+    InboundQueue,
+    LinkSettings,
+    ListenerService,
+    RequestSlots,
+    ResponseTooLarge,
+    SendWindow,
+    collect_elements,
+    open_bridge_peer,
+    open_connection,
+)
+from rstreams.support import StreamFeed
+
+# ---- the line protocol: errors, events, machine ---------------------------------
+
+
+class LineError(BridgeError):
+    """Base of the line bridge's errors."""
+
+
+class LineClosed(LineError):
+    def __init__(self, message: str, *, by_peer: bool) -> None:
+        super().__init__(message)
+        self.by_peer = by_peer
+
+
+class LinePeerError(LineError):
+    def __init__(self, text: str) -> None:
+        super().__init__(f"the peer said: {text}")
+        self.text = text
+
+
+class LineLost(LineError):
+    pass
+
+
+class LineTimeout(LineError):
+    pass
+
+
+class LineProtocolError(LineError, rstreams.RemoteProtocolError):
+    pass
+
+
+class LineStreamLost(rstreams.SubscriptionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Hello:
+    pass
+
+
+@dataclass(frozen=True)
+class Pong:
+    pass
+
+
+@dataclass(frozen=True)
+class Bye:
+    pass
+
+
+@dataclass(frozen=True)
+class Data:
+    text: str
+
+
+@dataclass(frozen=True)
+class Err:
+    text: str
+
+
+@dataclass(frozen=True)
+class ConnectionClosed:
+    pass
+
+
+class LineMachine:
+    """Bytes in, events out; calls in, bytes out. One event per ``events()`` call."""
+
+    def __init__(self) -> None:
+        self._inbox = bytearray()
+        self._outbox = bytearray(b"HELLO\n")
+        self._eof = False
+        self._eof_reported = False
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        if data:
+            self._inbox += data
+        else:
+            self._eof = True
+
+    def events(self) -> Sequence[Any]:
+        while (end := self._inbox.find(b"\n")) >= 0:
+            line = bytes(self._inbox[:end]).decode("ascii", "replace")
+            del self._inbox[: end + 1]
+            if line == "PING":
+                self._outbox += b"PONG\n"
+                continue
+            if line == "HELLO":
+                return [Hello()]
+            if line == "PONG":
+                return [Pong()]
+            if line == "BYE":
+                return [Bye()]
+            if line.startswith("DATA "):
+                return [Data(line[5:])]
+            if line.startswith("ERR "):
+                return [Err(line[4:])]
+            self._outbox += b"ERR protocol\n"
+            raise LineProtocolError(f"unexpected line {line!r}")
+        if self._eof and not self._eof_reported:
+            self._eof_reported = True
+            return [ConnectionClosed()]
+        return []
+
+    @property
+    def has_data_to_send(self) -> bool:
+        return bool(self._outbox)
+
+    def data_to_send(self) -> bytes:
+        data = bytes(self._outbox)
+        self._outbox.clear()
+        return data
+
+    def send_line(self, line: str) -> None:
+        self._outbox += line.encode("ascii") + b"\n"
+
+
+QUIET = LinkSettings(keepalive_interval=None)
+
+
+def settings(**changes: Any) -> LinkSettings:
+    return LinkSettings(**{"keepalive_interval": None, **changes})
+
+
+class LineConnection(BridgeConnection[LineMachine, LinkSettings]):
+    """The line protocol over a trio stream; data lines come out of :meth:`take`."""
+
+    def __init__(self, stream: trio.abc.Stream, config: LinkSettings = QUIET) -> None:
+        super().__init__(stream, LineMachine(), config)
+        self.data: InboundQueue[str] = InboundQueue(self)
+
+    def _dispatch(self, event: Any) -> None:
+        if isinstance(event, Hello):
+            self._handshake_complete()
+        elif isinstance(event, Pong):
+            self._pong_received()
+        elif isinstance(event, Data):
+            self.data.put(event.text, len(event.text))
+        elif isinstance(event, Bye):
+            self._finish(LineClosed("the peer said bye", by_peer=True), normal=True)
+        elif isinstance(event, Err):
+            self._finish(LinePeerError(event.text))
+        elif isinstance(event, ConnectionClosed):
+            self._finish(self._lost("the peer closed the connection"))
+
+    def _say_goodbye(self) -> None:
+        self._machine.send_line("BYE")
+
+    def _closed_locally(self) -> BaseException:
+        return LineClosed("closed by this side", by_peer=False)
+
+    def _lost(self, message: str) -> BaseException:
+        return LineLost(message)
+
+    def _queue_ping(self) -> None:
+        self._machine.send_line("PING")
+
+    def _ping_timed_out(self) -> BaseException:
+        self._machine.send_line("ERR timeout")
+        return LineTimeout(f"no pong within {self.config.ping_timeout} s")
+
+    def _handshake_timed_out(self) -> BaseException:
+        self._machine.send_line("ERR timeout")
+        return LineTimeout(f"no hello within {self.config.handshake_timeout} s")
+
+    async def take(self) -> str:
+        return await self.data.take()
+
+    async def send_data(self, text: str) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.send_line(f"DATA {text}")
+        await self._send_queued()
+
+    async def ping(self) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        await self._start_ping().wait()
+        self._check_open()
+
+
+class RawLinePeer:
+    """The other side, driven line by line."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self._buffer = bytearray()
+        self.eof = False
+
+    async def send(self, *lines: str) -> None:
+        await self.stream.send_all(b"".join(line.encode("ascii") + b"\n" for line in lines))
+
+    async def receive(self) -> str | None:
+        """The next line, or None at end of file."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end]).decode("ascii")
+                del self._buffer[: end + 1]
+                return line
+            if self.eof:
+                return None
+            try:
+                data = await self.stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                self.eof = True
+            self._buffer += data
+
+    async def receive_until_eof(self) -> list[str]:
+        lines = []
+        while (line := await self.receive()) is not None:
+            lines.append(line)
+        return lines
+
+
+def line_pair(config: LinkSettings = QUIET) -> tuple[LineConnection, RawLinePeer]:
+    ours, theirs = trio.testing.memory_stream_pair()
+    return LineConnection(ours, config), RawLinePeer(theirs)
+
+
+class RecordingStream(trio.abc.Stream):
+    """Delegates to ``inner``; records every ``send_all``; can be made to fail writes."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.sent: list[bytes] = []
+        self.broken = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.broken:
+            await trio.lowlevel.checkpoint()
+            raise trio.BrokenResourceError("connection reset by peer")
+        self.sent.append(bytes(data))
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def u32(value: int) -> bytes:
+    return value.to_bytes(4, "big")
+
+
+# ---- handshake ------------------------------------------------------------------
+
+
+async def test_handshake_completes_and_leaving_says_bye() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(connection) as opened:
+            assert opened is connection
+            assert await peer.receive() == "HELLO"
+            assert not connection.ended and connection.end_reason is None
+        assert await peer.receive_until_eof() == ["BYE"]
+    assert connection.ended
+    assert isinstance(connection.end_reason, LineClosed) and not connection.end_reason.by_peer
+
+
+async def test_handshake_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    connection, peer = line_pair(settings(handshake_timeout=4))
+    with trio.fail_after(60):
+        with pytest.raises(LineTimeout, match="no hello within 4"):
+            async with open_connection(connection):
+                pytest.fail("the handshake cannot complete")  # pragma: no cover
+        assert trio.current_time() == pytest.approx(4)
+        assert connection.ended and isinstance(connection.end_reason, LineTimeout)
+        assert await peer.receive_until_eof() == ["HELLO", "ERR timeout"]
+
+
+async def test_error_instead_of_hello_fails_the_handshake() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("ERR go away")
+        with pytest.raises(LinePeerError) as info:
+            async with open_connection(connection):
+                pytest.fail("the handshake cannot complete")  # pragma: no cover
+        assert info.value.text == "go away"
+        assert info.value is not connection.end_reason  # a copy
+        assert await peer.receive_until_eof() == ["HELLO"]
+
+
+# ---- the reader: paced by waiters ------------------------------------------------
+
+
+async def test_reader_reads_only_while_someone_waits() -> None:
+    connection, peer = line_pair(settings(receive_size=16))
+    with trio.fail_after(5):
+        # HELLO is 6 bytes and each data line 10: the handshake's one read
+        # (16 bytes) holds HELLO and exactly one data line.
+        await peer.send("HELLO", *(f"DATA {i:04}" for i in range(50)))
+        async with open_connection(connection):
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.bytes_received == 16
+            assert connection.buffered_bytes == ITEM_COST + 4
+            await peer.send(*(f"DATA {i:04}" for i in range(50, 500)))
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.bytes_received == 16  # nobody waits: nothing is read
+            assert await connection.take() == "0000"  # held: taken without reading
+            assert connection.bytes_received == 16
+            assert connection.buffered_bytes == 0  # released on take
+            for taken in range(2, 12):
+                assert await connection.take() == f"{taken - 1:04}"
+                await trio.testing.wait_all_tasks_blocked()
+                # Just the reads that item needed, 16 bytes at a time.
+                assert connection.bytes_received == 16 * -(-(6 + 10 * taken) // 16), taken
+                held = len(connection.data)
+                assert connection.buffered_bytes == held * (ITEM_COST + 4)
+
+
+async def test_read_ahead_bound_stops_reading_even_with_a_waiter() -> None:
+    # A ping waits for its pong, but what was read already (8 data lines)
+    # is at the bound: the reader waits until the application takes it.
+    connection, peer = line_pair(settings(receive_size=64, max_read_ahead=1))
+    with trio.fail_after(5):
+        await peer.send("HELLO", *(f"DATA {i:02}" for i in range(20)))  # 6 + 20 * 8 bytes
+        async with open_connection(connection):
+            assert await peer.receive() == "HELLO"
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.bytes_received == 64
+            assert len(connection.data) == 7
+            pinged = trio.Event()
+
+            async def ping() -> None:
+                await connection.ping()
+                pinged.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ping)
+                assert await peer.receive() == "PING"
+                await peer.send("PONG")  # behind the data lines
+                await trio.testing.wait_all_tasks_blocked()
+                assert connection.bytes_received == 64  # the bound wins over the waiter
+                for i in range(6):
+                    assert await connection.take() == f"{i:02}"
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert connection.bytes_received == 64  # still one held
+                assert not pinged.is_set()
+                assert await connection.take() == "06"
+                await trio.testing.wait_all_tasks_blocked()
+                assert connection.bytes_received == 128  # free again: one more read
+                for i in range(7, 20):
+                    assert await connection.take() == f"{i:02}"
+                await pinged.wait()
+            assert not connection.ended
+
+
+# ---- the writer --------------------------------------------------------------------
+
+
+async def test_sends_coalesce_into_one_write() -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    recording = RecordingStream(ours)
+    peer = RawLinePeer(theirs)
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(LineConnection(recording)) as connection:
+            await trio.testing.wait_all_tasks_blocked()
+            assert recording.sent == [b"HELLO\n"]
+            for text in ("a", "b", "c"):
+                await connection.send_data(text)
+            await trio.testing.wait_all_tasks_blocked()
+            assert recording.sent == [b"HELLO\n", b"DATA a\nDATA b\nDATA c\n"]
+            assert connection.bytes_sent == 6 + 21
+        assert await peer.receive_until_eof() == ["HELLO", "DATA a", "DATA b", "DATA c", "BYE"]
+
+
+async def test_a_send_waits_past_max_write_buffer() -> None:
+    # Lockstep streams have no buffer: a write completes only as the peer reads.
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    connection = LineConnection(ours, settings(max_write_buffer=20))
+    peer = RawLinePeer(theirs)
+    big = "b" * 20  # "DATA " + 20 + "\n" = 26 bytes
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.send, "HELLO")
+            async with open_connection(connection):
+                await trio.testing.wait_all_tasks_blocked()
+                assert connection.bytes_sent == 0  # our HELLO waits for the peer to read
+                await connection.send_data("a")  # 6 + 7 = 13 unwritten: within the bound
+                sent = trio.Event()
+
+                async def send_big() -> None:
+                    await connection.send_data(big)  # 39 unwritten: past the bound
+                    sent.set()
+
+                nursery.start_soon(send_big)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not sent.is_set()
+                assert await theirs.receive_some() == b"HELLO\n"
+                await trio.testing.wait_all_tasks_blocked()
+                assert connection.bytes_sent == 6
+                assert not sent.is_set()  # 33 still unwritten
+                # Both queued messages go out in one write.
+                assert await theirs.receive_some() == f"DATA a\nDATA {big}\n".encode()
+                await sent.wait()
+                assert connection.bytes_sent == 39
+                nursery.start_soon(peer.receive_until_eof)  # takes our BYE
+
+
+# ---- keepalive (MockClock) ------------------------------------------------------------
+
+
+async def test_keepalive_pings_every_interval(autojump_clock: trio.testing.MockClock) -> None:
+    connection, peer = line_pair(settings(keepalive_interval=5, ping_timeout=3))
+    with trio.fail_after(100):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            start = trio.current_time()
+            assert await peer.receive() == "HELLO"
+            for beat in (1, 2, 3):
+                assert await peer.receive() == "PING"
+                assert trio.current_time() - start == pytest.approx(5 * beat + 1 * (beat - 1))
+                await trio.sleep(1)
+                await peer.send("PONG")
+            assert not connection.ended
+        assert await peer.receive_until_eof() == ["BYE"]
+
+
+async def test_missing_pong_ends_the_connection(autojump_clock: trio.testing.MockClock) -> None:
+    connection, peer = line_pair(settings(keepalive_interval=5, ping_timeout=3))
+    with trio.fail_after(100):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            start = trio.current_time()
+            assert await peer.receive() == "HELLO"
+            assert await peer.receive() == "PING"
+            with pytest.raises(LineTimeout, match="no pong within 3"):
+                await connection.take()
+            assert trio.current_time() - start == pytest.approx(8)
+            assert isinstance(connection.end_reason, LineTimeout)
+        assert await peer.receive_until_eof() == ["ERR timeout"]
+
+
+@pytest.mark.parametrize("when_idle", [False, True])
+async def test_keepalive_when_idle_waits_for_silence(autojump_clock: trio.testing.MockClock, when_idle: bool) -> None:
+    connection, peer = line_pair(settings(keepalive_interval=5, ping_timeout=3, keepalive_when_idle=when_idle))
+    pings: list[float] = []
+    with trio.fail_after(100):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            start = trio.current_time()
+
+            async def answer() -> None:
+                while (line := await peer.receive()) is not None:
+                    if line == "PING":
+                        pings.append(trio.current_time() - start)
+                        await peer.send("PONG")
+
+            async def consume() -> None:
+                while True:
+                    await connection.take()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(answer)
+                nursery.start_soon(consume)
+                for i in range(10):  # data every 2 s, the last at 18 s
+                    await peer.send(f"DATA {i}")
+                    await trio.sleep(2)
+                await trio.sleep(8)  # then 8 s of silence
+                nursery.cancel_scope.cancel()
+            assert not connection.ended
+    if when_idle:
+        assert pings == [pytest.approx(23)]  # 5 s after the last input
+    else:
+        assert pings == [pytest.approx(t) for t in (5, 10, 15, 20, 25)]  # on a fixed beat
+
+
+# ---- how it ends ------------------------------------------------------------------------
+
+
+async def test_aclose_says_bye_and_takers_drain_then_see_end_of_channel() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO", "DATA a", "DATA b")
+        async with open_connection(connection):
+            assert await connection.take() == "a"  # one read: "b" is held too
+            assert len(connection.data) == 1
+            await connection.aclose()
+            assert connection.ended
+            assert await connection.take() == "b"
+            for _ in range(2):
+                with pytest.raises(trio.EndOfChannel):
+                    await connection.take()
+            with pytest.raises(LineClosed) as info:
+                await connection.send_data("too late")
+            assert not info.value.by_peer
+            await connection.aclose()  # idempotent
+        assert await peer.receive_until_eof() == ["HELLO", "BYE"]
+
+
+async def test_the_peers_bye_is_a_normal_end_and_is_not_answered() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            await peer.send("DATA last", "BYE")
+            assert await connection.take() == "last"
+            with pytest.raises(trio.EndOfChannel):
+                await connection.take()
+            assert isinstance(connection.end_reason, LineClosed) and connection.end_reason.by_peer
+        assert await peer.receive_until_eof() == ["HELLO"]
+
+
+async def test_hello_data_and_bye_in_one_read() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO", "DATA last", "BYE")
+        async with open_connection(connection):
+            assert await connection.take() == "last"
+            with pytest.raises(trio.EndOfChannel):
+                await connection.take()
+            assert isinstance(connection.end_reason, LineClosed) and connection.end_reason.by_peer
+        assert await peer.receive_until_eof() == ["HELLO"]
+
+
+ENDINGS = {
+    "peer error": ("ERR boom", LinePeerError, ["HELLO"]),
+    "protocol violation": ("WHAT", LineProtocolError, ["HELLO", "ERR protocol"]),
+    "end of file": (None, LineLost, None),
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+async def test_every_waiter_gets_its_own_typed_error(ending: str) -> None:
+    line, expected, answer = ENDINGS[ending]
+    connection, peer = line_pair()
+    errors: list[BaseException] = []
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+
+            async def waiter() -> None:
+                with pytest.raises(expected) as info:
+                    await connection.take()
+                errors.append(info.value)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(waiter)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not errors
+                if line is None:
+                    await peer.stream.aclose()
+                else:
+                    await peer.send(line)
+            assert len(errors) == 3
+            reason = connection.end_reason
+            assert isinstance(reason, expected)
+            assert len({id(error) for error in [*errors, reason]}) == 4  # copy_error: one object each
+            assert all(error.args == reason.args for error in errors)
+            with pytest.raises(expected):
+                await connection.send_data("after the end")
+        if answer is not None:
+            assert await peer.receive_until_eof() == answer
+    if ending == "protocol violation":
+        assert isinstance(reason, rstreams.RemoteProtocolError)
+        assert "WHAT" in str(reason)
+    if ending == "peer error":
+        assert all(error.text == "boom" for error in errors)  # type: ignore[attr-defined]
+
+
+async def test_a_failed_write_ends_the_connection_as_lost(autojump_clock: trio.testing.MockClock) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    recording = RecordingStream(ours)
+    peer = RawLinePeer(theirs)
+    with trio.fail_after(60):
+        await peer.send("HELLO")
+        async with open_connection(LineConnection(recording, settings(max_write_buffer=0))) as connection:
+            recording.broken = True
+            with pytest.raises(LineLost, match="while writing"):
+                await connection.send_data("x")
+            assert isinstance(connection.end_reason, LineLost)
+            with pytest.raises(LineLost):
+                await connection.take()
+
+
+async def test_the_peers_last_words_win_over_a_failed_write(autojump_clock: trio.testing.MockClock) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    recording = RecordingStream(ours)
+    peer = RawLinePeer(theirs)
+    with trio.fail_after(60):
+        await peer.send("HELLO")
+        async with open_connection(LineConnection(recording, settings(max_write_buffer=0))) as connection:
+            await peer.send("ERR going away")  # unread: nobody waits for input
+            await trio.testing.wait_all_tasks_blocked()
+            assert not connection.ended
+            recording.broken = True
+            with pytest.raises(LinePeerError, match="going away"):
+                await connection.send_data("x")
+
+
+# ---- SendWindow -------------------------------------------------------------------------
+
+
+def test_send_window_arithmetic() -> None:
+    window = SendWindow(3)
+    assert (window.size, window.in_flight, window.available) == (3, 0, 3)
+    window.acquire_nowait(2)
+    assert (window.in_flight, window.available) == (2, 1)
+    with pytest.raises(trio.WouldBlock):
+        window.acquire_nowait(2)
+    assert window.in_flight == 2  # nothing taken
+    window.acquire_nowait()
+    assert window.available == 0
+    with pytest.raises(trio.WouldBlock):
+        window.acquire_nowait()
+    window.release(2)
+    assert (window.in_flight, window.available) == (1, 2)
+    with pytest.raises(ValueError):
+        window.release(2)  # only one in flight
+    with pytest.raises(ValueError):
+        window.release(-1)
+    window.release(0)
+    assert window.in_flight == 1
+    window.reset()
+    assert (window.in_flight, window.available) == (0, 3)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, True, "3", None])
+def test_send_window_needs_a_positive_int(size: object) -> None:
+    with pytest.raises(ValueError):
+        SendWindow(size)  # type: ignore[arg-type]
+
+
+async def test_send_window_acquire_waits_for_release() -> None:
+    window = SendWindow(3)
+    window.acquire_nowait(3)
+    acquired = trio.Event()
+
+    async def acquire() -> None:
+        await window.acquire(2)
+        acquired.set()
+
+    with trio.fail_after(5):
+        for bad in (0, 4, -1):
+            with pytest.raises(ValueError):
+                await window.acquire(bad)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acquire)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not acquired.is_set()
+            window.release(1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not acquired.is_set()  # room for 1, not 2
+            assert window.in_flight == 2
+            window.release(1)
+            await acquired.wait()
+        assert window.in_flight == 3
+        # Cancelled while waiting: nothing is taken.
+        with trio.move_on_after(0) as scope:
+            await window.acquire(1)
+        assert scope.cancelled_caught and window.in_flight == 3
+
+
+async def test_send_window_close_wakes_waiters_with_the_error() -> None:
+    window = SendWindow(1)
+    window.acquire_nowait()
+    errors: list[BaseException] = []
+
+    async def acquire() -> None:
+        with pytest.raises(LineLost) as info:
+            await window.acquire()
+        errors.append(info.value)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acquire)
+            nursery.start_soon(acquire)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not errors
+            window.close(LineLost("gone"))
+        assert [error.args for error in errors] == [("gone",), ("gone",)]
+        window.release(1)
+        with pytest.raises(LineLost):
+            window.acquire_nowait()
+        with pytest.raises(LineLost):
+            await window.acquire()
+
+
+# ---- RequestSlots -------------------------------------------------------------------------
+
+
+async def test_request_slots_bound_concurrency() -> None:
+    slots = RequestSlots(2)
+    send, receive = trio.open_memory_channel[int](10)
+    running: list[int] = []
+    most = 0
+    release = trio.Event()
+
+    async def server_loop() -> None:
+        nonlocal most
+        async with trio.open_nursery() as handlers:
+            while True:
+                request = await slots.receive(receive.receive)
+                running.append(request)
+                most = max(most, slots.busy)
+                handlers.start_soon(handle, request)
+
+    async def handle(request: int) -> None:
+        await release.wait()
+        running.remove(request)
+        slots.release()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server_loop)
+            for request in range(5):
+                send.send_nowait(request)
+            await trio.testing.wait_all_tasks_blocked()
+            assert running == [0, 1] and slots.busy == 2
+            assert receive.statistics().current_buffer_used == 3  # not even taken from the queue
+            release.set()
+            while receive.statistics().current_buffer_used or running:
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert most == 2 and slots.busy == 0
+
+
+async def test_request_slots_release_the_slot_when_receive_raises() -> None:
+    slots = RequestSlots(1)
+
+    async def broken() -> int:
+        await trio.lowlevel.checkpoint()
+        raise LineLost("gone")
+
+    async def seven() -> int:
+        return 7
+
+    with trio.fail_after(5):
+        with pytest.raises(LineLost):
+            await slots.receive(broken)
+        assert slots.busy == 0
+        assert await slots.receive(seven) == 7
+        assert slots.busy == 1
+        slots.release()
+        assert slots.busy == 0
+    for bad in (0, -1):
+        with pytest.raises(ValueError):
+            RequestSlots(bad)
+
+
+# ---- BridgeServer and ListenerService over TCP -------------------------------------------
+
+
+class LineServer(BridgeServer[LineConnection]):
+    def _open(self, stream: trio.abc.Stream):  # type: ignore[no-untyped-def]
+        return open_connection(LineConnection(stream))
+
+    async def _refuse(self, stream: trio.abc.Stream, reason: str) -> None:
+        with trio.move_on_after(1):
+            try:
+                await stream.send_all(f"ERR {reason}\n".encode("ascii"))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        await trio.aclose_forcefully(stream)
+
+
+def upper_echo(entered: trio.Event | None = None):  # type: ignore[no-untyped-def]
+    async def handler(connection: LineConnection) -> None:
+        if entered is not None:
+            entered.set()
+        try:
+            while True:
+                await connection.send_data((await connection.take()).upper())
+        except trio.EndOfChannel:
+            pass
+
+    return handler
+
+
+async def connect_raw(port: int) -> RawLinePeer:
+    return RawLinePeer(await trio.open_tcp_stream("127.0.0.1", port))
+
+
+async def test_server_refuses_connections_beyond_the_limit(nursery: trio.Nursery) -> None:
+    server = LineServer(upper_echo(), max_connections=1, protocol="line")
+    listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    port = rstreams.listener_port(listeners[0])
+    with trio.fail_after(10):
+        first = await connect_raw(port)
+        await first.send("HELLO")
+        assert await first.receive() == "HELLO"
+        await first.send("DATA hi")
+        assert await first.receive() == "DATA HI"
+        second = await connect_raw(port)
+        assert await second.receive_until_eof() == ["ERR server busy"]
+        await first.send("DATA still here")
+        assert await first.receive() == "DATA STILL HERE"
+        await first.send("BYE")
+        assert await first.receive_until_eof() == []
+        await trio.testing.wait_all_tasks_blocked()
+        assert not server.connections
+        third = await connect_raw(port)  # the slot is free again
+        await third.send("HELLO", "DATA x")
+        assert await third.receive() == "HELLO"
+        assert await third.receive() == "DATA X"
+    with pytest.raises(ValueError):
+        LineServer(upper_echo(), max_connections=0)
+
+
+async def test_server_aclose_says_bye_on_open_connections(nursery: trio.Nursery) -> None:
+    entered = trio.Event()
+    server = LineServer(upper_echo(entered), protocol="line")
+    listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    port = rstreams.listener_port(listeners[0])
+    with trio.fail_after(10):
+        peer = await connect_raw(port)
+        await peer.send("HELLO")
+        assert await peer.receive() == "HELLO"
+        await entered.wait()
+        [connection] = server.connections
+        await server.aclose()
+        assert await peer.receive_until_eof() == ["BYE"]
+        assert isinstance(connection.end_reason, LineClosed)
+        late = await connect_raw(port)
+        assert await late.receive_until_eof() == ["ERR server shutting down"]
+
+
+async def test_listener_service_reports_urls_and_serves(nursery: trio.Nursery) -> None:
+    entered = trio.Event()
+    service = ListenerService(
+        LineServer(upper_echo(entered), protocol="line"), [("127.0.0.1", 0)], None, scheme="line", secure_scheme="lines"
+    )
+    with trio.fail_after(10):
+        urls = await nursery.start(partial(service.serve, handler_nursery=nursery))
+        [url] = urls
+        match = re.fullmatch(r"line://127\.0\.0\.1:(\d+)", url)
+        assert match, url
+        peer = await connect_raw(int(match.group(1)))
+        await peer.send("HELLO", "DATA ok")
+        assert await peer.receive() == "HELLO"
+        assert await peer.receive() == "DATA OK"
+        await entered.wait()
+        await service.aclose()
+        assert await peer.receive_until_eof() == ["BYE"]
+
+
+def single_error(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+async def taken_port(nursery: trio.Nursery) -> int:
+    listeners = await nursery.start(partial(trio.serve_tcp, lambda stream: stream.aclose(), 0, host="127.0.0.1"))
+    return rstreams.listener_port(listeners[0])
+
+
+async def test_listener_service_names_the_address_it_cannot_listen_on(nursery: trio.Nursery) -> None:
+    port = await taken_port(nursery)
+    service = ListenerService(LineServer(upper_echo(), protocol="line"), [("127.0.0.1", port)], None, scheme="line", secure_scheme="lines")
+    with trio.fail_after(10):
+        with pytest.raises(BaseException) as info:
+            await nursery.start(partial(service.serve, handler_nursery=nursery))
+    error = single_error(info.value)
+    assert isinstance(error, OSError)
+    assert f"cannot listen on 127.0.0.1:{port} for line" in str(error)
+
+
+async def test_listener_service_raises_a_bare_oserror(nursery: trio.Nursery) -> None:
+    port = await taken_port(nursery)
+    service = ListenerService(LineServer(upper_echo(), protocol="line"), [("127.0.0.1", port)], None, scheme="line", secure_scheme="lines")
+    with trio.fail_after(10):
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port} for line"):
+            await nursery.start(partial(service.serve, handler_nursery=nursery))
+
+
+# ---- BridgePeer ----------------------------------------------------------------------------
+
+
+class NumberPeer(BridgePeer[LineConnection]):
+    """Streams: ``numbers?count=N`` (u32 0..N-1), ``fail?count=N`` (then raises),
+    ``refuse`` (raises at once), ``lines`` (the connection's data lines)."""
+
+    def __init__(self, connection: LineConnection) -> None:
+        super().__init__(connection)
+        self.cancelled: list[str] = []
+        self.most_demand = 0
+
+    async def run_stream(self, feed: StreamFeed) -> None:
+        path, _, query = feed.name.partition("?")
+        params = dict(parse_qsl(query))
+        if path == "refuse":
+            raise LineStreamLost("refused")
+        feed.subscribed()
+        if path == "lines":
+            try:
+                while True:
+                    await feed.wait_demand()
+                    if feed.ended:
+                        return
+                    try:
+                        text = await self.connection.take()
+                    except trio.EndOfChannel:
+                        return
+                    feed.deliver([text.encode("ascii")])
+            except trio.Cancelled:
+                self.cancelled.append(feed.name)
+                raise
+        count = int(params.get("count", "10"))
+        sent = 0
+        while sent < count:
+            await feed.wait_demand()
+            if feed.ended:
+                return
+            self.most_demand = max(self.most_demand, feed.demand)
+            n = min(feed.demand, count - sent)
+            feed.deliver([u32(i) for i in range(sent, sent + n)])
+            sent += n
+        if path == "fail":
+            raise KeyError(f"failed after {count}")
+
+    def stream_error(self, reason: BaseException) -> BaseException:
+        return LineStreamLost(f"the connection ended: {reason}")
+
+
+async def test_bridge_peer_respects_demand() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(10):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            async with open_bridge_peer(NumberPeer(connection)) as numbers:
+                assert isinstance(numbers, rstreams.Peer)
+                for prefetch in (1, 2, 32):
+                    numbers.most_demand = 0
+                    async with numbers.subscribe("numbers?count=100", prefetch=prefetch) as subscription:
+                        received = [int.from_bytes(raw, "big") async for raw in subscription]
+                    assert received == list(range(100))
+                    assert 0 < numbers.most_demand <= prefetch
+                assert numbers.feeds == []
+        assert await peer.receive_until_eof() == ["HELLO", "BYE"]
+
+
+async def test_bridge_peer_manual_demand_and_fetch() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(10):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            async with open_bridge_peer(NumberPeer(connection)) as numbers:
+                async with numbers.subscribe("numbers?count=10", prefetch=0) as subscription:
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert subscription.statistics().received == 0
+                    subscription.request(3)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert subscription.statistics().received == 3
+                    assert [await subscription.__anext__() for _ in range(3)] == [u32(0), u32(1), u32(2)]
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert subscription.statistics().received == 3  # no automatic demand
+                    subscription.request(100)
+                    assert [raw async for raw in subscription] == [u32(i) for i in range(3, 10)]
+                assert await numbers.fetch("numbers?count=10", 3) == [u32(0), u32(1), u32(2)]
+                assert await numbers.fetch("numbers?count=2", 5) == [u32(0), u32(1)]
+                with pytest.raises(ValueError):
+                    await numbers.fetch("numbers", 0)
+
+
+async def test_leaving_early_cancels_the_stream_task() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(10):
+        await peer.send("HELLO", "DATA one")
+        async with open_connection(connection):
+            async with open_bridge_peer(NumberPeer(connection)) as numbers:
+                async with numbers.subscribe("lines", prefetch=4) as subscription:
+                    async for raw in subscription:
+                        assert raw == b"one"
+                        break
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert numbers.cancelled == []  # waiting in take() for the next line
+                await trio.testing.wait_all_tasks_blocked()
+                assert numbers.cancelled == ["lines"]
+                assert numbers.feeds == []
+                assert not connection.ended
+
+
+async def test_run_stream_raising_fails_the_stream() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(10):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            async with open_bridge_peer(NumberPeer(connection)) as numbers:
+                received = []
+                with pytest.raises(KeyError, match="failed after 3"):
+                    async with numbers.subscribe("fail?count=3", prefetch=8) as subscription:
+                        async for raw in subscription:
+                            received.append(raw)
+                assert received == [u32(0), u32(1), u32(2)]
+                with pytest.raises(LineStreamLost, match="refused"):
+                    async with numbers.subscribe("refuse"):
+                        pytest.fail("the stream was refused")  # pragma: no cover
+                # The peer goes on.
+                assert await numbers.fetch("numbers?count=2", 2) == [u32(0), u32(1)]
+
+
+async def test_the_connection_ending_fails_open_streams_and_new_ones() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(10):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            async with open_bridge_peer(NumberPeer(connection)) as numbers:
+                async with numbers.subscribe("lines", prefetch=1):  # makes the reader read
+                    async with numbers.subscribe("numbers?count=100", prefetch=1) as subscription:
+                        await trio.testing.wait_all_tasks_blocked()
+                        assert subscription.statistics().buffered == 1
+                        await peer.stream.aclose()  # EOF
+                        assert await subscription.__anext__() == u32(0)  # what arrived first
+                        with pytest.raises(LineStreamLost, match="the connection ended") as info:
+                            await subscription.__anext__()
+                        assert "the peer closed the connection" in str(info.value)
+                assert isinstance(connection.end_reason, LineLost)
+                assert numbers.feeds == []
+                with pytest.raises(LineStreamLost):
+                    async with numbers.subscribe("numbers"):
+                        pytest.fail("the connection has ended")  # pragma: no cover
+
+
+# ---- collect_elements ------------------------------------------------------------------------
+
+
+async def count_publisher(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    for value in range(request.int_param("count", 10, minimum=0)):
+        await sink.send(u32(value))
+
+
+async def test_collect_elements() -> None:
+    app = rstreams.Router({"count": count_publisher})
+    with trio.fail_after(10):
+        async with rstreams.open_local_session(app) as session:
+            assert await collect_elements(session, "count?count=5", max_bytes=20) == [u32(i) for i in range(5)]
+            assert await collect_elements(session, "count?count=0", max_bytes=0) == []
+            assert await collect_elements(session, "count?count=200", max_bytes=800, prefetch=3) == [u32(i) for i in range(200)]
+            with pytest.raises(ResponseTooLarge) as info:
+                await collect_elements(session, "count?count=100", max_bytes=10)
+            assert info.value.limit == 10 and "10 bytes" in str(info.value)
+            assert isinstance(info.value, rstreams.SubscriptionError)
+            with pytest.raises(rstreams.UnknownPublisher):
+                await collect_elements(session, "missing", max_bytes=100)
+            # The session is still usable.
+            assert await collect_elements(session, "count?count=2", max_bytes=8) == [u32(0), u32(1)]
