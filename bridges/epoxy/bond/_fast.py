@@ -24,7 +24,7 @@ from typing import Any
 from ._errors import BondDecodeError, BondEncodeError
 from ._reader import Reader
 from ._types import BondDataType, Protocol
-from ._writer import Writer, check_bool, check_count
+from ._writer import Writer, check_bool, check_count, check_int, check_ints
 
 __all__ = ["FastReader", "FastWriter"]
 
@@ -45,6 +45,7 @@ _FIXED: dict[int, tuple[str, int]] = {
 }
 _STRUCTS = {wire: struct.Struct("<" + code) for wire, (code, _) in _FIXED.items()}
 _STRINGS = (_BT.BT_STRING, _BT.BT_WSTRING)
+_REALS = (_BT.BT_FLOAT, _BT.BT_DOUBLE)
 
 
 class FastReader(Reader):
@@ -132,8 +133,8 @@ class FastWriter(Writer):
         if packer is not None:
             if wire == _BT.BT_BOOL:
                 check_bool(value)
-            elif wire not in (_BT.BT_FLOAT, _BT.BT_DOUBLE) and not isinstance(value, int):
-                raise BondEncodeError(f"{_BT(wire).name} value must be an int, got {type(value).__name__}")
+            elif wire not in _REALS:
+                check_int(wire, value)
             self.out += packer.pack(value)
         elif wire in _STRINGS:
             self.string(wire, value)
@@ -149,9 +150,8 @@ class FastWriter(Writer):
         if wire == _BT.BT_BOOL:
             for value in values:
                 check_bool(value)
-        elif wire not in (_BT.BT_FLOAT, _BT.BT_DOUBLE) and not all(isinstance(value, int) for value in values):
-            raise BondEncodeError(f"{_BT(wire).name} values must be ints")
-        # struct.pack checks each integer's range (struct.error -> BondEncodeError in _api).
+        elif wire not in _REALS:
+            check_ints(wire, values)
         self.out += struct.pack(f"<{len(values)}{fixed[0]}", *values)
 
     def list_begin(self, item_wire: int, count: int) -> None:
