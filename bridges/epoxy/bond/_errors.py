@@ -73,8 +73,8 @@ class BondLimits:
 
     Attributes:
         max_depth: deepest nesting of structs and containers. Bounds the
-            Python recursion. Default 64 (Bond's C++ recursion guard uses the
-            same order of magnitude).
+            Python recursion. Default 64, the default of Bond's C++
+            ``RecursionGuard``.
         max_container_length: most items in one list, set or map (a blob
             counts its bytes). Default 2**24.
         max_size: largest input accepted, in bytes. Default 64 MiB, above
