@@ -260,7 +260,6 @@ class Empty(bond.Struct):
 @pytest.mark.parametrize(
     ("protocol", "wire", "message"),
     [
-        (V1, h("c9 0b 05 c3 28 74 c3 a9 00"), "not UTF-8"),
         (V1, h("c9 0b 7f 61 00"), "string of 127 bytes"),
         (V1, h("d2 0c 05 61 00 00"), "wstring of 5 code units"),
         (V1, h("0b 0f ff ff ff ff 0f 00"), "of 4294967295 items"),  # count checked before anything is allocated
@@ -348,3 +347,17 @@ def test_lone_surrogates_are_fine_in_a_wstring() -> None:
     for protocol in PROTOCOLS:
         wire = bond.serialize(Scalars(w="a\udc00"), protocol)
         assert bond.deserialize(Scalars, wire, protocol).w == "a\udc00"
+
+
+def test_skipped_strings_are_not_decoded() -> None:
+    class Nothing(bond.Struct):
+        pass
+
+    bad_utf8 = h("c9 0b 02 c3 28 00")  # field 11: the bytes c3 28 are not UTF-8
+    assert bond.deserialize(Nothing, bad_utf8, V1) == Nothing()
+    with pytest.raises(bond.BondDecodeError, match="not UTF-8"):
+        bond.deserialize(Scalars, bad_utf8, V1)
+    with pytest.raises(bond.BondDecodeError, match="string at offset 3 is not UTF-8"):
+        bond.read_tree(bad_utf8, V1)
+    with pytest.raises(bond.BondDecodeError, match="BT_WSTRING of 4 bytes"):
+        bond.deserialize(Nothing, h("d2 0c 02 61 00"), V1)

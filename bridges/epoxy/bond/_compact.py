@@ -156,9 +156,13 @@ class CompactReader(Reader):
             size = 4
         elif wire == _BT.BT_DOUBLE:
             size = 8
-        else:
+        elif wire == _BT.BT_STRING or wire == _BT.BT_WSTRING:
             for _ in range(count):
-                self.scalar(wire)
+                self.skip_string(wire)
+            return
+        else:  # varints, whatever their declared width
+            for _ in range(count):
+                self.varint(64)
             return
         if count * size > self.end - self.pos:
             raise BondDecodeError(f"{count} {_BT(wire).name} items at offset {self.pos} overrun the input")

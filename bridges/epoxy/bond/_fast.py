@@ -97,8 +97,10 @@ class FastReader(Reader):
     def skip_scalars(self, wire: int, count: int) -> None:
         fixed = _FIXED.get(wire)
         if fixed is None:
+            if wire not in _STRINGS:
+                raise BondDecodeError(f"wire type {wire} is not a scalar")
             for _ in range(count):
-                self.scalar(wire)
+                self.skip_string(wire)
             return
         if count * fixed[1] > self.end - self.pos:
             raise BondDecodeError(f"{count} {_BT(wire).name} items at offset {self.pos} overrun the input")

@@ -180,6 +180,14 @@ class Reader:
         # allow them): keep them, so that the value writes back unchanged.
         return str(self.data[pos : pos + 2 * count], "utf-16-le", "surrogatepass")
 
+    def skip_string(self, wire: int) -> None:
+        # Skipped strings are not decoded (nor checked as UTF-8), as in Bond.
+        count = self.varint(32)
+        size = count if wire == _BT.BT_STRING else 2 * count
+        if size > self.end - self.pos:
+            raise BondDecodeError(f"{wire_name(wire)} of {size} bytes at offset {self.pos}, {self.end - self.pos} left")
+        self.pos += size
+
     def check_count(self, count: int, what: str) -> None:
         if count > self.limits.max_container_length:
             raise BondLimitError(f"{what} of {count} items exceeds the limit of {self.limits.max_container_length}")
