@@ -361,3 +361,17 @@ def test_skipped_strings_are_not_decoded() -> None:
         bond.read_tree(bad_utf8, V1)
     with pytest.raises(bond.BondDecodeError, match="BT_WSTRING of 4 bytes"):
         bond.deserialize(Nothing, h("d2 0c 02 61 00"), V1)
+
+
+def test_the_container_limit_spares_blobs_and_skipped_data() -> None:
+    class Nothing(bond.Struct):
+        pass
+
+    limits = bond.BondLimits(max_container_length=4)
+    wire = bond.serialize(Containers(blob=bytes(100), l=[1] * 5), V1)
+    assert bond.deserialize(Nothing, wire, V1, limits=limits) == Nothing()  # skipped: no limit
+    with pytest.raises(bond.BondLimitError, match="list<int16> of 5 items"):
+        bond.deserialize(Containers, wire, V1, limits=limits)
+    wire = bond.serialize(Containers(blob=bytes(100)), V1)
+    assert bond.deserialize(Containers, wire, V1, limits=limits).blob == bytes(100)
+    assert bond.read_tree(wire, V1, limits=limits).get(4) == bond.ListValue(bond.BondDataType.BT_INT8, bytes(100))

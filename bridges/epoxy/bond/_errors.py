@@ -75,14 +75,17 @@ class BondLimits:
         max_depth: deepest nesting of structs and containers. Bounds the
             Python recursion. Default 64, the default of Bond's C++
             ``RecursionGuard``.
-        max_container_length: most items in one list, set or map (a blob
-            counts its bytes). Default 2**24.
+        max_container_length: most items in one list, set or map that is
+            decoded (a Python object costs tens of bytes per item of one
+            byte on the wire). Blobs and skipped containers are bounded by
+            the input size alone: they cost no more than their bytes.
+            Default 2**20.
         max_size: largest input accepted, in bytes. Default 64 MiB, above
             Epoxy's 32 MiB framelets.
     """
 
     max_depth: int = 64
-    max_container_length: int = 1 << 24
+    max_container_length: int = 1 << 20
     max_size: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:

@@ -188,8 +188,9 @@ class Reader:
             raise BondDecodeError(f"{wire_name(wire)} of {size} bytes at offset {self.pos}, {self.end - self.pos} left")
         self.pos += size
 
-    def check_count(self, count: int, what: str) -> None:
-        if count > self.limits.max_container_length:
+    def check_count(self, count: int, what: str, *, items: bool = True) -> None:
+        # ``items``: the count makes Python objects (not blob bytes, not skipped data).
+        if items and count > self.limits.max_container_length:
             raise BondLimitError(f"{what} of {count} items exceeds the limit of {self.limits.max_container_length}")
         if count > self.end - self.pos:
             raise BondDecodeError(f"{what} of {count} items at offset {self.pos}, {self.end - self.pos} bytes left")
@@ -267,7 +268,7 @@ class Reader:
             return self.read_map(field_type)  # type: ignore[arg-type]
         self.enter()
         item_wire, count = self.list_header()
-        self.check_count(count, field_type.name)
+        self.check_count(count, field_type.name, items=kind != BLOB_KIND)
         if kind == BLOB_KIND:
             if count and item_wire not in _BYTE_WIRES:
                 raise BondDecodeError(f"blob of {wire_name(item_wire)} items")
@@ -331,13 +332,13 @@ class Reader:
         elif wire == _BT.BT_LIST or wire == _BT.BT_SET:
             self.enter()
             item_wire, count = self.list_header()
-            self.check_count(count, "list")
+            self.check_count(count, "list", items=False)
             self.skip_items(item_wire, count)
             self.depth -= 1
         elif wire == _BT.BT_MAP:
             self.enter()
             key_wire, value_wire, count = self.map_header()
-            self.check_count(count, "map")
+            self.check_count(count, "map", items=False)
             for _ in range(count):
                 self.skip(key_wire)
                 self.skip(value_wire)
@@ -398,7 +399,7 @@ class Reader:
         if wire == _BT.BT_LIST or wire == _BT.BT_SET:
             self.enter()
             item_wire, count = self.list_header()
-            self.check_count(count, "list")
+            self.check_count(count, "list", items=item_wire not in _BYTE_WIRES)
             if item_wire not in VALUE_WIRES:
                 raise BondDecodeError(f"list of {wire_name(item_wire)} items")
             items: tuple[TreeValue, ...] | bytes
