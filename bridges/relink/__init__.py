@@ -13,16 +13,16 @@ the spec's ambiguities are in ``docs/bridges/relink.md``.
 """
 
 from ._codec import PacketDecoder, encode_packet, packet_size
-from ._connection import (
+from ._config import (
     DEFAULT_ACK_DELAY,
     DEFAULT_ACK_WINDOW,
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     DEFAULT_PONG_TIMEOUT,
     DEFAULT_SEND_WINDOW,
-    Connection,
     RelinkStatistics,
 )
+from ._connection import Connection
 from ._errors import (
     HandshakeRejected,
     LimitExceeded,

@@ -25,11 +25,11 @@ transport. What to do with the link then is its decision too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from ._codec import PacketDecoder, encode_packet
+from ._config import DEFAULT_SEND_WINDOW, RelinkStatistics
 from ._engine import LinkEngine
-from ._errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError, UnsupportedVersionError
+from ._errors import LocalProtocolError, RemoteProtocolError, UnsupportedVersionError
 from ._events import ConnectionClosed, Event, HandshakeComplete, LinkRefused, LinkRequested
 from ._handshake import (
     MAX_LINK_ID,
@@ -38,55 +38,25 @@ from ._handshake import (
     HandshakeReply,
     HandshakeRequest,
     LinkConfig,
+    ReplyOutcome,
+    check_request,
     decode_reply,
     decode_request,
     decode_version,
     encode_reply,
     encode_request,
     encode_version,
+    judge_reply,
 )
 from ._link import LinkState, Role
 from ._packets import DEFAULT_LIMITS, PROTOCOL_VERSION, MessagePacket, Packet, RelinkLimits
 from ._state import CONNECTION_TRANSITIONS, HANDSHAKE_STATES, TERMINAL_STATES, ConnectionEvent, ConnectionState
 
-__all__ = [
-    "Connection",
-    "RelinkStatistics",
-    "DEFAULT_SEND_WINDOW",
-    "DEFAULT_ACK_WINDOW",
-    "DEFAULT_ACK_DELAY",
-    "DEFAULT_PING_INTERVAL",
-    "DEFAULT_PONG_TIMEOUT",
-    "DEFAULT_HANDSHAKE_TIMEOUT",
-]
+__all__ = ["Connection"]
 
-#: At most this many messages per channel sent and not acknowledged consumed (Go's default).
-DEFAULT_SEND_WINDOW = 65536
-#: Acknowledge consumed messages once this many accumulate (Go: a quarter of the window).
-DEFAULT_ACK_WINDOW = DEFAULT_SEND_WINDOW // 4
-#: Seconds: otherwise acknowledge them this long after the first (Go: 100 ms, minus up to 10 % jitter).
-DEFAULT_ACK_DELAY = 0.1
-#: Seconds without a received packet before the I/O layer pings (Go's default).
-DEFAULT_PING_INTERVAL = 11.0
-#: Seconds a ping may go unanswered before the I/O layer drops the connection (Go's default).
-DEFAULT_PONG_TIMEOUT = 7.0
-#: Seconds the whole handshake may take (Go's default).
-DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 # Bytes a peer may send beyond the handshake before we reply (the handshake
 # is half-duplex, so a well-behaved peer sends none).
 _MAX_EARLY_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RelinkStatistics:
-    """Counters of one connection (not of the link)."""
-
-    bytes_received: int
-    bytes_sent: int
-    packets_received: int
-    packets_sent: int
-    messages_received: int
-    messages_sent: int
 
 
 class Connection:
@@ -347,7 +317,7 @@ class Connection:
                 return False
             request, size = parsed
             del self._inbound[:size]
-            self._check_request(request)
+            check_request(self.endpoints, request)
             self._request = request
             self._receive_transition(ConnectionEvent.RECEIVE_REQUEST, "handshake request")
             self._pending.append(LinkRequested(request=request))
@@ -360,39 +330,19 @@ class Connection:
             return True
         return False  # AWAIT_DECISION: the I/O layer's move
 
-    def _check_request(self, request: HandshakeRequest) -> None:
-        config = self.endpoints.get(request.endpoint_name)
-        if config is None:
-            raise HandshakeRejected(f"unknown endpoint name {request.endpoint_name!r}")
-        if (request.config.connector_id_size, request.config.listener_id_size) != (
-            config.connector_id_size,
-            config.listener_id_size,
-        ):
-            raise HandshakeRejected(
-                f"channel id sizes {request.config.connector_id_size}/{request.config.listener_id_size} differ"
-                f" from the endpoint's {config.connector_id_size}/{config.listener_id_size}"
-            )
-        if request.config != config:
-            raise HandshakeRejected("transaction flags differ from the endpoint's")
-
     def _receive_reply(self, reply: HandshakeReply) -> None:
         request, old = self._request, self._old_link
         assert request is not None
-        if reply.epoch <= 0:
-            raise RemoteProtocolError(f"bad epoch {reply.epoch} from the listener")
-        if request.require_old_link:
+        outcome = judge_reply(request, reply)
+        if outcome is ReplyOutcome.REFUSED:
             assert old is not None
-            if reply.link_id == 0:
-                lost = self._discard(old)
-                self._receive_transition(ConnectionEvent.RECEIVE_REFUSAL, "refusal")
-                self._pending.append(LinkRefused(lost_outgoing=lost[0], lost_incoming=lost[1]))
-                return
-            if (reply.epoch, reply.link_id) != (old.epoch, old.link_id):
-                raise RemoteProtocolError("the listener started a new link though the old one was required")
-        if reply.link_id == 0:
-            raise RemoteProtocolError("no link id from the listener")
+            lost = self._discard(old)
+            self._receive_transition(ConnectionEvent.RECEIVE_REFUSAL, "refusal")
+            self._pending.append(LinkRefused(lost_outgoing=lost[0], lost_incoming=lost[1]))
+            return
         self._receive_transition(ConnectionEvent.RECEIVE_REPLY, "reply")
-        if old is not None and (reply.epoch, reply.link_id) == (old.epoch, old.link_id):
+        if outcome is ReplyOutcome.RESUMED:
+            assert old is not None
             self._start(old, resumed=True)
             return
         lost = self._discard(old) if old is not None else ((), ())
@@ -408,16 +358,9 @@ class Connection:
     def _start(
         self, link: LinkState, *, resumed: bool, lost: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     ) -> None:
-        config = link.config
-        connector = self.role is Role.CONNECTOR
-        own, peer = (
-            (config.connector_id_size, config.listener_id_size)
-            if connector
-            else (config.listener_id_size, config.connector_id_size)
-        )
         link.owner = self
         self._link = link
-        self._engine = LinkEngine(
+        self._engine = engine = LinkEngine(
             link,
             send_window=self.send_window,
             ack_window=self.ack_window,
@@ -425,7 +368,9 @@ class Connection:
             write=self._queue,
             emit=self._pending.append,
         )
-        self._decoder = PacketDecoder(sender_id_size=peer, receiver_id_size=own, limits=self.limits)
+        self._decoder = PacketDecoder(
+            sender_id_size=engine.peer_id_size, receiver_id_size=engine.own_id_size, limits=self.limits
+        )
         self._decoder.feed(self._inbound)
         self._inbound = bytearray()
         self._pending.append(

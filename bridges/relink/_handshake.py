@@ -20,10 +20,12 @@ are unused: sent as zero, ignored.
 
 from __future__ import annotations
 
+import enum
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._errors import LocalProtocolError, RemoteProtocolError
+from ._errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
 from ._packets import MAX_CHANNEL_ID_SIZE, PROTOCOL_VERSION
 
 __all__ = [
@@ -41,6 +43,9 @@ __all__ = [
     "request_size",
     "encode_reply",
     "decode_reply",
+    "check_request",
+    "ReplyOutcome",
+    "judge_reply",
 ]
 
 #: Link ids are in [1, 2**63); 0 means "none".
@@ -248,3 +253,57 @@ def decode_reply(data: bytes | bytearray) -> HandshakeReply:
     epoch, link_id = _IDENT.unpack(bytes(data))
     _check_ident(epoch, link_id, RemoteProtocolError)
     return HandshakeReply(epoch=epoch, link_id=link_id)
+
+
+# ---- the decisions ------------------------------------------------------------
+
+
+def check_request(endpoints: Mapping[str, LinkConfig], request: HandshakeRequest) -> None:
+    """The listener's check: a known endpoint, and exactly its config.
+
+    Raises:
+        HandshakeRejected: unknown endpoint name, other channel id sizes or
+            other transaction flags (the spec: terminate the connection).
+    """
+    config = endpoints.get(request.endpoint_name)
+    if config is None:
+        raise HandshakeRejected(f"unknown endpoint name {request.endpoint_name!r}")
+    asked = request.config
+    if (asked.connector_id_size, asked.listener_id_size) != (config.connector_id_size, config.listener_id_size):
+        raise HandshakeRejected(
+            f"channel id sizes {asked.connector_id_size}/{asked.listener_id_size} differ"
+            f" from the endpoint's {config.connector_id_size}/{config.listener_id_size}"
+        )
+    if asked != config:
+        raise HandshakeRejected("transaction flags differ from the endpoint's")
+
+
+class ReplyOutcome(enum.Enum):
+    """What the listener's reply means to the connector."""
+
+    RESUMED = "resumed"  # the old epoch and link id came back
+    NEW = "new"  # a new link (any old one's state is lost)
+    REFUSED = "refused"  # zero link id after requiring the old one: the link is lost
+
+
+def judge_reply(request: HandshakeRequest, reply: HandshakeReply) -> ReplyOutcome:
+    """The connector's reading of the listener's epoch and link id.
+
+    Raises:
+        RemoteProtocolError: a non-positive epoch, a zero link id not
+            allowed by the request, or a new link when the old one was
+            required (the listener should have answered zero), as Go checks.
+    """
+    if reply.epoch <= 0:
+        raise RemoteProtocolError(f"bad epoch {reply.epoch} from the listener")
+    old = (request.old_epoch, request.old_link_id)
+    if request.require_old_link:
+        if reply.link_id == 0:
+            return ReplyOutcome.REFUSED
+        if (reply.epoch, reply.link_id) != old:
+            raise RemoteProtocolError("the listener started a new link though the old one was required")
+    if reply.link_id == 0:
+        raise RemoteProtocolError("no link id from the listener")
+    if request.old_link_id and (reply.epoch, reply.link_id) == old:
+        return ReplyOutcome.RESUMED
+    return ReplyOutcome.NEW
