@@ -242,7 +242,10 @@ class LinkEngine:
             return
         buffered = state.buffered
         operations = _unwritten(state)
-        closing = state.closing and not state.close_sent
+        # The close waits for the answers to the channel's commits: the
+        # receiver forgets a closed channel, answers included, so a close
+        # and an answer both lost in a drop would leave a commit unresolved.
+        closing = state.closing and not state.close_sent and not state.pending_commits
         if state.sent >= len(buffered) and not operations and not closing:
             return
         index, next_op = state.sent, 0
@@ -450,11 +453,14 @@ class LinkEngine:
         if not self.peer_transactions:
             raise RemoteProtocolError(f"{what} on channel {channel}, but transactions were not negotiated")
         state = self.link.incoming.get(channel)
-        if state is None or state.closing:
-            raise RemoteProtocolError(f"{what} on channel {channel}, which is not open")
+        if state is None:
+            raise RemoteProtocolError(f"{what} on channel {channel}, which carried no message")
         if sequence is None:
             sequence = advance(state.transaction_target)
         step = distance(state.transaction_target, sequence)
+        repeated = commit and (sequence in state.unanswered or any(s == sequence for s, _ in state.answers))
+        if state.closing and not repeated:
+            raise RemoteProtocolError(f"{what} on channel {channel} after its close")
         if 1 <= step <= distance(state.transaction_target, state.received):
             if commit:
                 if len(state.unanswered) >= self.limits.max_pending_commits:
@@ -468,7 +474,7 @@ class LinkEngine:
             else:
                 self._emit(RollbackRequested(channel=channel, sequence=sequence))
             state.transaction_target = sequence
-        elif commit and (sequence in state.unanswered or any(s == sequence for s, _ in state.answers)):
+        elif repeated:
             pass  # repeated after a reconnection: pending, or answered in our resume preamble
         else:
             raise RemoteProtocolError(
@@ -523,6 +529,7 @@ class LinkEngine:
         state.operations.remove(head)
         event = Committed if committed else Uncommitted
         self._emit(event(channel=state.id, sequence=head.sequence))
+        self._flush(state)  # a close may have waited for this answer
         self._maybe_shutdown()
 
     def _receive_closed(self, state: OutgoingChannel) -> None:

@@ -6,12 +6,14 @@ import pytest
 from relink_pair import Pair
 
 from bridges.relink import (
+    ChannelClosed,
     ChannelCloseAcknowledged,
     ChannelOp,
     ChannelOpType,
     CommitRequested,
     Committed,
     Connection,
+    Consumed,
     LimitExceeded,
     LinkConfig,
     LocalProtocolError,
@@ -147,7 +149,7 @@ def test_commit_naming_no_received_message_is_a_violation() -> None:
         pair.listener.events()
     pair = open_pair()
     inject(pair.listener, SequenceOp(type=SequenceOpType.COMMIT, channels=(5,), sequence=0))
-    with pytest.raises(RemoteProtocolError, match="not open"):
+    with pytest.raises(RemoteProtocolError, match="carried no message"):
         pair.listener.events()
 
 
@@ -165,18 +167,53 @@ def test_pending_commit_limits() -> None:
         pair.listener.events()
 
 
-def test_close_waits_for_the_answers() -> None:
+def test_the_close_waits_for_the_answers() -> None:
     pair = open_pair(ack_window=1)
     pair.connector.send_message(1, [b"a"])
     pair.connector.commit(1)
     pair.connector.close_channel(1)
-    pair.pump()
+    _, listener_events = pair.pump()
+    assert not of(listener_events, ChannelClosed)  # held until the commit is answered
     pair.listener.consume(1, count=1)
-    connector_events, _ = pair.pump()
-    assert not of(connector_events, ChannelCloseAcknowledged)
     pair.listener.answer_commit(1, 0, committed=True)
-    connector_events, _ = pair.pump()
-    assert connector_events == [Committed(channel=1, sequence=0), ChannelCloseAcknowledged(channel=1)]
+    connector_events, listener_events = pair.pump()
+    assert listener_events == [ChannelClosed(channel=1)]
+    assert connector_events == [
+        Consumed(channel=1, sequence=0, count=1),
+        Committed(channel=1, sequence=0),
+        ChannelCloseAcknowledged(channel=1),
+    ]
+
+
+def test_the_receiver_waits_for_its_own_answers_before_acknowledging_a_close() -> None:
+    pair = open_pair(ack_window=1)
+    pair.connector.send_message(1, [b"a"])
+    pair.to_listener()
+    inject(pair.listener, SequenceOp(type=SequenceOpType.COMMIT, channels=(1,), sequence=0))
+    inject(pair.listener, ChannelOp(type=ChannelOpType.CLOSE, channels=(1,)))
+    assert pair.listener.events() == [CommitRequested(channel=1, sequence=0), ChannelClosed(channel=1)]
+    pair.listener.consume(1, count=1)
+    assert pair.listener.data_to_send() == bytes.fromhex("2d 00 01 00 00 00 00 00")  # consumed, not closed
+    pair.listener.answer_commit(1, 0, committed=False)
+    assert pair.listener.data_to_send() == bytes.fromhex("6d 00 01 00 00 00 00 00 85 00 01 00 00 00 00 00")
+
+
+def test_answer_and_close_lost_together_resolve_after_resuming() -> None:
+    pair = open_pair(ack_window=1)
+    pair.connector.send_message(1, [b"a"])
+    pair.connector.commit(1)
+    pair.connector.close_channel(1)
+    pair.to_listener()
+    pair.listener.consume(1, count=1)
+    pair.listener.answer_commit(1, 0, committed=True)
+    pair.to_connector(cut=0)  # the consumed ack and the answer are lost
+    second = pair.reconnect()
+    connector_events, listener_events = second.handshake()
+    assert of(connector_events, Committed, ChannelCloseAcknowledged) == [
+        Committed(channel=1, sequence=0),
+        ChannelCloseAcknowledged(channel=1),
+    ]
+    assert listener_events.count(ChannelClosed(channel=1)) == 1
 
 
 # ---- across a reconnection ---------------------------------------------------------
