@@ -272,3 +272,100 @@ def test_commit_issued_while_resuming_follows_its_messages() -> None:
     connector_events, _ = second.pump()
     received = of(connector_events, MessageReceived, CommitRequested)
     assert received == [MessageReceived(channel=1, sequence=1, parts=(b"b",)), CommitRequested(channel=1, sequence=1)]
+
+
+# ---- the property: commits asked once and answered once, whatever drops -----------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from bridges.relink import ConnectionState, Event  # noqa: E402
+
+# A round: send some, maybe commit or roll back, deliver, maybe answer and
+# consume, then deliver fully or drop the connection with a cut each way.
+tx_round = st.tuples(
+    st.integers(0, 3),
+    st.sampled_from(["commit", "rollback", None]),
+    st.booleans(),
+    st.sampled_from([True, False, None]),
+    st.integers(0, 3),
+    st.none() | st.tuples(st.integers(0, 100), st.integers(0, 100)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(tx_round, max_size=12))
+def test_commits_survive_any_drops(rounds: list[tuple[int, str | None, bool, bool | None, int, object]]) -> None:
+    pair = open_pair(ack_window=1)
+    issued: list[tuple[str, int]] = []  # ("commit" or "rollback", sequence), in order
+    asked: list[int] = []
+    rolled_back: list[int] = []
+    answered: dict[int, bool] = {}
+    outcomes: list[tuple[int, bool]] = []
+    unconsumed = 0
+
+    def record(connector_events: list[Event], listener_events: list[Event]) -> None:
+        nonlocal unconsumed
+        for event in listener_events:
+            if isinstance(event, CommitRequested):
+                asked.append(event.sequence)
+            elif isinstance(event, RollbackRequested):
+                rolled_back.append(event.sequence)
+            elif isinstance(event, MessageReceived):
+                unconsumed += 1
+        for event in connector_events:
+            if isinstance(event, (Committed, Uncommitted)):
+                outcomes.append((event.sequence, isinstance(event, Committed)))
+
+    def exchange(cuts: tuple[int, int] | None = None) -> None:
+        if cuts is None:
+            record(pair.to_connector(), pair.to_listener())
+            return
+        listener_events = pair.to_listener(len(pair.connector._outbound) * cuts[0] // 100)
+        connector_events = pair.to_connector(len(pair.listener._outbound) * cuts[1] // 100)
+        record(connector_events, listener_events)
+
+    for sends, operation, deliver, answer, consume, drop in rounds:
+        connector, listener = pair.connector, pair.listener
+        for _ in range(sends):
+            if connector.can_send(1):
+                connector.send_message(1, [b"m"])
+        state = connector.link.outgoing.get(1)  # type: ignore[union-attr]
+        if operation and state is not None and state.last_sequence != state.transaction_target:
+            if operation == "rollback":
+                issued.append(("rollback", connector.rollback(1)))
+            elif state.pending_commits < connector.limits.max_pending_commits:
+                issued.append(("commit", connector.commit(1)))
+        if deliver:
+            exchange()
+        incoming = listener.link.incoming.get(1)  # type: ignore[union-attr]
+        if answer is not None and incoming is not None and incoming.unanswered:
+            sequence = incoming.unanswered[0]
+            listener.answer_commit(1, sequence, committed=answer)
+            answered[sequence] = answer
+        count = min(consume, unconsumed)
+        if count:
+            listener.consume(1, count=count)
+            unconsumed -= count
+        if drop is None:
+            exchange()
+        else:
+            exchange(drop)  # type: ignore[arg-type]
+            pair = pair.reconnect()
+            record(*pair.handshake())
+    for _ in range(10):  # settle: answer and consume everything
+        incoming = pair.listener.link.incoming.get(1)  # type: ignore[union-attr]
+        while incoming is not None and incoming.unanswered:
+            sequence = incoming.unanswered[0]
+            pair.listener.answer_commit(1, sequence, committed=True)
+            answered[sequence] = True
+        if unconsumed:
+            pair.listener.consume(1, count=unconsumed)
+            unconsumed = 0
+        exchange()
+    assert pair.connector.state is ConnectionState.OPEN
+    commits = [sequence for kind, sequence in issued if kind == "commit"]
+    assert asked == commits  # each commit asked exactly once, in order
+    assert outcomes == [(sequence, answered[sequence]) for sequence in commits]  # answered once, truly
+    assert set(rolled_back) <= {sequence for kind, sequence in issued if kind == "rollback"}
+    assert not pair.connector.link.outgoing[1].operations if 1 in pair.connector.link.outgoing else True  # type: ignore[union-attr]
