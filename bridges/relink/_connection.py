@@ -559,15 +559,8 @@ class Connection:
 
     def statistics(self) -> RelinkStatistics:
         """Byte, packet and message counts of this connection."""
-        c = self._counts
-        return RelinkStatistics(
-            bytes_received=c[0],
-            bytes_sent=c[1],
-            packets_received=c[2],
-            packets_sent=c[3],
-            messages_received=c[4],
-            messages_sent=c[5],
-        )
+        # The counters are kept in the order of RelinkStatistics' fields.
+        return RelinkStatistics(**dict(zip(RelinkStatistics.__dataclass_fields__, self._counts)))
 
     # ---- output -------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class Pair:
         limits: RelinkLimits | None = None,
     ) -> None:
         self.registry = registry if registry is not None else LinkRegistry(EPOCH)
-        extra = {} if limits is None else {"limits": limits}
+        extra = {} if limits is None else {"limits": limits}  # else each side's default
         self.connector = Connection(
             Role.CONNECTOR,
             config=config,
@@ -110,17 +110,18 @@ class Pair:
     def handshake(self) -> tuple[list[Event], list[Event]]:
         return self.pump()
 
-    def reconnect(self, **kwargs: object) -> Pair:
+    def reconnect(self, *, require_old_link: bool = False) -> Pair:
         """A new pair over this one's surviving state; bytes in flight are dropped."""
         self.connector.data_to_send()
         self.listener.data_to_send()
-        link = self.connector.link
+        request = self.connector.request
+        assert request is not None
         return Pair(
-            self.connector.request.config if self.connector.request else LinkConfig(),  # type: ignore[union-attr]
+            request.config,
             registry=self.registry,
-            link=link,
+            link=self.connector.link,
+            require_old_link=require_old_link,
             send_window=self.connector.send_window,
             ack_window=self.connector.ack_window,
             limits=self.connector.limits,
-            **kwargs,  # type: ignore[arg-type]
         )
