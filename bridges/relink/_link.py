@@ -1,0 +1,319 @@
+"""What outlives a connection: the link state, per channel and direction.
+
+A Relink *link* survives TCP connections: when one drops, the connector
+connects again, presents the epoch and link id, and if the listener still
+knows the link both carry on where they were. Everything that must survive
+lives here, in a :class:`LinkState` the I/O layer keeps (the listener in its
+link registry, :class:`LinkRegistry`) and hands to the next
+:class:`~bridges.relink.Connection`. A connection owns at most one link at a
+time, and a link has one owner: the newest connection that attached it.
+
+Outgoing channels (the flow-control arithmetic)
+-----------------------------------------------
+``consumed`` is the sequence number of the last message the peer
+acknowledged consumed (``NONE`` before any). ``buffered`` holds every later
+message, oldest first: the message at index ``i`` has sequence
+``consumed + 1 + i``. Of those, the first ``sent`` were written to some
+connection and the first ``received`` were acknowledged received. The send
+window ``W`` bounds ``len(buffered)``: at most ``W`` messages sent and not
+acknowledged consumed, so ``available = W - len(buffered)``. A consumed
+acknowledgement drops messages from the front and so opens the window;
+nothing else does. These are Go's counters (``messageConsumed``,
+``messagesBuffered``, ``messagesSent``, ``messagesReceived``) and its modular
+range checks: a received acknowledgement must name a sequence between the
+last one received and the last one sent; a consumed one between the last
+one consumed and the last one sent.
+
+Incoming channels (the acknowledgement batching)
+------------------------------------------------
+``received`` is the sequence number of the last message that arrived,
+``consumed`` the last one the application consumed, ``consume_sent`` the last
+one we acknowledged consumed. As in Go, a consumed acknowledgement is sent
+as soon as ``consumed - consume_sent`` reaches the ack window (default a
+quarter of the send window, 16,384), and otherwise when the I/O layer's
+short timer (Go: 100 ms) calls ``flush_acks``. Received acknowledgements are
+sent only when resuming a link: they tell the sender where to resend from.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+from ._errors import LocalProtocolError, RemoteProtocolError
+from ._handshake import MAX_LINK_ID, LinkConfig
+from ._sequence import NONE, advance, distance
+
+__all__ = [
+    "Role",
+    "TransactionOp",
+    "OutgoingChannel",
+    "IncomingChannel",
+    "LinkState",
+    "LinkRegistry",
+]
+
+
+class Role(enum.Enum):
+    """Which end of the TCP connection: the one that connected, or the one that accepted."""
+
+    CONNECTOR = "connector"
+    LISTENER = "listener"
+
+
+@dataclass(slots=True, kw_only=True)
+class TransactionOp:
+    """A commit or rollback we issued, until it is written (and, for a commit, answered)."""
+
+    commit: bool
+    sequence: int
+    written: bool = False
+
+
+class OutgoingChannel:
+    """State of one of our channels (see the module docstring)."""
+
+    __slots__ = (
+        "id",
+        "consumed",
+        "buffered",
+        "sent",
+        "received",
+        "ever_consumed",
+        "resuming",
+        "closing",
+        "close_sent",
+        "transaction_target",
+        "operations",
+    )
+
+    def __init__(self, channel: int) -> None:
+        self.id = channel
+        self.consumed = NONE
+        self.buffered: deque[tuple[bytes, ...]] = deque()
+        self.sent = 0
+        self.received = 0
+        self.ever_consumed = False
+        # Between a resumed handshake and the peer's received acknowledgement
+        # (or its resume packet) we do not know where to resend from: hold.
+        self.resuming = False
+        self.closing = False
+        self.close_sent = False
+        self.transaction_target = NONE  # last sequence a commit or rollback named
+        self.operations: list[TransactionOp] = []
+
+    @property
+    def next_sequence(self) -> int:
+        return advance(self.consumed, 1 + len(self.buffered))
+
+    @property
+    def last_sequence(self) -> int:
+        return advance(self.consumed, len(self.buffered))
+
+    @property
+    def pending_commits(self) -> int:
+        return sum(op.commit for op in self.operations)
+
+    def on_received(self, sequence: int) -> int:
+        """Apply a received acknowledgement; how many messages it newly covers."""
+        received = distance(self.consumed, sequence)
+        if not self.received <= received <= self.sent:
+            low, high = advance(self.consumed, self.received), advance(self.consumed, self.sent)
+            raise RemoteProtocolError(
+                f"received acknowledgement of sequence {sequence} out of modular range [{low}, {high}]"
+                f" on channel {self.id}"
+            )
+        newly = received - self.received
+        self.received = received
+        if self.resuming:
+            # Where to resend from is known now: everything the peer lacks.
+            self.resuming = False
+            self.sent = received
+            self.close_sent = False
+        return newly
+
+    def on_consumed(self, sequence: int) -> int:
+        """Apply a consumed acknowledgement; how many messages left the buffer."""
+        count = distance(self.consumed, sequence)
+        if count > self.sent:
+            raise RemoteProtocolError(
+                f"consumed acknowledgement of sequence {sequence} out of modular range"
+                f" [{self.consumed}, {advance(self.consumed, self.sent)}] on channel {self.id}"
+            )
+        for _ in range(count):
+            self.buffered.popleft()
+        self.consumed = sequence
+        self.sent -= count
+        self.received = max(self.received - count, 0)
+        if count:
+            self.ever_consumed = True
+        if self.received == 0 and self.resuming:
+            # Go's rule: a consumed acknowledgement without a received one
+            # means the peer has nothing beyond it; resend the rest.
+            self.resuming = False
+            self.sent = 0
+            self.close_sent = False
+        return count
+
+    def begin_resume(self) -> None:
+        self.resuming = True
+        # Commits not answered yet are sent again after the messages they
+        # name; the receiver ignores the ones it already has. Rollbacks that
+        # were written are not repeated: the spec lets them be missed.
+        for op in self.operations:
+            if op.commit:
+                op.written = False
+
+    def end_resume(self) -> bool:
+        """The peer's resume arrived without mentioning this channel: True if it is closed."""
+        if self.close_sent:
+            return True  # the peer processed the close and forgot the channel
+        if self.ever_consumed or self.received:
+            raise RemoteProtocolError(f"channel {self.id} with acknowledged messages was not resumed")
+        self.resuming = False
+        self.sent = 0
+        return False
+
+
+class IncomingChannel:
+    """State of one of the peer's channels (see the module docstring)."""
+
+    __slots__ = (
+        "id",
+        "received",
+        "consumed",
+        "consume_sent",
+        "closing",
+        "transaction_target",
+        "unanswered",
+        "answers",
+    )
+
+    def __init__(self, channel: int, max_answers: int) -> None:
+        self.id = channel
+        self.received = NONE
+        self.consumed = NONE
+        self.consume_sent = NONE
+        self.closing = False
+        self.transaction_target = NONE
+        self.unanswered: deque[int] = deque()
+        # The last answers we gave, repeated after a reconnection: the peer
+        # has at most max_pending_commits unanswered, so these cover them.
+        self.answers: deque[tuple[int, bool]] = deque(maxlen=max_answers)
+
+    @property
+    def unconsumed(self) -> int:
+        return distance(self.consumed, self.received)
+
+    @property
+    def ack_due(self) -> bool:
+        return self.consumed != self.consume_sent
+
+    @property
+    def ready_to_close(self) -> bool:
+        return self.closing and self.consumed == self.received and not self.unanswered
+
+
+class LinkState:
+    """Everything about one link that must survive a reconnection.
+
+    Created by the connection when a handshake starts a new link; passed to
+    a later connection (``Connection(..., link=state)`` on the connector,
+    ``accept_link(state)`` on the listener) to resume it. The I/O layer
+    must not use a link from two connections at once: attaching it to a
+    new connection detaches it from the old one, whose methods then raise.
+
+    Attributes:
+        role: which end this side is.
+        config: id sizes and transactions; a resumed link keeps them.
+        epoch: the listener's epoch when the link was made.
+        link_id: the listener-assigned id, in [1, 2**63).
+    """
+
+    def __init__(self, *, role: Role, config: LinkConfig, epoch: int, link_id: int) -> None:
+        if not 1 <= link_id <= MAX_LINK_ID:
+            raise LocalProtocolError(f"link id must be in [1, 2**63), got {link_id!r}")
+        self.role = role
+        self.config = config
+        self.epoch = epoch
+        self.link_id = link_id
+        self.outgoing: dict[int, OutgoingChannel] = {}
+        self.incoming: dict[int, IncomingChannel] = {}
+        self.shutdown_requested = False
+        self.shutdown_sent = False
+        self.peer_shutdown = False
+        self.discarded = False
+        self.owner: object | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Both peers sent shutdown: the link is over and must not be resumed."""
+        return self.shutdown_sent and self.peer_shutdown
+
+    @property
+    def outgoing_channels(self) -> tuple[int, ...]:
+        """Ids of our channels that have state (open, unacknowledged or closing)."""
+        return tuple(sorted(self.outgoing))
+
+    @property
+    def incoming_channels(self) -> tuple[int, ...]:
+        """Ids of the peer's channels we have state for."""
+        return tuple(sorted(self.incoming))
+
+    def unacknowledged(self, channel: int) -> int:
+        """Messages on our ``channel`` not yet acknowledged consumed."""
+        state = self.outgoing.get(channel)
+        return len(state.buffered) if state is not None else 0
+
+    def unconsumed(self, channel: int) -> int:
+        """Messages received on the peer's ``channel`` and not yet consumed."""
+        state = self.incoming.get(channel)
+        return state.unconsumed if state is not None else 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<relink.LinkState {self.role.value} epoch={self.epoch} link={self.link_id}:"
+            f" {len(self.outgoing)} outgoing, {len(self.incoming)} incoming channels>"
+        )
+
+
+class LinkRegistry:
+    """A listener's links by id, and the source of new link ids (pure bookkeeping).
+
+    Args:
+        epoch: this listener instance's epoch, microseconds since 1970 UTC
+            (the I/O layer reads the clock once at start-up). Positive.
+    """
+
+    def __init__(self, epoch: int) -> None:
+        if type(epoch) is not int or not 0 < epoch < 2**63:
+            raise ValueError(f"epoch must be a positive signed 64-bit int, got {epoch!r}")
+        self.epoch = epoch
+        self._links: dict[int, LinkState] = {}
+        self._last_link_id = 0
+
+    def new_link_id(self) -> int:
+        """A link id never handed out by this registry before."""
+        if self._last_link_id >= MAX_LINK_ID:
+            raise LocalProtocolError("link ids are exhausted")
+        self._last_link_id += 1
+        return self._last_link_id
+
+    def lookup(self, epoch: int, link_id: int) -> LinkState | None:
+        """The live link a connector names, or None (other epoch, unknown or ended)."""
+        if epoch != self.epoch:
+            return None
+        link = self._links.get(link_id)
+        return None if link is None or link.ended or link.discarded else link
+
+    def add(self, link: LinkState) -> None:
+        if link.epoch != self.epoch:
+            raise LocalProtocolError("the link belongs to another epoch")
+        self._links[link.link_id] = link
+
+    def remove(self, link_id: int) -> None:
+        self._links.pop(link_id, None)
+
+    def __len__(self) -> int:
+        return len(self._links)
