@@ -15,7 +15,7 @@ from __future__ import annotations
 from rstreams.protocol import LocalProtocolError as _RStreamsLocalProtocolError
 from rstreams.protocol import RemoteProtocolError as _RStreamsRemoteProtocolError
 
-from .._common import BridgeError
+from ..errors import BridgeError
 
 __all__ = [
     "RelinkError",
