@@ -9,7 +9,7 @@ import pytest
 
 import bridges.relink
 from bridges.relink import LocalProtocolError, RelinkError, RemoteProtocolError
-from bridges._common import BridgeError
+from bridges import BridgeError
 from rstreams.protocol import LocalProtocolError as CoreLocal
 from rstreams.protocol import RemoteProtocolError as CoreRemote
 
