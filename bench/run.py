@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
 import shutil
 import socket
@@ -61,6 +62,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BENCH_VENV = HERE / ".venv"
+#: The last run's cases and results, for --report-again (inside the
+#: git-ignored environment: a local artefact, never committed).
+LAST_RUN = BENCH_VENV / "last-run.pickle"
 #: The rstreams / pyzmq goals of issue 19 hold when the median ratio holds in
 #: a run of at least this many interleaved rounds.
 MIN_ROUNDS_FOR_VERDICT = 5
@@ -588,8 +592,22 @@ def run(args: argparse.Namespace) -> None:
                                      (f"--load {args.load}", args.load is not None),
                                      (f"--load-rounds {args.load_rounds}", args.load_rounds)) if on
     )
+    extra["machine"] = machine()
+    with LAST_RUN.open("wb") as saved:
+        pickle.dump({"cases": cases, "extra": extra}, saved)
     write_report(cases, extra, Path(args.out))
     print(f"done in {extra['elapsed']:.0f} s; wrote {args.out}", flush=True)
+
+
+def report_again(out: Path) -> None:
+    """Write the report of the last run again (after editing bench/NOTES.md,
+    which the report carries), from what the run saved; nothing is measured."""
+    if not LAST_RUN.exists():
+        raise SystemExit(f"no saved run at {LAST_RUN}: run the benchmark first")
+    with LAST_RUN.open("rb") as saved:
+        last = pickle.load(saved)
+    write_report(last["cases"], last["extra"], out)
+    print(f"wrote {out} from the run of {last['extra']['machine']['date']}", flush=True)
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -743,7 +761,7 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     images = out.parent / "performance"
     images.mkdir(exist_ok=True)
-    info = machine()
+    info = extra.get("machine") or machine()
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # the smoke test runs without it; the real run has it
@@ -1048,8 +1066,15 @@ def main() -> None:
     )
     parser.add_argument("--load-rounds", type=int, default=0, help="rounds of the loaded phase (default: as many as --rounds)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "PERFORMANCE.md"), help="where the table goes")
+    parser.add_argument(
+        "--report-again", action="store_true",
+        help="write the report of the last run again from its saved results (after editing bench/NOTES.md); measures nothing",
+    )
     args = parser.parse_args()
     ensure_environment()
+    if args.report_again:
+        report_again(Path(args.out))
+        return
     run(args)
 
 
