@@ -914,10 +914,14 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
                 f" | {fmt_summary(case.results.get('raw', []))} | {fmt_summary(ratios(case, 'probe', 'raw'), 'x')} |"
             )
     lines += ["", "### Throughput against element size", "", "![throughput](performance/throughput.png)", ""]
-    lines += ["| element size | rstreams MB/s | rsocket-py MB/s | raw ceiling MB/s |", "|---|---|---|---|"]
+    curve = ("rstreams", "pyzmq", "nats", "rsocket", "raw")
+    lines += [
+        "| element size | " + " | ".join(f"{LABELS[s]} MB/s" for s in curve) + " |",
+        "|---|" + "---|" * len(curve),
+    ]
     for case in sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "each_default", "ws8")), key=lambda c: c.element_size):
-        values = {s: mbps(case, s) for s in ("rstreams", "rsocket", "raw")}
-        lines.append(f"| {case.element_size:,} | " + " | ".join(fmt_summary(values[s]) for s in ("rstreams", "rsocket", "raw")) + " |")
+        values = {s: mbps(case, s) for s in curve}
+        lines.append(f"| {case.element_size:,} | " + " | ".join(fmt_summary(values[s]) for s in curve) + " |")
     lines += ["", "## Latency", ""]
     if extra.get("latency_rounds"):
         rounds_ = extra["latency_rounds"]
