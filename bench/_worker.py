@@ -1,4 +1,4 @@
-"""A benchmark client process: ``python bench/_worker.py rstreams|raw|rsocket``.
+"""A benchmark client process: ``python bench/_worker.py rstreams|raw|rsocket|zmq|nats|tws``.
 
 It reads one JSON command per line on stdin, runs it against the server it
 names, and writes one JSON result per line on stdout, so the runner keeps one
@@ -28,14 +28,17 @@ WS_URL = "ws://127.0.0.1:{port}/"
 
 
 async def rstreams_stream(
-    port: int, name: str, prefetch: int, mode: str = "batches", scheme: str = "tcp"
+    port: int, name: str, prefetch: int | None = None, mode: str = "batches", scheme: str = "tcp"
 ) -> dict[str, Any]:
+    """Read ``name``: ``batches`` with ``sub.batches()``, ``each`` with
+    ``async for``; ``prefetch`` None leaves the subscription's default."""
     import rstreams
 
     elements = nbytes = 0
+    options = {} if prefetch is None else {"prefetch": prefetch}
     async with rstreams.open_session((WS_URL if scheme == "ws" else URL).format(port=port)) as session:
         start = time.perf_counter()
-        async with session.subscribe(name, prefetch=prefetch) as subscription:
+        async with session.subscribe(name, **options) as subscription:
             if mode == "batches":
                 async for batch in subscription.batches():
                     elements += len(batch)
@@ -84,11 +87,19 @@ async def rstreams_latency(port: int, rate: float, count: int) -> dict[str, Any]
     import rstreams
 
     latencies: list[float] = []
+    first_stamp = last = 0
+    clock = time.perf_counter_ns
     async with rstreams.open_session(URL.format(port=port)) as session:
         async with session.subscribe(f"stamps?rate={rate}&count={count}", prefetch=256) as subscription:
             async for element in subscription:
-                latencies.append((time.perf_counter_ns() - int.from_bytes(element, "big")) / 1000.0)
-    return {"latencies_us": latencies}
+                last = clock()
+                stamp = int.from_bytes(element, "big")
+                if not latencies:
+                    first_stamp = stamp
+                latencies.append((last - stamp) / 1000.0)
+    # From the first element's stamp to the last element's arrival: the rate
+    # the stream held is (elements - 1) / span_s.
+    return {"latencies_us": latencies, "span_s": (last - first_stamp) / 1e9}
 
 
 async def rstreams_idle_memory(port: int, n: int) -> dict[str, Any]:
@@ -254,6 +265,34 @@ def run_tws(command: dict[str, Any]) -> dict[str, Any]:
     return trio.run(_ws.consume, WS_URL.format(port=command["port"]), command["name"])  # type: ignore[no-any-return]
 
 
+def run_zmq(command: dict[str, Any]) -> dict[str, Any]:
+    import _zmq
+
+    case = command.pop("case")
+    if case == "stream":
+        return _zmq.stream(command["port"], command["name"], command.get("copy", True))
+    if case == "round_trips":
+        return _zmq.round_trips(command["ports"], command["total"], command["concurrency"])
+    if case == "latency":
+        return _zmq.latency(command["port"], command["rate"], command["count"])
+    raise ValueError(f"pyzmq has no case {case}")
+
+
+def run_nats(command: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    import _nats
+
+    case = command.pop("case")
+    if case == "stream":
+        return asyncio.run(_nats.stream(command["port"], command["name"]))
+    if case == "round_trips":
+        return asyncio.run(_nats.round_trips(command["port"], command["total"], command["concurrency"]))
+    if case == "latency":
+        return asyncio.run(_nats.latency(command["port"], command["rate"], command["count"]))
+    raise ValueError(f"NATS has no case {case}")
+
+
 def run_rsocket(command: dict[str, Any]) -> dict[str, Any]:
     import asyncio
 
@@ -269,7 +308,9 @@ def run_rsocket(command: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    run = {"rstreams": run_rstreams, "raw": run_raw, "rsocket": run_rsocket, "tws": run_tws}[sys.argv[1]]
+    run = {
+        "rstreams": run_rstreams, "raw": run_raw, "rsocket": run_rsocket, "tws": run_tws, "zmq": run_zmq, "nats": run_nats
+    }[sys.argv[1]]
     for line in sys.stdin:
         command = json.loads(line)
         try:

@@ -1,33 +1,44 @@
-"""Every performance case of issue 6, side by side, in one run.
+"""Every performance case of issues 6 and 19, side by side, in one run.
 
-    python bench/run.py               # 5 rounds, 1.5-3 minutes
-    python bench/run.py --quick       # 2 rounds, smaller counts, about 20 s
-    python bench/run.py --rounds 9 --out /tmp/perf.md
+    python bench/run.py               # 5 quiet rounds, then 5 with two busy loops beside
+    python bench/run.py --quick       # 2 rounds, smaller counts, no loaded phase
+    python bench/run.py --rounds 9 --load 2 --out /tmp/perf.md
 
-Three systems answer the same requests on loopback TCP, each server in its
+The systems answer the same requests on loopback TCP, each server in its
 own process, each client in its own process:
 
 * **rstreams**: ``rstreams serve`` with the demo's publishers
   (``bench/_bench_app.py``), read by the rstreams client;
+* **pyzmq** (libzmq): PUSH/PULL for streams, REQ/REP and DEALER/ROUTER for
+  round trips, default socket options (``bench/_zmq.py``);
+* **NATS**: Debian's ``nats-server`` with its defaults, a nats-py app
+  publishing and answering, read by a nats-py client (``bench/_nats.py``);
+  skipped, with the reason in the report, when ``nats-server`` is missing;
 * **rsocket-py** (asyncio), from PyPI, with a minimal hand-written publisher
   (``bench/_rsocket.py``);
 * **raw ceiling**: a minimal trio server writing the same wire messages as
   the demo's publishers, read by a plain socket and ``msgpack.Unpacker``
   (``bench/_raw.py``).
 
-A fourth column, **probe**, is the raw consumer reading from the rstreams
+A further column, **probe**, is the raw consumer reading from the rstreams
 server: what a client that costs nothing sees of the rstreams server.
 
 Each round runs every case once on every system, back to back; ratios are
 taken pair by pair within a round, then summarised (median, min-max), so
-load from other processes on the machine cancels out as far as it can. The
-results go to ``docs/PERFORMANCE.md`` (a table) and two plots beside it.
+load from other processes on the machine cancels out as far as it can.
+After the quiet rounds and the memory cases, ``--load N`` (2 by default, 0
+with ``--quick``) starts N busy loops (``python -c 'while 1: pass'``, not
+niced) and runs the issue-19 cases again (rstreams, pyzmq, NATS) for
+``--load-rounds`` rounds. The results go to ``docs/PERFORMANCE.md`` (the
+tables) and two plots and ``results.json`` beside it.
 
-rsocket-py and matplotlib live in the benchmark's own environment,
-``bench/.venv``: if this interpreter lacks them, the runner creates that
-environment (``pip install -e . rsocket==0.4.20 matplotlib``) and restarts
-itself there. Nothing here is run by the test suite (a smoke test runs one
-tiny round of the pieces, with no timing assertion).
+rsocket-py, pyzmq, nats-py and matplotlib live in the benchmark's own
+environment, ``bench/.venv``: if this interpreter lacks them, the runner
+creates that environment (``pip install -e '.[bench]'``, pinned in
+``pyproject.toml``) and restarts itself there. ``nats-server`` is Debian's
+package (``apt-get install nats-server``). Nothing here is run by the test
+suite (a smoke test runs the pieces once on tiny inputs, with no timing
+assertion).
 """
 
 from __future__ import annotations
@@ -35,7 +46,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -48,21 +62,34 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BENCH_VENV = HERE / ".venv"
-RSOCKET_VERSION = "0.4.20"
+#: The last run's cases and results, for --report-again (inside the
+#: git-ignored environment: a local artefact, never committed).
+LAST_RUN = BENCH_VENV / "last-run.pickle"
+#: The rstreams / pyzmq goals of issue 19 hold when the median ratio holds in
+#: a run of at least this many interleaved rounds.
+MIN_ROUNDS_FOR_VERDICT = 5
+#: The latency case's fixed rate, and how close to it a stream must stay
+#: (elements over the span from the first stamp to the last arrival).
+LATENCY_RATE = 10_000
+RATE_HELD = 0.98
 
 #: The WebSocket goal: rstreams over ws:// against trio-websocket sending one
 #: WebSocket message per element.
 WS_GOAL_RATIO = 10
 
-SYSTEMS = ("rstreams", "probe", "rsocket", "raw", "rstreams_ws", "tws")
+SYSTEMS = ("rstreams", "pyzmq", "nats", "probe", "rsocket", "raw", "rstreams_ws", "tws")
 LABELS = {
     "rstreams": "rstreams",
+    "pyzmq": "pyzmq",
+    "nats": "NATS",
     "probe": "rstreams server, raw consumer",
     "rsocket": "rsocket-py",
     "raw": "raw ceiling",
     "rstreams_ws": "rstreams over ws://",
     "tws": "trio-websocket, one message per element",
 }
+#: The systems of the loaded phase and of the latency case.
+ISSUE19_SYSTEMS = ("rstreams", "pyzmq", "nats")
 
 
 def websocket_available() -> bool:
@@ -75,33 +102,61 @@ def websocket_available() -> bool:
 # ---- environment ----------------------------------------------------------------
 
 
+BENCH_MODULES = ("rsocket", "matplotlib", "zmq", "nats")
+
+
 def ensure_environment() -> None:
-    """Re-run under bench/.venv (creating it) unless rsocket and matplotlib import."""
-    try:
-        import matplotlib  # noqa: F401
-        import rsocket  # noqa: F401
+    """Re-run under bench/.venv (creating it) unless the bench extra imports."""
+    missing = []
+    for module in BENCH_MODULES:
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if not missing:
         return
-    except ImportError:
-        pass
     if os.environ.get("RSTREAMS_BENCH_REEXEC"):
-        raise SystemExit("bench/.venv lacks rsocket or matplotlib even after installing them")
+        raise SystemExit(f"bench/.venv lacks {', '.join(missing)} even after installing the bench extra")
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
-        print("creating bench/.venv (rsocket-py, matplotlib) ...", flush=True)
+        print("creating bench/.venv (pip install -e '.[bench]') ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "-e", str(ROOT), f"rsocket=={RSOCKET_VERSION}", "matplotlib"],
-        check=True,
-    )
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[bench]"], check=True)
     os.environ["RSTREAMS_BENCH_REEXEC"] = "1"
     os.execv(str(python), [str(python), *sys.argv])
+
+
+def nats_server_binary() -> str | None:
+    """Debian's nats-server (installed in /usr/sbin, not always on PATH)."""
+    return shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/local/sbin")
+
+
+def unavailable_systems() -> dict[str, str]:
+    """Comparison systems this machine cannot run, with the reason."""
+    skipped = {}
+    try:
+        import zmq  # noqa: F401
+    except ImportError:
+        skipped["pyzmq"] = "pyzmq is not installed in this environment (pip install -e '.[bench]')"
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        skipped["nats"] = "nats-py is not installed in this environment (pip install -e '.[bench]')"
+    else:
+        if nats_server_binary() is None:
+            skipped["nats"] = "no nats-server binary (Debian: apt-get install nats-server)"
+    return skipped
 
 
 # ---- processes --------------------------------------------------------------------
 
 
 class Server:
-    def __init__(self, argv: list[str], parse_port: Any, listeners: int = 1) -> None:
+    def __init__(
+        self, argv: list[str], parse_port: Any, listeners: int = 1, companions: list[subprocess.Popen[bytes]] = []
+    ) -> None:
+        # Processes this one depends on (the NATS broker), closed after it.
+        self.companions = list(companions)
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert self.process.stdout is not None
         # One line per listener, in the order they were asked for.
@@ -113,11 +168,57 @@ class Server:
         return self.process.pid
 
     def close(self) -> None:
-        self.process.terminate()
+        for process in [self.process, *self.companions]:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_nats(binary: str) -> Server:
+    """nats-server with its defaults on a free loopback port, and the
+    publishing app (``_nats.py``) connected to it; the port is the broker's."""
+    port = free_port()
+    broker = subprocess.Popen(
+        [binary, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 10
+    while True:
         try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if broker.poll() is not None or time.monotonic() > deadline:
+                broker.kill()
+                raise RuntimeError(f"nats-server did not start on port {port}")
+            time.sleep(0.05)
+
+    def ready(line: str) -> int:
+        if line.strip() != "ready":
+            raise RuntimeError(f"the NATS app did not start: {line!r}")
+        return port
+
+    return Server([sys.executable, str(HERE / "_nats.py"), str(port)], ready, companions=[broker])
+
+
+class BusyLoops:
+    """``count`` processes spinning ``while 1: pass`` (not niced), standing
+    in for the other work on a busy machine; stopped by their own pids."""
+
+    def __init__(self, count: int) -> None:
+        self.processes = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(count)]
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait(timeout=10)
 
 
 class Worker:
@@ -149,7 +250,7 @@ class Worker:
         self.process.wait(timeout=30)
 
 
-def start_servers(websocket: bool) -> dict[str, Server]:
+def start_servers(websocket: bool, skipped: dict[str, str]) -> dict[str, Server]:
     servers = {}
     argv = [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", str(HERE), "--tcp", "127.0.0.1:0"]
     if websocket:
@@ -160,6 +261,13 @@ def start_servers(websocket: bool) -> dict[str, Server]:
         servers["tws"] = Server([sys.executable, str(HERE / "_ws.py"), "0"], int)
     servers["raw"] = Server([sys.executable, str(HERE / "_raw.py"), "0"], int)
     servers["rsocket"] = Server([sys.executable, str(HERE / "_rsocket.py"), "0"], int)
+    if "pyzmq" not in skipped:
+        # Three listeners: streams (REP), REQ/REP, DEALER/ROUTER.
+        servers["pyzmq"] = Server([sys.executable, str(HERE / "_zmq.py"), "0"], int, 3)
+    if "nats" not in skipped:
+        binary = nats_server_binary()
+        assert binary is not None
+        servers["nats"] = start_nats(binary)
     return servers
 
 
@@ -176,6 +284,9 @@ class Case:
     goal: float | None = None
     goal_rsocket: float | None = None
     goal_raw: float | None = None
+    #: Issue 19: the row's name in the table against pyzmq, and its goal.
+    issue19: str | None = None
+    goal_pyzmq: float | None = None
     headline: bool = True
     element_size: int = 0
     results: dict[str, list[float]] = field(default_factory=dict)
@@ -187,16 +298,31 @@ class Case:
 
 
 def throughput_case(
-    key: str, title: str, unit: str, name: str, counts: dict[str, int], prefetch: int, size: int, **goals: Any
+    key: str, title: str, unit: str, name: str, counts: dict[str, int], prefetch: int | None, size: int,
+    mode: str = "batches", **goals: Any,
 ) -> Case:
-    commands = {}
+    """One stream read by each system in ``counts``: rstreams with
+    ``mode`` (``batches`` or ``each``) and ``prefetch`` (None: the default);
+    rsocket-py with the same demand window; pyzmq and NATS one message per
+    element (pyzmq with ``copy=False`` above 64 KiB)."""
+    commands: dict[str, dict[str, Any]] = {}
     for system, count in counts.items():
-        if system == "rsocket" and name.startswith("range"):
-            # rsocket-py has no packed elements: its 8-byte stream is the pair.
+        if system in ("rsocket", "pyzmq", "nats") and name.startswith("range"):
+            # No packed elements there: their 8-byte stream is the pair.
             target = f"blob?count={count}&size=8"
         else:
             target = name.format(count=count)
-        commands[system] = {"case": "stream", "name": target, "prefetch": prefetch}
+        command: dict[str, Any] = {"case": "stream", "name": target}
+        if system == "pyzmq":
+            command["copy"] = size <= 65536
+        elif system in ("rstreams", "rstreams_ws"):
+            if prefetch is not None:
+                command["prefetch"] = prefetch
+            if mode != "batches":
+                command["mode"] = mode
+        elif system == "rsocket":
+            command["prefetch"] = prefetch or 32
+        commands[system] = command
     return Case(key, title, unit, commands, element_size=size, **goals)
 
 
@@ -205,10 +331,22 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
         return max(1, int(count * scale))
 
     cases = [
+        # Issue 19: the user's code as most write it, then with a wider window.
+        throughput_case(
+            "each_default", "8-byte elements, `async for`, default prefetch (32)", "el/s", "blob?count={count}&size=8",
+            {"rstreams": n(600_000), "pyzmq": n(1_000_000), "nats": n(200_000)},
+            None, 8, mode="each", headline=False, issue19="8 B, `async for`, default settings", goal_pyzmq=1.0,
+        ),
+        throughput_case(
+            "onnext8_each", "8-byte elements, `async for`, prefetch 4096", "el/s", "blob?count={count}&size=8",
+            {"rstreams": n(1_000_000), "pyzmq": n(1_000_000), "nats": n(200_000)},
+            4096, 8, mode="each", headline=False, issue19="8 B, `async for`, prefetch 4096", goal_pyzmq=1.5,
+        ),
         throughput_case(
             "onnext8", "8-byte elements, one onNext each (elementSize 0)", "el/s", "blob?count={count}&size=8",
-            {"rstreams": n(1_000_000), "probe": n(2_000_000), "rsocket": n(20_000), "raw": n(2_000_000)},
+            {"rstreams": n(1_000_000), "pyzmq": n(1_000_000), "nats": n(200_000), "probe": n(2_000_000), "rsocket": n(20_000), "raw": n(2_000_000)},
             65536, 8, goal=1_300_000, goal_rsocket=30, goal_raw=0.3,
+            issue19="8 B, `batches()` (prefetch 65536)", goal_pyzmq=3.0,
         ),
         throughput_case(
             "packed8", "8-byte elements, packed (elementSize 8)", "el/s", "range?count={count}",
@@ -217,22 +355,17 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
         ),
         throughput_case(
             "kib", "1 KiB elements", "MB/s", "blob?count={count}&size=1024",
-            {"rstreams": n(300_000), "probe": n(500_000), "rsocket": n(20_000), "raw": n(500_000)},
+            {"rstreams": n(300_000), "pyzmq": n(300_000), "nats": n(100_000), "probe": n(500_000), "rsocket": n(20_000), "raw": n(500_000)},
             4096, 1024, goal=650, goal_rsocket=15, goal_raw=0.3,
+            issue19="1 KiB, `batches()` (prefetch 4096)", goal_pyzmq=2.0,
         ),
         throughput_case(
             "mib", "1 MiB elements (split in 64 KiB parts)", "MB/s", "blob?count={count}&size=1048576",
-            {"rstreams": n(600), "probe": n(800), "rsocket": n(400), "raw": n(800)},
+            {"rstreams": n(600), "pyzmq": n(800), "nats": n(300), "probe": n(800), "rsocket": n(400), "raw": n(800)},
             16, 1 << 20, goal=1800, goal_rsocket=1.1, goal_raw=0.7,
+            issue19="1 MiB, `batches()` (prefetch 16; pyzmq `copy=False`)", goal_pyzmq=1.0,
         ),
     ]
-    # The same stream consumed one element at a time with ``async for``.
-    each = throughput_case(
-        "onnext8_each", "8-byte elements, one onNext each, `async for` per element", "el/s", "blob?count={count}&size=8",
-        {"rstreams": n(1_000_000)}, 65536, 8, headline=False,
-    )
-    each.commands["rstreams"]["mode"] = "each"
-    cases.append(each)
     # More element sizes for the throughput curve.
     for size, counts in (
         (64, {"rstreams": n(600_000), "rsocket": n(20_000), "raw": n(1_500_000)}),
@@ -254,15 +387,15 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
     cases.append(
         Case(
             "rt_seq", "subscribe to a 1-element publisher, sequential (rstreams: `session.fetch()`; rsocket-py: request-response)", "rt/s",
-            round_trips(1, {"rstreams": 4000, "probe": 4000, "rsocket": 2000, "raw": 4000}),
-            goal=10_000, goal_rsocket=2,
+            round_trips(1, {"rstreams": 4000, "pyzmq": 4000, "nats": 2000, "probe": 4000, "rsocket": 2000, "raw": 4000}),
+            goal=10_000, goal_rsocket=2, issue19="round trips, sequential (`fetch` / REQ-REP)", goal_pyzmq=1.0,
         )
     )
     cases.append(
         Case(
             "rt_64", "the same, 64 concurrent", "rt/s",
-            round_trips(64, {"rstreams": 30_000, "probe": 30_000, "rsocket": 10_000, "raw": 60_000}),
-            goal=60_000, goal_rsocket=3,
+            round_trips(64, {"rstreams": 30_000, "pyzmq": 30_000, "nats": 20_000, "probe": 30_000, "rsocket": 10_000, "raw": 60_000}),
+            goal=60_000, goal_rsocket=3, issue19="round trips, 64 in flight (`fetch` / DEALER-ROUTER)", goal_pyzmq=1.0,
         )
     )
     cases.append(
@@ -283,7 +416,10 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
 
 
 def worker_for(system: str) -> str:
-    return {"rstreams": "rstreams", "probe": "raw", "rsocket": "rsocket", "raw": "raw", "rstreams_ws": "rstreams", "tws": "tws"}[system]
+    return {
+        "rstreams": "rstreams", "probe": "raw", "rsocket": "rsocket", "raw": "raw", "rstreams_ws": "rstreams", "tws": "tws",
+        "pyzmq": "zmq", "nats": "nats",
+    }[system]
 
 
 def server_for(system: str) -> tuple[str, int]:
@@ -328,38 +464,87 @@ def verdict(ok: bool | None) -> str:
 # ---- the run ----------------------------------------------------------------------
 
 
+def run_round(
+    cases: list[Case], round_index: int, servers: dict[str, Server], workers: dict[str, Worker],
+    only: tuple[str, ...] | None, extra: dict[str, Any], phase: str,
+) -> None:
+    """Every case once on every system (``only`` those, if given), back to back."""
+    for case in cases:
+        systems = [s for s in SYSTEMS if s in case.commands and (only is None or s in only)]
+        # Rotate the order each round, so no system always goes first.
+        shift = round_index % len(systems)
+        for system in systems[shift:] + systems[:shift]:
+            server, listener = server_for(system)
+            command = dict(case.commands[system], port=servers[server].ports[listener])
+            if system == "pyzmq":
+                command["ports"] = servers[server].ports
+            result = workers[worker_for(system)].run(**command)
+            if result.get("lost") or result.get("complete") is False:
+                # Core NATS may drop: say so next to the figure, never hide it.
+                extra.setdefault("lost", []).append(
+                    {"phase": phase, "round": round_index + 1, "case": case.key, "system": system,
+                     "lost": result.get("lost"), "complete": result.get("complete")}
+                )
+            case.results.setdefault(system, []).append(case.value(result))
+        line = "  ".join(f"{s}={case.results[s][-1]:,.0f}" for s in systems)
+        print(f"  {case.key:14} {case.unit:5} {line}", flush=True)
+
+
+def run_latency(
+    round_index: int, count: int, servers: dict[str, Server], workers: dict[str, Worker], latency: dict[str, Any]
+) -> None:
+    """A steady LATENCY_RATE elements/s for ``count`` elements on each system."""
+    systems = [s for s in ISSUE19_SYSTEMS if s in servers]
+    shift = round_index % len(systems)
+    for system in systems[shift:] + systems[:shift]:
+        result = workers[worker_for(system)].run(case="latency", port=servers[system].port, rate=LATENCY_RATE, count=count)
+        values = result["latencies_us"]
+        entry = percentiles(values) if values else {"n": 0}
+        span = result.get("span_s") or 0.0
+        entry["expected"] = count
+        entry["rate"] = (len(values) - 1) / span if span > 0 and len(values) > 1 else 0.0
+        latency.setdefault("latency", {}).setdefault(system, []).append(entry)
+        latency.setdefault("latencies_us", {}).setdefault(system, []).extend(values)
+        print(
+            f"  latency {system:8} p50={entry.get('p50', 0):,.0f} us p99={entry.get('p99', 0):,.0f} us"
+            f" rate={entry['rate']:,.0f}/s ({entry['n']:,} of {count:,})",
+            flush=True,
+        )
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def run(args: argparse.Namespace) -> None:
     started = time.time()
     scale = 0.25 if args.quick else 1.0
     rounds = args.rounds or (2 if args.quick else 5)
+    load = args.load if args.load is not None else (0 if args.quick else 2)
+    load_rounds = args.load_rounds or rounds
+    latency_count = int(2 * LATENCY_RATE * scale)
     websocket = websocket_available()
+    skipped = unavailable_systems()
+    for system, reason in skipped.items():
+        print(f"skipping {LABELS[system]}: {reason}", flush=True)
     cases = make_cases(scale, websocket)
-    servers = start_servers(websocket)
-    workers = {kind: Worker(kind) for kind in ("rstreams", "raw", "rsocket") + (("tws",) if websocket else ())}
-    extra: dict[str, Any] = {}
+    for case in cases:
+        for system in skipped:
+            case.commands.pop(system, None)
+    servers = start_servers(websocket, skipped)
+    kinds = ["rstreams", "raw", "rsocket"] + (["tws"] if websocket else [])
+    kinds += [worker_for(s) for s in ("pyzmq", "nats") if s not in skipped]
+    workers = {kind: Worker(kind) for kind in kinds}
+    extra: dict[str, Any] = {"skipped": skipped}
+    quiet: dict[str, Any] = {"rounds": rounds, "load": 0, "loadavg_start": loadavg()}
+    busy: BusyLoops | None = None
     try:
         for round_index in range(rounds):
             print(f"round {round_index + 1}/{rounds}", flush=True)
-            for case in cases:
-                systems = [s for s in SYSTEMS if s in case.commands]
-                # Rotate the order each round, so no system always goes first.
-                shift = round_index % len(systems)
-                for system in systems[shift:] + systems[:shift]:
-                    server, listener = server_for(system)
-                    command = dict(case.commands[system], port=servers[server].ports[listener])
-                    result = workers[worker_for(system)].run(**command)
-                    case.results.setdefault(system, []).append(case.value(result))
-                line = "  ".join(f"{s}={case.results[s][-1]:,.0f}" for s in systems)
-                print(f"  {case.key:14} {case.unit:5} {line}", flush=True)
-            # Latency: a steady 10,000 elements/s for a couple of seconds.
-            count = int(20_000 * scale) if round_index < 3 else 0
-            if count:
-                result = workers["rstreams"].run(
-                    case="latency", port=servers["rstreams"].port, rate=10_000, count=count
-                )
-                extra.setdefault("latency_rounds", []).append(percentiles(result["latencies_us"]))
-                extra.setdefault("latencies_us", []).extend(result["latencies_us"])
-                print(f"  latency        p50={extra['latency_rounds'][-1]['p50']:.0f} us p99={extra['latency_rounds'][-1]['p99']:.0f} us", flush=True)
+            run_round(cases, round_index, servers, workers, None, extra, "quiet")
+            run_latency(round_index, latency_count, servers, workers, quiet)
+        quiet["loadavg_end"] = loadavg()
+        quiet["latency_rounds"] = quiet.get("latency", {}).get("rstreams", [])
         print("memory and scale", flush=True)
         port = servers["rstreams"].port
         extra["idle_memory"] = workers["rstreams"].run(case="idle_memory", port=port, n=1000)
@@ -373,16 +558,56 @@ def run(args: argparse.Namespace) -> None:
         print(f"  10,000 streams: {extra['many_streams']}", flush=True)
         extra["many_connections"] = workers["rstreams"].run(case="many_connections", port=port, n=1000)
         print(f"  1,000 connections: {extra['many_connections']}", flush=True)
+        if load:
+            loaded_cases = [c for c in make_cases(scale) if c.issue19]
+            for case in loaded_cases:
+                case.commands = {s: c for s, c in case.commands.items() if s in ISSUE19_SYSTEMS and s not in skipped}
+            loaded: dict[str, Any] = {"rounds": load_rounds, "load": load, "cases": loaded_cases}
+            print(f"loaded: {load} busy loops beside the run", flush=True)
+            busy = BusyLoops(load)
+            time.sleep(1.0)  # let them settle on the cores
+            loaded["loadavg_start"] = loadavg()
+            for round_index in range(load_rounds):
+                print(f"loaded round {round_index + 1}/{load_rounds}", flush=True)
+                run_round(loaded_cases, round_index, servers, workers, ISSUE19_SYSTEMS, extra, "loaded")
+                run_latency(round_index, latency_count, servers, workers, loaded)
+            loaded["loadavg_end"] = loadavg()
+            busy.close()
+            busy = None
+            extra["loaded"] = loaded
     finally:
+        if busy is not None:
+            busy.close()
         for worker in workers.values():
             worker.close()
         for server in servers.values():
             server.close()
+    extra["quiet"] = quiet
+    extra["latency_rounds"] = quiet["latency_rounds"]
     extra["elapsed"] = time.time() - started
     extra["rounds"] = rounds
     extra["quick"] = args.quick
+    extra["command"] = "python bench/run.py" + "".join(
+        f" {flag}" for flag, on in (("--quick", args.quick), (f"--rounds {args.rounds}", args.rounds),
+                                     (f"--load {args.load}", args.load is not None),
+                                     (f"--load-rounds {args.load_rounds}", args.load_rounds)) if on
+    )
+    extra["machine"] = machine()
+    with LAST_RUN.open("wb") as saved:
+        pickle.dump({"cases": cases, "extra": extra}, saved)
     write_report(cases, extra, Path(args.out))
     print(f"done in {extra['elapsed']:.0f} s; wrote {args.out}", flush=True)
+
+
+def report_again(out: Path) -> None:
+    """Write the report of the last run again (after editing bench/NOTES.md,
+    which the report carries), from what the run saved; nothing is measured."""
+    if not LAST_RUN.exists():
+        raise SystemExit(f"no saved run at {LAST_RUN}: run the benchmark first")
+    with LAST_RUN.open("rb") as saved:
+        last = pickle.load(saved)
+    write_report(last["cases"], last["extra"], out)
+    print(f"wrote {out} from the run of {last['extra']['machine']['date']}", flush=True)
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -421,61 +646,211 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import version
 
-        rsocket_version = version("rsocket")
-    except Exception:
-        rsocket_version = "not installed"
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except Exception:
+            return "not installed"
+
+    rsocket_version = installed("rsocket")
+    pyzmq_version = installed("pyzmq")
+    try:
+        import zmq
+
+        pyzmq_version += f" on libzmq {zmq.zmq_version()}"
+    except ImportError:
+        pass
+    nats_server = "not installed"
+    binary = nats_server_binary()
+    if binary:
+        try:
+            nats_server = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+            nats_server = nats_server.replace("nats-server: ", "")
+        except (OSError, subprocess.SubprocessError):
+            nats_server = "unknown version"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "versions": f"rstreams {rstreams.__version__} ({commit}), trio {trio.__version__}, msgpack {'.'.join(map(str, msgpack.version))}, rsocket-py {rsocket_version}",
+        "versions": f"rstreams {rstreams.__version__} ({commit}), trio {trio.__version__}, msgpack {'.'.join(map(str, msgpack.version))}, "
+        f"pyzmq {pyzmq_version}, nats-server {nats_server} with nats-py {installed('nats-py')}, rsocket-py {rsocket_version}",
         "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
+
+
+def issue19_lines(cases: list[Case], phase: dict[str, Any], skipped: dict[str, str]) -> list[str]:
+    """The table against pyzmq (and NATS) for one phase, every row of issue 19."""
+    rounds = phase["rounds"]
+    enough = rounds >= MIN_ROUNDS_FOR_VERDICT
+
+    def holds(ok: bool | None) -> str:
+        if ok is None:
+            return "–"
+        if not enough:
+            return f"({'yes' if ok else 'no'}; {rounds} rounds, a verdict needs {MIN_ROUNDS_FOR_VERDICT})"
+        return verdict(ok)
+
+    def missing(system: str) -> str:
+        return "skipped" if system in skipped else "–"
+
+    lines = [
+        "| case | unit | rstreams | pyzmq | NATS | rstreams / pyzmq | rstreams / NATS | goal (rstreams / pyzmq) | holds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    held = counted = 0
+    for case in cases:
+        if not case.issue19:
+            continue
+        r_zmq = ratios(case, "rstreams", "pyzmq")
+        r_nats = ratios(case, "rstreams", "nats")
+        ok = statistics.median(r_zmq) >= case.goal_pyzmq if r_zmq and case.goal_pyzmq else None
+        if ok is not None:
+            counted += 1
+            held += ok
+        lines.append(
+            f"| {case.issue19} | {case.unit} | {fmt_summary(case.results.get('rstreams', []))}"
+            f" | {fmt_summary(case.results.get('pyzmq', [])) if 'pyzmq' in case.results else missing('pyzmq')}"
+            f" | {fmt_summary(case.results.get('nats', [])) if 'nats' in case.results else missing('nats')}"
+            f" | {fmt_summary(r_zmq, 'x')} | {fmt_summary(r_nats, 'x')} | ≥ {case.goal_pyzmq:.1f}x | {holds(ok)} |"
+        )
+    latency = phase.get("latency", {})
+    mine, theirs = latency.get("rstreams", []), latency.get("pyzmq", [])
+    if mine:
+        p99 = {s: [r["p99"] for r in latency.get(s, []) if r.get("n")] for s in ISSUE19_SYSTEMS}
+        r_zmq = [a / b for a, b in zip(p99["rstreams"], p99["pyzmq"]) if b]
+        r_nats = [a / b for a, b in zip(p99["rstreams"], p99["nats"]) if b]
+        rate_held = all(r["n"] == r["expected"] and r["rate"] >= RATE_HELD * LATENCY_RATE for r in mine)
+        ok = (statistics.median(r_zmq) <= 1.0 and rate_held) if r_zmq else None
+        if ok is not None:
+            counted += 1
+            held += ok
+        lines.append(
+            f"| latency at {LATENCY_RATE:,} el/s, p99 | µs | {fmt_summary(p99['rstreams'])}"
+            f" | {fmt_summary(p99['pyzmq']) if theirs else missing('pyzmq')}"
+            f" | {fmt_summary(p99['nats']) if latency.get('nats') else missing('nats')}"
+            f" | {fmt_summary(r_zmq, 'x')} | {fmt_summary(r_nats, 'x')}"
+            f" | p99 ≤ pyzmq's (≤ 1.00x), rate held (every round ≥ {RATE_HELD:.0%} of {LATENCY_RATE:,}/s, nothing lost)"
+            f" | {holds(ok)}{'' if rate_held else ' (rate not held)'} |"
+        )
+    lines += [
+        "",
+        f"Goals held: **{held} of {counted}**" + ("" if enough else f" (indicative only: {rounds} rounds)")
+        + f". Ratios above 1 mean rstreams is faster, except latency, where below 1 means a lower p99.",
+    ]
+    if latency:
+        lines += [
+            "",
+            "| latency at 10,000 el/s | p50 µs | p99 µs | p99.9 µs | max µs | rate held (el/s) | elements |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for system in ISSUE19_SYSTEMS:
+            entries = [r for r in latency.get(system, []) if r.get("n")]
+            if not entries:
+                continue
+            lines.append(
+                f"| {LABELS[system]} | " + " | ".join(fmt_summary([r[k] for r in entries]) for k in ("p50", "p99", "p999", "max"))
+                + f" | {fmt_summary([r['rate'] for r in entries])} | {sum(r['n'] for r in entries):,} of {sum(r['expected'] for r in entries):,} |"
+            )
+    return lines
 
 
 def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     images = out.parent / "performance"
     images.mkdir(exist_ok=True)
-    info = machine()
+    info = extra.get("machine") or machine()
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # the smoke test runs without it; the real run has it
         pass
     else:
         plot_throughput(cases, images / "throughput.png")
-        if extra.get("latencies_us"):
-            plot_latency(extra["latencies_us"], images / "latency.png")
+        if extra.get("quiet", {}).get("latencies_us"):
+            plot_latency(extra["quiet"]["latencies_us"], images / "latency.png")
     (images / "results.json").write_text(
-        json.dumps({"machine": info, "cases": {c.key: c.results for c in cases}, "extra": extra_summary(extra)}, indent=1)
+        json.dumps(
+            {
+                "machine": info,
+                "cases": {c.key: c.results for c in cases},
+                "loaded_cases": {c.key: c.results for c in extra.get("loaded", {}).get("cases", [])},
+                "extra": extra_summary(extra),
+            },
+            indent=1,
+        )
     )
+    skipped = extra.get("skipped", {})
+    quiet = extra.get("quiet", {"rounds": extra["rounds"]})
     lines = [
         "# Performance",
         "",
-        "Generated by `python bench/run.py" + (" --quick" if extra["quick"] else "") + "`"
+        f"Generated by `{extra.get('command', 'python bench/run.py')}`"
         f" ({extra['rounds']} rounds, {extra['elapsed']:.0f} s); do not edit by hand, run it again.",
         "",
         f"* **When**: {info['date']}; load average at the end {info['load']}",
         f"* **Machine**: {info['machine']}; Python {info['python']}",
         f"* **Versions**: {info['versions']}",
-        "* **Setup**: loopback TCP; every server and every client in its own process.",
-        "  rstreams: `rstreams serve` with the demo's `range` / `blob` publishers, read by the",
-        "  rstreams client with `sub.batches()` (the per-element `async for` has its own row).",
-        "  rsocket-py: request-stream with a minimal hand-written publisher, read with the same",
-        "  demand window; request-response for the round trips; 256 KiB reads (its default of 1 KiB",
-        "  would cap it far lower). Raw ceiling: a minimal trio server writing the same wire",
-        "  messages (onNext 256 per `send_all`, 16 above 1 KiB; onNextPacked 16,384 per message;",
-        "  64 KiB parts, one `send_all` each), read by a plain socket and `msgpack.Unpacker`.",
-        "  *Probe*: that raw consumer reading from the rstreams server.",
+        "* **Setup**: loopback TCP; every server and every client in its own process (NATS: the",
+        "  broker, the publishing app and the client). Each round runs each case once per system,",
+        "  back to back, in an order that rotates from round to round; connection setup is outside",
+        "  the clock. `bench/NOTES.md` (below) says how each system is set up.",
         "* **Figures**: median over the rounds, min–max in brackets. Ratios are taken pair by pair",
         "  within each round, then summarised the same way. Absolute figures drift by ±30% on this",
         "  shared machine; the ratios govern.",
+    ]
+    for system, reason in skipped.items():
+        lines.append(f"* **{LABELS[system]} skipped**: {reason}.")
+    lines += [
         "",
-        "## Throughput and round trips",
+        "## Against pyzmq (issue 19)",
+        "",
+        "rstreams against pyzmq (PUSH/PULL, one `recv` per element; REQ/REP; DEALER/ROUTER with 64 in",
+        "flight; default socket options and HWM) and NATS (core NATS, nats-py), the same cases in",
+        f"the same rounds. A goal holds when its median ratio holds in a run of at least {MIN_ROUNDS_FOR_VERDICT}",
+        "interleaved rounds. The 8-byte rows read the same stream (`blob?count=N&size=8`, one onNext",
+        "per element) three ways; pyzmq's and NATS's side is the same in all three (measured again",
+        "beside each).",
+        "",
+        f"### Quiet machine ({quiet['rounds']} rounds; load average {quiet.get('loadavg_start', '?')} before, {quiet.get('loadavg_end', '?')} after)",
+        "",
+    ]
+    lines += issue19_lines(cases, quiet, skipped)
+    loaded = extra.get("loaded")
+    if loaded:
+        lines += [
+            "",
+            f"### Loaded machine: {loaded['load']} busy loops beside it ({loaded['rounds']} rounds; load average"
+            f" {loaded.get('loadavg_start', '?')} at the start, {loaded.get('loadavg_end', '?')} at the end)",
+            "",
+            f"The same cases, rstreams, pyzmq and NATS only, while {loaded['load']} processes spin `while 1: pass`",
+            "(not niced) on the 2 cores.",
+            "",
+        ]
+        lines += issue19_lines(loaded["cases"], loaded, skipped)
+    else:
+        lines += ["", "### Loaded machine", "", "Not run this time (`--load 0`, or `--quick`).", ""]
+    lost = extra.get("lost")
+    if lost:
+        lines += ["", "Streams that lost elements (core NATS drops a slow consumer's messages; the figure counts what arrived):", ""]
+        for item in lost:
+            lines.append(f"* {item['phase']} round {item['round']}, {item['case']}, {LABELS.get(item['system'], item['system'])}: "
+                         f"{item['lost']} lost{'' if item['complete'] else ', end of stream lost'}")
+    lines += [
+        "",
+        "## Issue 6: against rsocket-py and the raw ceiling",
+        "",
+        "rstreams: `rstreams serve` with the demo's `range` / `blob` publishers, read by the",
+        "rstreams client with `sub.batches()` (the per-element `async for` has its own row).",
+        "rsocket-py: request-stream with a minimal hand-written publisher, read with the same",
+        "demand window; request-response for the round trips; 256 KiB reads (its default of 1 KiB",
+        "would cap it far lower). Raw ceiling: a minimal trio server writing the same wire",
+        "messages (onNext 256 per `send_all`, 16 above 1 KiB; onNextPacked 16,384 per message;",
+        "64 KiB parts, one `send_all` each), read by a plain socket and `msgpack.Unpacker`.",
+        "*Probe*: that raw consumer reading from the rstreams server.",
+        "",
+        "### Throughput and round trips",
         "",
         "| case | unit | rstreams | rsocket-py | raw ceiling | vs rsocket-py | vs raw | probe vs raw | goal | holds |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -539,10 +914,14 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
                 f" | {fmt_summary(case.results.get('raw', []))} | {fmt_summary(ratios(case, 'probe', 'raw'), 'x')} |"
             )
     lines += ["", "### Throughput against element size", "", "![throughput](performance/throughput.png)", ""]
-    lines += ["| element size | rstreams MB/s | rsocket-py MB/s | raw ceiling MB/s |", "|---|---|---|---|"]
-    for case in sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "ws8")), key=lambda c: c.element_size):
-        values = {s: mbps(case, s) for s in ("rstreams", "rsocket", "raw")}
-        lines.append(f"| {case.element_size:,} | " + " | ".join(fmt_summary(values[s]) for s in ("rstreams", "rsocket", "raw")) + " |")
+    curve = ("rstreams", "pyzmq", "nats", "rsocket", "raw")
+    lines += [
+        "| element size | " + " | ".join(f"{LABELS[s]} MB/s" for s in curve) + " |",
+        "|---|" + "---|" * len(curve),
+    ]
+    for case in sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "each_default", "ws8")), key=lambda c: c.element_size):
+        values = {s: mbps(case, s) for s in curve}
+        lines.append(f"| {case.element_size:,} | " + " | ".join(fmt_summary(values[s]) for s in curve) + " |")
     lines += ["", "## Latency", ""]
     if extra.get("latency_rounds"):
         rounds_ = extra["latency_rounds"]
@@ -550,7 +929,9 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
         lines += [
             "Publish-to-consume: the `stamps` publisher hands an element to `sink.send` 10,000 times a",
             "second, stamped with `time.perf_counter_ns()` (CLOCK_MONOTONIC, shared by the processes);",
-            "the client subtracts it from its own clock when `async for` returns the element.",
+            "the client subtracts it from its own clock when `async for` returns the element (prefetch 256).",
+            "pyzmq's and NATS's publishers send the same stamps on the same schedule (the comparison is",
+            "in the issue-19 tables above; the plot's tail shows all three).",
             "",
             "| rounds | elements | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | goal | holds |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -605,7 +986,13 @@ def mbps(case: Case, system: str) -> list[float]:
 
 
 def extra_summary(extra: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in extra.items() if k != "latencies_us"}
+    """What results.json keeps: everything but each element's latency (the
+    percentiles stay) and the loaded phase's cases (kept beside)."""
+    summary_ = {k: v for k, v in extra.items() if k not in ("latencies_us", "quiet", "loaded")}
+    for phase in ("quiet", "loaded"):
+        if phase in extra:
+            summary_[phase] = {k: v for k, v in extra[phase].items() if k not in ("latencies_us", "cases")}
+    return summary_
 
 
 def plot_throughput(cases: list[Case], path: Path) -> None:
@@ -614,9 +1001,9 @@ def plot_throughput(cases: list[Case], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sized = sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "ws8")), key=lambda c: c.element_size)
+    sized = sorted((c for c in cases if c.element_size and c.key not in ("packed8", "onnext8_each", "each_default", "ws8")), key=lambda c: c.element_size)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for system, style in (("rstreams", "o-"), ("rsocket", "s-"), ("raw", "^--")):
+    for system, style in (("rstreams", "o-"), ("pyzmq", "D-"), ("nats", "v-"), ("rsocket", "s-"), ("raw", "^--")):
         xs, ys, lows, highs = [], [], [], []
         for case in sized:
             s = summary(mbps(case, system))
@@ -640,27 +1027,32 @@ def plot_throughput(cases: list[Case], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_latency(latencies: list[float], path: Path) -> None:
+def plot_latency(latencies: dict[str, list[float]], path: Path) -> None:
+    """rstreams' histogram, and every system's tail (complementary CDF)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ordered = sorted(latencies)
     fig, (hist, cdf) = plt.subplots(1, 2, figsize=(10, 4))
-    cap = ordered[min(len(ordered) - 1, int(0.999 * len(ordered)))]
-    hist.hist([v for v in ordered if v <= cap], bins=80)
+    for system, values in latencies.items():
+        ordered = sorted(values)
+        if not ordered:
+            continue
+        n = len(ordered)
+        if system == "rstreams":
+            cap = ordered[min(n - 1, int(0.999 * n))]
+            hist.hist([v for v in ordered if v <= cap], bins=80)
+        cdf.plot(ordered, [1 - (i + 0.5) / n for i in range(n)], label=LABELS.get(system, system))
     hist.set_xlabel("publish-to-consume latency (µs), up to p99.9")
     hist.set_ylabel("elements")
-    hist.set_title("rstreams at 10,000 elements/s")
-    n = len(ordered)
-    cdf.plot(ordered, [1 - (i + 0.5) / n for i in range(n)])
+    hist.set_title(f"rstreams at {LATENCY_RATE:,} elements/s")
     cdf.set_xscale("log")
     cdf.set_yscale("log")
     cdf.axvline(1000, color="red", linestyle=":", label="1 ms")
     cdf.set_xlabel("latency (µs)")
     cdf.set_ylabel("fraction of elements slower")
-    cdf.set_title("tail (complementary CDF)")
+    cdf.set_title(f"tail at {LATENCY_RATE:,} el/s (complementary CDF)")
     cdf.grid(True, which="both", alpha=0.3)
     cdf.legend()
     fig.tight_layout()
@@ -672,9 +1064,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 rounds, a quarter of the work (under 2 minutes)")
     parser.add_argument("--rounds", type=int, default=0, help="rounds (default 5, or 2 with --quick)")
+    parser.add_argument(
+        "--load", type=int, default=None,
+        help="after the quiet rounds, run the issue-19 cases again beside this many busy loops (default 2, 0 with --quick)",
+    )
+    parser.add_argument("--load-rounds", type=int, default=0, help="rounds of the loaded phase (default: as many as --rounds)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "PERFORMANCE.md"), help="where the table goes")
+    parser.add_argument(
+        "--report-again", action="store_true",
+        help="write the report of the last run again from its saved results (after editing bench/NOTES.md); measures nothing",
+    )
     args = parser.parse_args()
     ensure_environment()
+    if args.report_again:
+        report_again(Path(args.out))
+        return
     run(args)
 
 

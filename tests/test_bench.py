@@ -3,8 +3,9 @@
 It runs each piece once on tiny inputs: the raw ceiling server and consumer,
 the rstreams worker's cases against ``rstreams serve``, and the report. It
 asserts only that they work and count right, never how fast they are:
-benchmarks are not tests. rsocket-py and matplotlib are not test
-dependencies; the parts that need them are skipped without them.
+benchmarks are not tests. rsocket-py, pyzmq, nats-py, nats-server and
+matplotlib are not test dependencies (they are the ``bench`` extra and
+Debian's nats-server); the parts that need them are skipped without them.
 """
 
 from __future__ import annotations
@@ -66,9 +67,13 @@ def test_the_rstreams_worker_runs_every_case(servers: dict[str, bench_run.Server
         assert (stream["elements"], stream["bytes"]) == (1000, 8000)
         each = worker.run(case="stream", port=port, name="range?count=500", prefetch=64, mode="each")
         assert each["elements"] == 500
+        # No prefetch: the subscription's default, as most users leave it.
+        default = worker.run(case="stream", port=port, name="blob?count=300&size=8", mode="each")
+        assert (default["elements"], default["bytes"]) == (300, 2400)
         assert worker.run(case="round_trips", port=port, total=10, concurrency=3)["elements"] == 10
         assert worker.run(case="round_trips", port=port, total=10, concurrency=3, mode="iterate")["elements"] == 10
-        assert len(worker.run(case="latency", port=port, rate=2000, count=20)["latencies_us"]) == 20
+        latency = worker.run(case="latency", port=port, rate=2000, count=20)
+        assert len(latency["latencies_us"]) == 20 and latency["span_s"] > 0
         assert worker.run(case="idle_memory", port=port, n=5)["bytes_per_subscription"] > 0
         slow = worker.run(case="slow_subscribers", port=port, server_pid=server.pid, n=4, connections=2, seconds=0.5)
         assert slow["received"] > 0 and slow["samples"]
@@ -78,18 +83,39 @@ def test_the_rstreams_worker_runs_every_case(servers: dict[str, bench_run.Server
         worker.close()
 
 
-def test_the_report_is_written(tmp_path: Path) -> None:
+def _filled_cases(rounds: int) -> list[bench_run.Case]:
     cases = bench_run.make_cases(0.001)
-    for round_index in range(2):
+    for round_index in range(rounds):
         for case in cases:
             for system in case.commands:
                 case.results.setdefault(system, []).append(1000.0 + round_index + len(system))
+    return cases
+
+
+def _latency_phase(rounds: int, systems: tuple[str, ...]) -> dict[str, object]:
+    values = [50.0, 60.0, 70.0, 900.0]
+    entry = dict(bench_run.percentiles(values), expected=4, rate=float(bench_run.LATENCY_RATE))
+    return {
+        "rounds": rounds,
+        "latency": {system: [dict(entry) for _ in range(rounds)] for system in systems},
+        "latencies_us": {system: values for system in systems},
+    }
+
+
+@pytest.mark.parametrize("rounds", [2, 5])
+def test_the_report_is_written(tmp_path: Path, rounds: int) -> None:
+    cases = _filled_cases(rounds)
+    quiet = _latency_phase(rounds, bench_run.ISSUE19_SYSTEMS)
+    loaded = dict(_latency_phase(rounds, ("rstreams", "pyzmq")), load=2, cases=[c for c in _filled_cases(rounds) if c.issue19])
     extra = {
-        "rounds": 2,
+        "rounds": rounds,
         "quick": True,
         "elapsed": 1.0,
-        "latency_rounds": [bench_run.percentiles([50.0, 60.0, 70.0, 900.0])],
-        "latencies_us": [50.0, 60.0, 70.0, 900.0],
+        "skipped": {"nats": "no nats-server binary"},
+        "quiet": quiet,
+        "loaded": loaded,
+        "lost": [{"phase": "quiet", "round": 1, "case": "kib", "system": "nats", "lost": 3, "complete": False}],
+        "latency_rounds": quiet["latency"]["rstreams"],  # type: ignore[index]
         "idle_memory": {"bytes_per_subscription": 1000.0, "n": 10},
         "slow_subscribers": {"samples": [(0.5, 2**20), (1.0, 2**20), (2.0, 2**20)], "received": 10, "seconds": 2.0},
         "many_streams": {"opened": 10, "elements": 1000, "seconds": 0.1},
@@ -100,6 +126,16 @@ def test_the_report_is_written(tmp_path: Path) -> None:
     text = out.read_text()
     assert "| 1 KiB elements |" in text and "rsocket-py" in text and "## Latency" in text
     assert (tmp_path / "performance" / "results.json").exists()
+    # Every row of issue 19, quiet and loaded, with its goal against pyzmq.
+    issue19 = text.split("## Against pyzmq (issue 19)")[1].split("## Issue 6")[0]
+    rows = [c.issue19 for c in cases if c.issue19] + ["latency at 10,000 el/s, p99"]
+    assert len(rows) == 8
+    for row in rows:
+        assert issue19.count(f"| {row} |") == 2
+    assert "### Loaded machine: 2 busy loops" in issue19 and "NATS skipped" in text
+    assert "end of stream lost" in text
+    # A verdict only from enough rounds.
+    assert ("a verdict needs 5" in issue19) == (rounds < bench_run.MIN_ROUNDS_FOR_VERDICT)
 
 
 def test_rsocket_side_runs_when_installed() -> None:
@@ -115,6 +151,65 @@ def test_rsocket_side_runs_when_installed() -> None:
         server.close()
 
 
+@pytest.fixture(scope="module")
+def zmq_server() -> Iterator[bench_run.Server]:
+    pytest.importorskip("zmq", reason="pyzmq is the bench extra, not a test dependency")
+    server = bench_run.Server([sys.executable, str(BENCH / "_zmq.py"), "0"], int, 3)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_pyzmq_side_runs_when_installed(zmq_server: bench_run.Server) -> None:
+    worker = bench_run.Worker("zmq")
+    try:
+        port, ports = zmq_server.port, zmq_server.ports
+        small = worker.run(case="stream", port=port, name="blob?count=300&size=8", copy=True)
+        assert (small["elements"], small["bytes"]) == (300, 2400)
+        large = worker.run(case="stream", port=port, name="blob?count=3&size=1048576", copy=False)
+        assert (large["elements"], large["bytes"]) == (3, 3 * 1048576)
+        for concurrency in (1, 7):
+            assert worker.run(case="round_trips", ports=ports, total=20, concurrency=concurrency)["elements"] == 20
+        latency = worker.run(case="latency", port=port, rate=2000, count=20)
+        assert len(latency["latencies_us"]) == 20 and latency["span_s"] > 0
+    finally:
+        worker.close()
+
+
+def test_nats_side_runs_when_installed() -> None:
+    pytest.importorskip("nats", reason="nats-py is the bench extra, not a test dependency")
+    binary = bench_run.nats_server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (Debian: apt-get install nats-server)")
+    server = bench_run.start_nats(binary)
+    worker = bench_run.Worker("nats")
+    try:
+        small = worker.run(case="stream", port=server.port, name="blob?count=300&size=8")
+        assert (small["elements"], small["bytes"], small["lost"], small["complete"]) == (300, 2400, 0, True)
+        for concurrency in (1, 7):
+            assert worker.run(case="round_trips", port=server.port, total=20, concurrency=concurrency)["elements"] == 20
+        assert len(worker.run(case="latency", port=server.port, rate=2000, count=20)["latencies_us"]) == 20
+    finally:
+        worker.close()
+        server.close()
+
+
+def test_missing_comparison_systems_are_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_run, "nats_server_binary", lambda: None)
+    skipped = bench_run.unavailable_systems()
+    assert "nats" in skipped and ("nats-server" in skipped["nats"] or "nats-py" in skipped["nats"])
+
+
+def test_busy_loops_start_and_stop() -> None:
+    busy = bench_run.BusyLoops(1)
+    try:
+        assert all(process.poll() is None for process in busy.processes)
+    finally:
+        busy.close()
+    assert all(process.poll() is not None for process in busy.processes)
+
+
 def test_the_runner_documents_its_command() -> None:
     result = subprocess.run([sys.executable, str(BENCH / "run.py"), "--help"], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and "--quick" in result.stdout
+    assert result.returncode == 0 and "--quick" in result.stdout and "--load" in result.stdout
