@@ -76,11 +76,13 @@ arrays of integers; wstrings are strings. See docs/bridges/epoxy.md.
 EPILOG = """\
 examples:
   rstreams serve examples.demo:app --epoxy 127.0.0.1:25188
+  rstreams sub epoxy://127.0.0.1 'range?count=3' --format hex      # the same, as rstreams sees it
   rstreams epoxy call 127.0.0.1:25188 rstreams.Publishers Subscribe \\
-      --payload-hex 43420100090e72616e67653f636f756e743d3300      # {"0": "range?count=3"}
-  rstreams epoxy call 127.0.0.1:25188 rstreams.Publishers Publish --event \\
-      --payload-hex 434201000904636861742d0305...
-  rstreams epoxy call epoxy.example.com rstreams.Publishers Subscribe --tls --ca ca.pem
+      --payload-hex 43420100090d72616e67653f636f756e743d3300      # {"0": "range?count=3"}
+  rstreams epoxy call 127.0.0.1:25188 rstreams.Publishers Publish --event --payload-hex \\
+      434201000904636861742b0e1d7b2266726f6d223a2022636c69222c202274657874223a20226869227d00
+  rstreams epoxy call epoxy.example.com rstreams.Publishers Subscribe --tls --ca ca.pem \\
+      --payload-hex 43420100090d72616e67653f636f756e743d3300
   rstreams epoxy decode tests/data/bond-compat/compat.fast.dat --protocol fast
   printf 'CB\\1\\0\\x30\\x86\\x01\\0' | rstreams epoxy decode - --protocol compact --marshalled
 
