@@ -379,7 +379,9 @@ async def serve_services(
             is read from the socket only when one finishes.
 
     Returns when the connection ends normally (the peer closed its side and
-    was answered, or we closed).
+    was answered, or we closed) and the events read before the end have
+    run. Methods still running when it ends are cancelled: their answers
+    could not be sent.
 
     Raises:
         PeerProtocolError, RemoteProtocolError, EpoxyConnectionLost: it
@@ -412,19 +414,26 @@ async def serve_services(
                 return
             await dispatch_event(table, message)
 
-    # The errors are kept and raised outside the nursery, so the caller gets
-    # the connection's end unwrapped.
+    # The errors are kept and raised outside the nurseries, so the caller
+    # gets the connection's end unwrapped.
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_events)
-        while True:
-            try:
-                request = await slots.receive(connection.receive_request)
-            except trio.EndOfChannel:
-                break
-            except EpoxyError as exc:
-                ends.append(exc)
-                break
-            nursery.start_soon(answer, request)
+        async with trio.open_nursery() as handlers:
+            while True:
+                try:
+                    request = await slots.receive(connection.receive_request)
+                except trio.EndOfChannel:
+                    break
+                except EpoxyError as exc:
+                    ends.append(exc)
+                    break
+                handlers.start_soon(answer, request)
+            # The connection has ended (a peer that closed its side ends it
+            # only once answered): no answer can go out any more, so the
+            # methods still running are cancelled, not awaited (a Subscribe
+            # to an endless stream would never return). Events already read
+            # still run: the loop above drains them.
+            handlers.cancel_scope.cancel()
     if ends:
         raise ends[0]
 

@@ -52,17 +52,24 @@ class EpoxySettings(LinkSettings):
         max_read_ahead: bytes of payloads read but not yet taken by the
             application; beyond it the reader stops. Default 1 MiB (at least
             one frame is always read).
+        half_close_timeout: seconds we go on answering a peer that closed
+            its side with requests pending (the spec's "reasonable amount of
+            time"); then we close too, and what was not answered is dropped.
+            Default 10.
         max_write_buffer, receive_size, close_timeout: as in LinkSettings.
     """
 
     keepalive_interval: float | None = None
     limits: EpoxyLimits = DEFAULT_LIMITS
     max_conversation_id: int = MAX_CONVERSATION_ID
+    half_close_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         LinkSettings.__post_init__(self)
         if self.keepalive_interval is not None:
             raise ValueError("Epoxy has no ping: keepalive_interval must be None")
+        if not self.half_close_timeout > 0:
+            raise ValueError("half_close_timeout must be positive")
 
 
 DEFAULT_SETTINGS = EpoxySettings()

@@ -33,8 +33,10 @@ missing handshake with :class:`EpoxyTimeout` (``TIMEOUT`` sent first); a
 transport that fails with :class:`EpoxyConnectionLost`. The peer closing
 its side (end of file) is Epoxy's normal end: our calls still pending fail
 with :class:`EpoxyClosed` (the peer has sent everything it will), but we
-still answer the requests it sent before closing, and then close too; an
-inbound queue then ends with ``trio.EndOfChannel`` once drained.
+still answer the requests it sent before closing (for
+``half_close_timeout`` at most: it may have closed for good), and then
+close too; an inbound queue then ends with ``trio.EndOfChannel`` once
+drained.
 """
 
 from __future__ import annotations
@@ -337,6 +339,23 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             call._resolve(None, closed)  # it has sent everything it will
         self._calls.clear()
         self._end_if_answered()
+        if self._end is None and self._nursery is not None:
+            self._nursery.start_soon(self._close_after_half_close)
+
+    async def _close_after_half_close(self) -> None:
+        # The peer may have closed for good rather than half: we cannot tell
+        # until we write. Answer for half_close_timeout at most, then close.
+        with trio.move_on_after(self.config.half_close_timeout):
+            await self._ended.wait()
+        unanswered = len(self._machine.peer_pending_requests)
+        self._finish(
+            EpoxyClosed(
+                f"the peer closed the connection; {unanswered} requests unanswered after"
+                f" {self.config.half_close_timeout} s",
+                by_peer=True,
+            ),
+            normal=True,
+        )
 
     def _end_if_answered(self) -> None:
         # After the peer's end of file we answer what it asked, then close.

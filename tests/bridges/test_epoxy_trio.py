@@ -53,6 +53,7 @@ from bridges.epoxy import (
     open_epoxy_connection,
     open_epoxy_stream,
     serve_epoxy,
+    event,
     method,
     service,
 )
@@ -616,6 +617,59 @@ async def test_a_client_that_closes_its_side_still_gets_its_answers(nursery: tri
         slow.gate(1).set()
         [frame] = await raw.receive_until_eof()  # the answer, then the server closes too
         assert decode_message(frame)[0].conversation_id == 1
+
+
+async def test_a_client_that_leaves_cancels_the_methods_answering_it(nursery: trio.Nursery) -> None:
+    slow = Slow()
+    cancelled = trio.Event()
+    original = slow.gate
+
+    def gate(key: int) -> trio.Event:
+        return original(key) if key != 7 else _Forever(cancelled)  # type: ignore[return-value]
+
+    slow.gate = gate  # type: ignore[method-assign]
+    port = await start_server(nursery, services=[slow], settings=EpoxySettings(half_close_timeout=0.2))
+    with trio.fail_after(10):
+        async with open_epoxy_connection("127.0.0.1", port) as connection:
+            await connection.start_call("test.Slow", "Wait", Params(x=7))
+            while not slow.entered:
+                await trio.sleep(0.01)
+        left = trio.current_time()
+        await cancelled.wait()  # not left running for a client that is gone
+        assert trio.current_time() - left >= 0.2  # a half-closed client would have had its answer
+
+
+class _Forever:
+    """An event that is never set and says when its waiter was cancelled."""
+
+    def __init__(self, cancelled: trio.Event) -> None:
+        self.cancelled = cancelled
+
+    async def wait(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.cancelled.set()
+
+
+async def test_events_sent_just_before_closing_still_run(nursery: trio.Nursery) -> None:
+    ran: list[int] = []
+
+    @service("test.Log")
+    class Log:
+        @event
+        async def Note(self, params: Params) -> None:  # noqa: N802
+            await trio.sleep(0.01)  # slower than the close that follows
+            ran.append(params.x)
+
+    port = await start_server(nursery, services=[Log()])
+    with trio.fail_after(10):
+        async with open_epoxy_connection("127.0.0.1", port) as connection:
+            for x in range(3):
+                await connection.send_event("test.Log", "Note", Params(x=x))
+        while len(ran) < 3:
+            await trio.sleep(0.01)
+    assert ran == [0, 1, 2]
 
 
 async def test_unknown_services_and_methods_are_method_not_found(nursery: trio.Nursery) -> None:
