@@ -49,6 +49,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import trio
+
 from rstreams import Router, Session, SubscriptionError, UnknownPublisher, open_stream_session, publish_to_topic
 from rstreams.support import memory_stream_pair
 
@@ -110,11 +112,30 @@ class Publishers:
             (possibly empty) so that it can publish into topics
             (:func:`open_app_session` makes one).
         max_response_bytes: the most element bytes per ``Subscribe`` response.
+        nursery: where each topic's publishing stream runs; without one,
+            every ``Publish`` is a publishing stream of its own (slower).
+
+    Publishing: the first ``Publish`` to a topic opens one publishing stream
+    into it (:func:`rstreams.publish_to_topic` fed from a channel without a
+    buffer), and the next ones go down the same stream, in order. The
+    stream pulls the next value only when the topic has room, so a
+    ``Publish`` returns once its value was taken; :meth:`aclose` ends the
+    streams once every value taken is in its topic.
     """
 
-    def __init__(self, session: Session, *, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        nursery: trio.Nursery | None = None,
+    ) -> None:
         self.session = session
         self.max_response_bytes = max_response_bytes
+        self._nursery = nursery
+        # One per topic being published into; bounded by the app's topics
+        # (a stream into anything else fails at once and is removed).
+        self._feeds: dict[str, trio.MemorySendChannel[bytes]] = {}
 
     @method
     async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
@@ -134,10 +155,38 @@ class Publishers:
         if not topic or "?" in topic:
             logger.warning("dropped a Publish event: %r is not a topic name", topic)
             return
+        if self._nursery is None:
+            try:
+                await publish_to_topic(self.session, topic, [request.value])
+            except SubscriptionError as exc:
+                logger.warning("dropped a Publish event for topic %r: %s", topic, exc)
+            return
+        feed = self._feeds.get(topic)
+        if feed is None:
+            feed, values = trio.open_memory_channel[bytes](0)
+            self._feeds[topic] = feed
+            self._nursery.start_soon(self._publish, topic, feed, values)
         try:
-            await publish_to_topic(self.session, topic, [request.value])
+            await feed.send(request.value)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the stream into the topic ended, and said why
+
+    async def _publish(
+        self, topic: str, feed: trio.MemorySendChannel[bytes], values: trio.MemoryReceiveChannel[bytes]
+    ) -> None:
+        try:
+            with values:
+                await publish_to_topic(self.session, topic, values)
         except SubscriptionError as exc:
-            logger.warning("dropped a Publish event for topic %r: %s", topic, exc)
+            logger.warning("dropped Publish events for topic %r: %s", topic, exc)
+        finally:
+            if self._feeds.get(topic) is feed:
+                del self._feeds[topic]
+
+    async def aclose(self) -> None:
+        """End the publishing streams; they finish once what they took is in the topics."""
+        for feed in list(self._feeds.values()):
+            await feed.aclose()
 
 
 @asynccontextmanager
@@ -181,10 +230,13 @@ class EpoxyAppServer(EpoxyServer):
 
     async def _serve_connection(self, connection: EpoxyConnection) -> None:
         async with open_app_session(self.app) as session:
-            publishers = Publishers(session, max_response_bytes=self.max_response_bytes)
-            try:
-                await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)
-            except EpoxyError as exc:
-                # The peer's Error frame, a violation (already answered with
-                # one), a lost connection: the end of one client.
-                logger.info("Epoxy connection from %s ended: %s", connection.info.peer, exc)
+            async with trio.open_nursery() as nursery:
+                publishers = Publishers(session, max_response_bytes=self.max_response_bytes, nursery=nursery)
+                try:
+                    await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)
+                except EpoxyError as exc:
+                    # The peer's Error frame, a violation (already answered
+                    # with one), a lost connection: the end of one client.
+                    logger.info("Epoxy connection from %s ended: %s", connection.info.peer, exc)
+                finally:
+                    await publishers.aclose()

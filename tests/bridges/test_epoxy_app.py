@@ -7,6 +7,7 @@ by a Python client, or by a raw peer where the frames themselves matter
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
@@ -26,9 +27,11 @@ from bridges.epoxy import (
     EpoxyMessageType,
     ErrorCode,
     ErrorResponse,
+    Publishers,
     PublishEvent,
     SubscribeRequest,
     bond,
+    open_app_session,
     open_epoxy_connection,
 )
 from rstreams.support import listener_port
@@ -200,3 +203,20 @@ async def test_publish_events_are_paced_by_the_topic(served: Served) -> None:
                     reader.request(5)
                     got = [bytes(await reader.__anext__()) for _ in range(5)]
                     assert got == [bytes([n]) for n in range(5)]
+
+
+async def test_publishers_without_a_nursery_publish_each_event_on_its_own(caplog: pytest.LogCaptureFixture) -> None:
+    app, _, _, notes = make_app()
+    with trio.fail_after(10):
+        async with open_app_session(app) as session:
+            publishers = Publishers(session)
+            await publishers.Publish(PublishEvent(topic="notes", value=b"1"))
+            assert notes.statistics().published == 1  # in the topic when Publish returns
+            with caplog.at_level(logging.WARNING, logger="rstreams.epoxy"):
+                await publishers.Publish(PublishEvent(topic="nowhere", value=b"2"))
+                await publishers.Publish(PublishEvent(topic="", value=b"3"))
+            messages = [record.message for record in caplog.records]
+            assert len(messages) == 2
+            assert messages[0].startswith("dropped a Publish event for topic 'nowhere': no such publisher: nowhere/publish")
+            assert messages[1] == "dropped a Publish event: '' is not a topic name"
+            await publishers.aclose()
