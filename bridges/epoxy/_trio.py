@@ -216,7 +216,8 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
     @property
     def info(self) -> ConnectionInfo:
         """The peer's address and TLS details (as a server's accept function saw them)."""
-        if self._info is None:
+        if self._info is None or self._info.config is None:
+            # Cached once the handshake has brought the peer's config.
             self._info = connection_info(self.stream, self._machine.peer_config)
         return self._info
 
