@@ -64,6 +64,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from rstreams.protocol import RemoteProtocolError
+from rstreams.support import describe_error
 
 from ._config import LinkSettings
 
@@ -308,7 +309,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     self._reader_lot.unpark_all()
                     with trio.move_on_after(self.config.close_timeout):
                         await self._ended.wait()
-                    self._finish(self._lost(f"connection lost while writing: {exc!r}"))
+                    self._finish(self._lost(f"connection lost while writing: {describe_error(exc)}"))
                     return
                 self._written += len(data)
                 self._written_lot.unpark_all()
@@ -370,7 +371,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             try:
                 data = await self.stream.receive_some(self.config.receive_size)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._finish(self._lost(f"connection lost while reading: {exc!r}"))
+                # trio's error often says nothing itself ("BrokenResourceError()")
+                # while its cause does (a certificate that failed to verify).
+                self._finish(self._lost(f"connection lost while reading: {describe_error(exc)}"))
                 return
             self._bytes_in += len(data)
             self._last_input = trio.current_time()

@@ -1,9 +1,11 @@
 """The hex dumps of ``docs/bridges/epoxy.md`` are what the code sends.
 
-The spec's Calc example left its dumps as "TODO"; the doc gives them. Here a
-client and a server machine play the example (the Calc request is the
-client's second request, hence conversation 3) and the frames they queue
-must be exactly the documented bytes, dump and breakdown alike.
+The spec's Calc example left its dumps as "TODO"; the doc gives them, and
+those of a ``rstreams.Publishers.Subscribe``. Here a client and a server
+machine play each example (the Calc request is the client's second request,
+hence conversation 3; the Subscribe a client's first) and the frames they
+queue must be exactly the documented bytes, dump and breakdown alike. The
+Subscribe's response is also checked against the app server itself.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from bond_test_schema import Operation, Params, Result
 from epoxy_helpers import EpoxyPair
 
-from bridges.epoxy import Request
+from bridges.epoxy import PUBLISHERS_SERVICE, Elements, Request, SubscribeRequest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bridges" / "epoxy.md"
 _DUMP_LINE = re.compile(r"^[0-9a-f]{8}: ")
@@ -66,17 +68,57 @@ def calc_frames() -> tuple[bytes, bytes]:
     return request_frame, pair.server.data_to_send()
 
 
+RANGE_3 = [n.to_bytes(8, "big") for n in range(3)]
+
+
+def subscribe_frames() -> tuple[bytes, bytes]:
+    pair = EpoxyPair()
+    pair.handshake()
+    conversation = pair.client.send_request(PUBLISHERS_SERVICE, "Subscribe", SubscribeRequest(publisher="range?count=3"))
+    assert conversation == 1
+    request_frame = pair.client.data_to_send()
+    pair.server.receive_data(request_frame)
+    [request] = pair.server.events()
+    assert isinstance(request, Request) and request.decode(SubscribeRequest).publisher == "range?count=3"
+    pair.server.send_response(request.conversation_id, Elements(elements=RANGE_3))
+    return request_frame, pair.server.data_to_send()
+
+
 def test_the_documented_dumps_are_the_frames_sent() -> None:
-    request_frame, response_frame = calc_frames()
+    frames = [*calc_frames(), *subscribe_frames()]
     dumps, _ = documented()
-    assert dumps == [hexl(request_frame), hexl(response_frame)]
-    assert len(request_frame) == 81 and len(response_frame) == 41
+    assert dumps == [hexl(frame) for frame in frames]
+    assert [len(frame) for frame in frames] == [81, 41, 89, 71]
 
 
 def test_the_documented_breakdowns_add_up_to_the_frames() -> None:
-    request_frame, response_frame = calc_frames()
     _, breakdowns = documented()
-    assert breakdowns == [request_frame, response_frame]
+    assert breakdowns == [*calc_frames(), *subscribe_frames()]
+
+
+async def test_the_app_server_sends_the_documented_subscribe_response() -> None:
+    # The same bytes from EpoxyAppServer over a memory stream, not just from the machine.
+    import trio
+    import trio.testing
+
+    import examples.demo
+    from bridges.epoxy import EpoxyAppServer, FrameKind, config_frame
+    from epoxy_helpers import RawEpoxy
+
+    request_frame, response_frame = subscribe_frames()
+    ours, theirs = trio.testing.memory_stream_pair()
+    raw = RawEpoxy(theirs)
+    server = EpoxyAppServer(examples.demo.app)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve_stream, ours)
+            await raw.send(config_frame())
+            config = await raw.receive()
+            assert config is not None and config.kind is FrameKind.CONFIG
+            await raw.send(request_frame)
+            response = await raw.receive()
+            assert response is not None and response.encode() == response_frame
+            await raw.aclose()
 
 
 def test_hexl_format() -> None:

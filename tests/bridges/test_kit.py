@@ -13,6 +13,7 @@ on 127.0.0.1 for the server. Timeouts run on trio's MockClock.
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -640,6 +641,25 @@ async def test_the_peers_last_words_win_over_a_failed_write(autojump_clock: trio
             recording.broken = True
             with pytest.raises(LinePeerError, match="going away"):
                 await connection.send_data("x")
+
+
+class FailingReadStream(RecordingStream):
+    """Its reads fail as a TLS stream's do when the certificate does not verify."""
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        await trio.lowlevel.checkpoint()
+        try:
+            raise ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate")
+        except ssl.SSLError as exc:
+            raise trio.BrokenResourceError from exc
+
+
+async def test_a_lost_connection_says_why_from_the_cause() -> None:
+    ours, _ = trio.testing.memory_stream_pair()
+    with trio.fail_after(5):
+        with pytest.raises(LineLost, match=r"while reading: \[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed"):
+            async with open_connection(LineConnection(FailingReadStream(ours), QUIET)):
+                pytest.fail("the handshake cannot complete")  # pragma: no cover
 
 
 # ---- SendWindow -------------------------------------------------------------------------

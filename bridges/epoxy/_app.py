@@ -1,0 +1,242 @@
+"""Exposing an rstreams app over Epoxy: the Bond service ``rstreams.Publishers``.
+
+The contract (``docs/bridges/epoxy.md`` has a byte-level example)::
+
+    namespace rstreams.epoxy
+
+    struct SubscribeRequest { 0: string publisher; }      // "range?count=3"
+    struct Elements { 0: list<blob> elements; }
+    struct PublishEvent { 0: string topic; 1: blob value; }
+
+    service rstreams.Publishers
+    {
+        Elements Subscribe(SubscribeRequest);              // request-response
+        nothing Publish(PublishEvent);                     // event
+    }
+
+* ``Subscribe`` subscribes to the publisher (its query included) and
+  answers with every element once the stream completes. An unknown
+  publisher is an error response ``METHOD_NOT_FOUND``; a failing stream, a
+  stream past ``max_response_bytes`` of elements, or a request that does not
+  decode, ``INTERNAL_SERVER_ERROR``; the text is in ``message``.
+* ``Publish`` puts ``value`` into the app's :class:`rstreams.Topic` named
+  ``topic``, as one element, byte for byte. The app server finds topics the
+  way a TCP client does: through the router, by the route every mounted
+  topic serves for publishers, ``TOPIC/publish`` (``Topic.mount``;
+  :func:`rstreams.publish_to_topic`). So there is no second registry to keep
+  in step with the app, any app whose topics are mounted works unchanged,
+  and the element is stored as sent (a topic's codec applies to what
+  server-side code publishes, not to elements that arrive encoded). The
+  event is handled once the topic has accepted the element: a topic held
+  back by a slow ``block`` subscriber holds the next event back, and TCP
+  holds the sender. An unknown topic (or a topic that refuses) is logged and
+  the event dropped: an event has no response.
+* Any other service or method: ``METHOD_NOT_FOUND`` (``INVALID_INVOCATION``
+  for ``Publish`` sent as a request).
+* Several requests may be in flight on one connection (up to
+  ``max_concurrency`` are answered at once); each response carries its
+  request's conversation id, in whatever order they complete.
+
+Each connection gets its own in-process rstreams session to the app (over
+a bounded in-memory stream, as :func:`rstreams.open_local_session`), so
+subscribing through Epoxy goes through the same router, demand and codecs
+as a TCP subscriber's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from rstreams import Router, Session, SubscriptionError, UnknownPublisher, open_stream_session, publish_to_topic
+from rstreams.support import memory_stream_pair
+
+from ..kit import ResponseTooLarge, collect_elements
+from . import bond
+from ._errors import EpoxyError
+from ._serve import EpoxyServer
+from ._service import DEFAULT_MAX_CONCURRENCY, ServiceError, event, method, serve_services, service
+from ._settings import DEFAULT_SETTINGS, AcceptFunction, EpoxySettings
+from ._structs import ErrorCode
+from ._trio import EpoxyConnection
+
+__all__ = [
+    "PUBLISHERS_SERVICE",
+    "SubscribeRequest",
+    "Elements",
+    "PublishEvent",
+    "Publishers",
+    "EpoxyAppServer",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "open_app_session",
+]
+
+logger = logging.getLogger("rstreams.epoxy")
+
+#: The Bond service an rstreams app is served as.
+PUBLISHERS_SERVICE = "rstreams.Publishers"
+#: The most element bytes one ``Subscribe`` response may carry; a larger
+#: stream is cancelled and answered ``INTERNAL_SERVER_ERROR``. Well under the
+#: 32 MiB framelet a peer must be ready for ("should support").
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+class SubscribeRequest(bond.Struct):
+    """``rstreams.epoxy.SubscribeRequest``: a publisher name with its query (``range?count=3``)."""
+
+    publisher: str = bond.field(0, bond.STRING)
+
+
+class Elements(bond.Struct):
+    """``rstreams.epoxy.Elements``: every element of a completed stream."""
+
+    elements: list[bytes] = bond.field(0, bond.list_of(bond.BLOB))
+
+
+class PublishEvent(bond.Struct):
+    """``rstreams.epoxy.PublishEvent``: one element for the topic ``topic``."""
+
+    topic: str = bond.field(0, bond.STRING)
+    value: bytes = bond.field(1, bond.BLOB)
+
+
+@service(PUBLISHERS_SERVICE)
+class Publishers:
+    """``rstreams.Publishers`` over one rstreams session (see the module docstring).
+
+    Args:
+        session: a session to the app, opened with an ``app`` of its own
+            (possibly empty) so that it can publish into topics
+            (:func:`open_app_session` makes one).
+        max_response_bytes: the most element bytes per ``Subscribe`` response.
+        nursery: where each topic's publishing stream runs; without one,
+            every ``Publish`` is a publishing stream of its own (slower).
+
+    Publishing: the first ``Publish`` to a topic opens one publishing stream
+    into it (:func:`rstreams.publish_to_topic` fed from a channel without a
+    buffer), and the next ones go down the same stream, in order. The
+    stream pulls the next value only when the topic has room, so a
+    ``Publish`` returns once its value was taken; :meth:`aclose` ends the
+    streams once every value taken is in its topic.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        nursery: trio.Nursery | None = None,
+    ) -> None:
+        self.session = session
+        self.max_response_bytes = max_response_bytes
+        self._nursery = nursery
+        # One per topic being published into; bounded by the app's topics
+        # (a stream into anything else fails at once and is removed).
+        self._feeds: dict[str, trio.MemorySendChannel[bytes]] = {}
+
+    @method
+    async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
+        try:
+            elements = await collect_elements(self.session, request.publisher, max_bytes=self.max_response_bytes)
+        except UnknownPublisher as exc:
+            raise ServiceError(ErrorCode.METHOD_NOT_FOUND, exc.message) from None
+        except ResponseTooLarge as exc:
+            raise ServiceError(ErrorCode.INTERNAL_SERVER_ERROR, f"{request.publisher}: {exc}") from None
+        except SubscriptionError as exc:
+            raise ServiceError(ErrorCode.INTERNAL_SERVER_ERROR, str(exc)) from None
+        return Elements(elements=elements)
+
+    @event
+    async def Publish(self, request: PublishEvent) -> None:  # noqa: N802 - Bond's method name
+        topic = request.topic
+        if not topic or "?" in topic:
+            logger.warning("dropped a Publish event: %r is not a topic name", topic)
+            return
+        if self._nursery is None:
+            try:
+                await publish_to_topic(self.session, topic, [request.value])
+            except SubscriptionError as exc:
+                logger.warning("dropped a Publish event for topic %r: %s", topic, exc)
+            return
+        feed = self._feeds.get(topic)
+        if feed is None:
+            feed, values = trio.open_memory_channel[bytes](0)
+            self._feeds[topic] = feed
+            self._nursery.start_soon(self._publish, topic, feed, values)
+        try:
+            await feed.send(request.value)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the stream into the topic ended, and said why
+
+    async def _publish(
+        self, topic: str, feed: trio.MemorySendChannel[bytes], values: trio.MemoryReceiveChannel[bytes]
+    ) -> None:
+        try:
+            with values:
+                await publish_to_topic(self.session, topic, values)
+        except SubscriptionError as exc:
+            logger.warning("dropped Publish events for topic %r: %s", topic, exc)
+        finally:
+            if self._feeds.get(topic) is feed:
+                del self._feeds[topic]
+
+    async def aclose(self) -> None:
+        """End the publishing streams; they finish once what they took is in the topics."""
+        for feed in list(self._feeds.values()):
+            await feed.aclose()
+
+
+@asynccontextmanager
+async def open_app_session(app: Router) -> AsyncIterator[Session]:
+    """A session to ``app`` in this process that can also publish into its topics.
+
+    :func:`rstreams.open_local_session` with one difference: the client side
+    serves a router of its own (empty), which :func:`rstreams.publish_to_topic`
+    needs (the app subscribes back to it for the elements).
+    """
+    client_stream, server_stream = memory_stream_pair()
+    async with open_stream_session(server_stream, app=app):
+        async with open_stream_session(client_stream, app=Router()) as session:
+            yield session
+
+
+class EpoxyAppServer(EpoxyServer):
+    """An :class:`EpoxyServer` serving an app as ``rstreams.Publishers``.
+
+    Args:
+        app: the router whose publishers and topics are served.
+        settings, accept, max_connections: as :class:`EpoxyServer`.
+        max_concurrency: requests answered at once per connection.
+        max_response_bytes: the most element bytes per ``Subscribe`` response.
+    """
+
+    def __init__(
+        self,
+        app: Router,
+        *,
+        settings: EpoxySettings = DEFAULT_SETTINGS,
+        accept: AcceptFunction | None = None,
+        max_connections: int | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
+        super().__init__(self._serve_connection, settings=settings, accept=accept, max_connections=max_connections)
+        self.app = app
+        self.max_concurrency = max_concurrency
+        self.max_response_bytes = max_response_bytes
+
+    async def _serve_connection(self, connection: EpoxyConnection) -> None:
+        async with open_app_session(self.app) as session:
+            async with trio.open_nursery() as nursery:
+                publishers = Publishers(session, max_response_bytes=self.max_response_bytes, nursery=nursery)
+                try:
+                    await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)
+                except EpoxyError as exc:
+                    # The peer's Error frame, a violation (already answered
+                    # with one), a lost connection: the end of one client.
+                    logger.info("Epoxy connection from %s ended: %s", connection.info.peer, exc)
+                finally:
+                    await publishers.aclose()

@@ -1,0 +1,121 @@
+"""``epoxy://HOST:PORT``: an app's publishers served over Epoxy, as an :class:`rstreams.Peer`.
+
+What ``rstreams.connect("epoxy://...")`` and ``rstreams sub epoxy://...``
+use. A subscription is one ``rstreams.Publishers.Subscribe`` call (``_app``):
+the request names the publisher, the response holds every element, and the
+stream hands them to the subscriber as its demand allows. So a subscriber's
+demand decides *when* the request goes out (never before there is any), and
+the requests in flight on a connection are never more than the
+subscriptions with demand; Epoxy's request-response has no way to ask for
+part of a stream.
+
+A subscription opened with demand (any ``prefetch`` > 0) sends its request
+at once and counts as subscribed when the response arrives, so an unknown
+publisher is raised by entering the ``async with``, as over TCP. With no
+demand yet (``prefetch=0``), it counts as subscribed at once and sends the
+request at the first ``request(n)``.
+
+The connection is symmetric once open: a request the server sends us is
+answered ``METHOD_NOT_FOUND`` (we serve no service) and an event is dropped,
+so neither can stall the responses behind it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from rstreams import PublisherError, UnknownPublisher
+from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url
+
+from ..kit import BridgePeer, open_bridge_peer
+from . import bond
+from ._app import PUBLISHERS_SERVICE, Elements, SubscribeRequest
+from ._connect import open_epoxy_connection
+from ._errors import EpoxyError, ErrorResponse
+from ._service import serve_services
+from ._settings import DEFAULT_PORT, DEFAULT_TLS_PORT
+from ._structs import ErrorCode
+from ._trio import EpoxyConnection
+
+__all__ = ["EpoxyPeer", "connect_epoxy_url", "subscribe_call"]
+
+
+async def subscribe_call(connection: EpoxyConnection, name: str) -> list[bytes]:
+    """Call ``rstreams.Publishers.Subscribe`` for ``name``; return the elements.
+
+    Raises:
+        UnknownPublisher: the answer was ``METHOD_NOT_FOUND``.
+        PublisherError: another error response, or a response that is not
+            ``rstreams.epoxy.Elements``.
+        EpoxyClosed, PeerProtocolError, ...: the connection ended first.
+    """
+    try:
+        result = await connection.call(PUBLISHERS_SERVICE, "Subscribe", SubscribeRequest(publisher=name), Elements)
+    except ErrorResponse as exc:
+        message = exc.error.message or exc.message
+        if exc.error.error_code == ErrorCode.METHOD_NOT_FOUND:
+            raise UnknownPublisher(name, message) from None
+        raise PublisherError(message) from None
+    except bond.BondDecodeError as exc:
+        raise PublisherError(f"the Subscribe response is not an rstreams.epoxy.Elements: {exc}") from None
+    return result.elements
+
+
+class EpoxyPeer(BridgePeer[EpoxyConnection]):
+    """An app served over Epoxy (``rstreams serve --epoxy``), read as an rstreams peer."""
+
+    async def run_stream(self, feed: StreamFeed) -> None:
+        if feed.demand <= 0:
+            feed.subscribed()
+            await feed.wait_demand()
+            if feed.ended:
+                return
+        elements = await subscribe_call(self.connection, feed.name)
+        feed.subscribed()
+        while elements:
+            await feed.wait_demand()
+            if feed.ended:
+                return
+            count = min(feed.demand, len(elements))
+            feed.deliver(elements[:count])
+            del elements[:count]
+
+
+async def _serve_nothing(connection: EpoxyConnection) -> None:
+    try:
+        await serve_services(connection, [])
+    except EpoxyError:
+        pass  # the peer's streams see why the connection ended
+
+
+@asynccontextmanager
+async def connect_epoxy_url(url: str, *, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[EpoxyPeer]:
+    """Open ``epoxy://HOST[:PORT]`` (``epoxys://`` for TLS) as a peer.
+
+    The ports default to the spec's: 25188, and 25156 for TLS.
+
+    Raises:
+        ValueError: a malformed URL (a path or query is not allowed).
+        OSError: the connection could not be made; and the Epoxy errors of
+            the handshake (``PeerProtocolError`` for a rejection,
+            ``EpoxyTimeout``, ...).
+    """
+    secure = url.lower().startswith("epoxys:")
+    parsed = parse_bridge_url(url, default_port=DEFAULT_TLS_PORT if secure else DEFAULT_PORT, secure=secure)
+    if parsed.path:
+        raise ValueError(f"URL {url!r} has a path; name the publisher separately")
+    if secure and ssl_context is None:
+        ssl_context = ssl.create_default_context()
+    elif not secure and ssl_context is not None:
+        raise ValueError("ssl_context given for an epoxy:// URL; use epoxys://")
+    async with open_epoxy_connection(parsed.host, parsed.port, ssl_context=ssl_context) as connection:
+        with caller_sees_its_own_exception():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_serve_nothing, connection)
+                async with open_bridge_peer(EpoxyPeer(connection)) as peer:
+                    yield peer
+                nursery.cancel_scope.cancel()

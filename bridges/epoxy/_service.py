@@ -1,0 +1,484 @@
+"""Python services over Epoxy: a class whose async methods are Bond methods.
+
+::
+
+    @service("examples.calc.Calc")
+    class Calc:
+        @method
+        async def Calculate(self, params: Params) -> Result:
+            return Result(z=params.x * params.y)
+
+        @event
+        async def Reset(self, request: Empty) -> None:
+            ...
+
+The request and response structs are read from the annotations (or given
+with ``@method(request=..., response=...)``); the method's Bond name is the
+Python name unless ``name=`` says otherwise. :func:`serve_services` answers
+a connection's requests and events with such objects, and
+:class:`ServiceProxy` calls them from the other end
+(``await proxy.Calculate(Params(...))``).
+
+What the peer gets, as Bond's C# ``ServiceHost`` does:
+
+* a request for a service or method nobody serves: an error response
+  ``METHOD_NOT_FOUND``; a request for an event method: ``INVALID_INVOCATION``;
+* a request whose payload does not decode as the method's request struct,
+  a method that raises, or one that returns something that is not its
+  response struct: ``INTERNAL_SERVER_ERROR`` with the text in ``message``;
+* a method that raises :class:`ServiceError`: that error's code and message;
+* an event nobody serves, or that does not decode: nothing (events have no
+  response, not even an error); it is logged and dropped.
+
+Requests run concurrently, at most ``max_concurrency`` per connection: the
+next request is read only when a slot is free (the kit's
+:class:`~bridges.kit.RequestSlots`), so a client that floods requests is
+held back by TCP. Events run one after the other, in order: the next event
+is read only once the previous one was handled, so a slow event method
+paces its sender.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+import typing
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import trio
+
+from ..kit import RequestSlots
+from . import bond
+from ._errors import EpoxyError
+from ._events import Event, Request
+from ._structs import Error, ErrorCode
+from ._trio import EpoxyConnection
+
+__all__ = [
+    "service",
+    "method",
+    "event",
+    "MethodKind",
+    "MethodInfo",
+    "ServiceInfo",
+    "ServiceError",
+    "ServiceTable",
+    "service_info",
+    "serve_services",
+    "dispatch_request",
+    "dispatch_event",
+    "ServiceProxy",
+    "DEFAULT_MAX_CONCURRENCY",
+]
+
+logger = logging.getLogger("rstreams.epoxy")
+
+#: Requests answered at once per connection.
+DEFAULT_MAX_CONCURRENCY = 16
+#: The longest ``message`` we put in an error response made from an exception.
+MAX_ERROR_MESSAGE = 4096
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+_METHOD_ATTRIBUTE = "__epoxy_method__"
+_SERVICE_ATTRIBUTE = "__epoxy_service__"
+
+
+class MethodKind(enum.Enum):
+    """Bond's two messaging patterns."""
+
+    REQUEST_RESPONSE = "request-response"
+    EVENT = "event"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodInfo:
+    """One method of a service.
+
+    Attributes:
+        name: the Bond method name (``Calculate``).
+        kind: request-response or event.
+        request_class: the request struct.
+        response_class: the response struct (None for an event).
+        attribute: the Python attribute that implements it.
+    """
+
+    name: str
+    kind: MethodKind
+    request_class: type[bond.Struct]
+    response_class: type[bond.Struct] | None
+    attribute: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    """A service: its fully qualified Bond name and its methods by Bond name."""
+
+    name: str
+    methods: dict[str, MethodInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    # What @method / @event leave on a function until @service reads it.
+    kind: MethodKind
+    name: str | None
+    request: type[bond.Struct] | None
+    response: type[bond.Struct] | None
+
+
+def _mark(kind: MethodKind, function: F | None, name: str | None, request: Any, response: Any) -> Any:
+    def decorate(target: F) -> F:
+        if not inspect.iscoroutinefunction(target):
+            raise TypeError(f"{target.__qualname__}: an Epoxy method must be an async function")
+        setattr(target, _METHOD_ATTRIBUTE, _Mark(kind, name, request, response))
+        return target
+
+    return decorate(function) if function is not None else decorate
+
+
+@typing.overload
+def method(function: F, /) -> F: ...
+@typing.overload
+def method(
+    *, name: str | None = None, request: type[bond.Struct] | None = None, response: type[bond.Struct] | None = None
+) -> Callable[[F], F]: ...
+def method(
+    function: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    request: type[bond.Struct] | None = None,
+    response: type[bond.Struct] | None = None,
+) -> Any:
+    """Declare a request-response method: ``async def Name(self, request: Req) -> Resp``.
+
+    Args:
+        name: the Bond method name (default: the function's name).
+        request, response: the structs (default: from the annotations).
+    """
+    return _mark(MethodKind.REQUEST_RESPONSE, function, name, request, response)
+
+
+@typing.overload
+def event(function: F, /) -> F: ...
+@typing.overload
+def event(*, name: str | None = None, request: type[bond.Struct] | None = None) -> Callable[[F], F]: ...
+def event(function: F | None = None, /, *, name: str | None = None, request: type[bond.Struct] | None = None) -> Any:
+    """Declare an event method (one-way): ``async def Name(self, request: Req) -> None``."""
+    return _mark(MethodKind.EVENT, function, name, request, None)
+
+
+def _struct_class(value: object, what: str) -> type[bond.Struct]:
+    if not (isinstance(value, type) and issubclass(value, bond.Struct)):
+        raise TypeError(f"{what} must be a bond.Struct subclass, not {value!r}")
+    return value
+
+
+def _method_info(attribute: str, function: Callable[..., Any], mark: _Mark) -> MethodInfo:
+    where = function.__qualname__
+    request, response = mark.request, mark.response
+    if request is None or (response is None and mark.kind is MethodKind.REQUEST_RESPONSE):
+        hints = typing.get_type_hints(function)
+        parameters = [p for p in inspect.signature(function).parameters.values() if p.name != "self"]
+        if len(parameters) != 1:
+            raise TypeError(f"{where} must take exactly one argument, the request struct")
+        if request is None:
+            request = hints.get(parameters[0].name)
+        if response is None and mark.kind is MethodKind.REQUEST_RESPONSE:
+            response = hints.get("return")
+    request_class = _struct_class(request, f"{where}'s request")
+    response_class = None
+    if mark.kind is MethodKind.REQUEST_RESPONSE:
+        response_class = _struct_class(response, f"{where}'s response")
+    return MethodInfo(mark.name or attribute, mark.kind, request_class, response_class, attribute)
+
+
+def service(name: str) -> Callable[[type[T]], type[T]]:
+    """Declare a class as the Bond service ``name`` (fully qualified: ``examples.calc.Calc``).
+
+    Every attribute decorated with :func:`method` or :func:`event`
+    (inherited ones included) becomes one of its methods.
+
+    Raises:
+        TypeError: a method's structs cannot be found, or two methods share a Bond name.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError("a service name is a non-empty string")
+
+    def decorate(cls: type[T]) -> type[T]:
+        methods: dict[str, MethodInfo] = {}
+        for klass in reversed(cls.__mro__):
+            for attribute, value in vars(klass).items():
+                mark = getattr(value, _METHOD_ATTRIBUTE, None)
+                if isinstance(mark, _Mark):
+                    info = _method_info(attribute, value, mark)
+                    previous = methods.get(info.name)
+                    if previous is not None and previous.attribute != attribute:
+                        raise TypeError(f"{cls.__qualname__}: two methods named {info.name!r}")
+                    methods[info.name] = info
+        setattr(cls, _SERVICE_ATTRIBUTE, ServiceInfo(name, methods))
+        return cls
+
+    return decorate
+
+
+def service_info(service_or_class: object) -> ServiceInfo:
+    """The :class:`ServiceInfo` of a ``@service`` class or instance.
+
+    Raises:
+        TypeError: it is not one.
+    """
+    info = getattr(service_or_class, _SERVICE_ATTRIBUTE, None)
+    if not isinstance(info, ServiceInfo):
+        raise TypeError(f"{service_or_class!r} is not an Epoxy service (decorate its class with @service)")
+    return info
+
+
+class ServiceError(Exception):
+    """Raise it in a method to answer with this error (``ErrorData``) rather than ``INTERNAL_SERVER_ERROR``.
+
+    Attributes:
+        error_code: a ``bond.comm.ErrorCode`` (or any int32).
+        message: the text for the peer.
+    """
+
+    def __init__(self, error_code: int, message: str = "") -> None:
+        super().__init__(message or f"error {error_code}")
+        self.error_code = error_code
+        self.message = message
+
+    def to_error(self) -> Error:
+        """The ``bond.comm.Error`` that goes on the wire."""
+        return Error(error_code=self.error_code, message=self.message)
+
+
+Bound = Callable[[Any], Awaitable[Any]]
+
+
+class ServiceTable:
+    """Service objects by (service name, method name): what a connection is served with.
+
+    Raises:
+        TypeError: an object is not a ``@service``, or two serve the same name.
+    """
+
+    def __init__(self, services: Iterable[object]) -> None:
+        self._methods: dict[tuple[str, str], tuple[MethodInfo, Bound]] = {}
+        self._services: set[str] = set()
+        for instance in services:
+            info = service_info(instance)
+            if isinstance(instance, type):
+                raise TypeError(f"serve an instance of {instance.__qualname__}, not the class")
+            if info.name in self._services:
+                raise TypeError(f"two objects serve {info.name!r}")
+            self._services.add(info.name)
+            for name, method_info in info.methods.items():
+                self._methods[info.name, name] = (method_info, getattr(instance, method_info.attribute))
+
+    @property
+    def services(self) -> frozenset[str]:
+        """The service names served."""
+        return frozenset(self._services)
+
+    def find(self, service_name: str, method_name: str) -> tuple[MethodInfo, Bound] | None:
+        """The method and its bound function, or None."""
+        return self._methods.get((service_name, method_name))
+
+    def not_found(self, service_name: str, method_name: str) -> Error:
+        """The ``METHOD_NOT_FOUND`` error for a name nobody serves."""
+        if service_name not in self._services:
+            message = f"no such service: {service_name!r} (method {method_name!r})"
+        else:
+            message = f"no such method: {service_name}.{method_name}"
+        return Error(error_code=ErrorCode.METHOD_NOT_FOUND, message=message)
+
+
+def _internal(message: str) -> Error:
+    return Error(error_code=ErrorCode.INTERNAL_SERVER_ERROR, message=message[:MAX_ERROR_MESSAGE])
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+async def dispatch_request(table: ServiceTable, request: Request) -> bytes | Error:
+    """Run the method ``request`` names; return the marshalled response, or the error to answer with.
+
+    Never raises for the method's failures (they become errors for the
+    peer); cancellation propagates.
+    """
+    found = table.find(request.service_name, request.method_name)
+    if found is None:
+        return table.not_found(request.service_name, request.method_name)
+    info, function = found
+    full_name = f"{request.service_name}.{request.method_name}"
+    if info.kind is MethodKind.EVENT:
+        return Error(
+            error_code=ErrorCode.INVALID_INVOCATION,
+            message=f"{full_name} is an event: send it as an event, not a request",
+        )
+    try:
+        argument = request.decode(info.request_class)
+    except bond.BondDecodeError as exc:
+        return _internal(f"the request to {full_name} is not a valid {info.request_class.__name__}: {exc}")
+    try:
+        result = await function(argument)
+    except ServiceError as exc:
+        return exc.to_error()
+    except Exception as exc:
+        logger.exception("Epoxy method %s failed", full_name)
+        return _internal(_describe(exc))
+    assert info.response_class is not None
+    if not isinstance(result, info.response_class):
+        return _internal(f"{full_name} returned a {type(result).__name__}, not a {info.response_class.__name__}")
+    try:
+        return bond.marshal(result)
+    except bond.BondEncodeError as exc:
+        return _internal(f"the response of {full_name} does not encode: {exc}")
+
+
+async def dispatch_event(table: ServiceTable, message: Event) -> None:
+    """Run the event method ``message`` names; log and drop what cannot be run.
+
+    Never raises for the method's failures; cancellation propagates.
+    """
+    full_name = f"{message.service_name}.{message.method_name}"
+    found = table.find(message.service_name, message.method_name)
+    if found is None or found[0].kind is not MethodKind.EVENT:
+        logger.warning("dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
+        return
+    info, function = found
+    try:
+        argument = message.decode(info.request_class)
+    except bond.BondDecodeError as exc:
+        logger.warning("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
+        return
+    try:
+        await function(argument)
+    except Exception:
+        logger.exception("Epoxy event method %s failed", full_name)
+
+
+async def serve_services(
+    connection: EpoxyConnection,
+    services: Iterable[object] | ServiceTable,
+    *,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+) -> None:
+    """Answer the peer's requests and run its events with ``services`` until the connection ends.
+
+    Args:
+        services: ``@service`` instances (or a :class:`ServiceTable`); none
+            at all answers every request with ``METHOD_NOT_FOUND``.
+        max_concurrency: requests being answered at once; the next request
+            is read from the socket only when one finishes.
+
+    Returns when the connection ends normally (the peer closed its side and
+    was answered, or we closed) and the events read before the end have
+    run. Methods still running when it ends are cancelled: their answers
+    could not be sent.
+
+    Raises:
+        PeerProtocolError, RemoteProtocolError, EpoxyConnectionLost: it
+            ended otherwise (after the requests in flight were done).
+    """
+    table = services if isinstance(services, ServiceTable) else ServiceTable(services)
+    slots = RequestSlots(max_concurrency)
+    ends: list[EpoxyError] = []
+
+    async def answer(request: Request) -> None:
+        try:
+            outcome = await dispatch_request(table, request)
+            if isinstance(outcome, Error):
+                await connection.respond_error(request, outcome)
+            else:
+                await connection.respond(request, outcome)
+        except EpoxyError:
+            pass  # the connection ended: the loop below sees why
+        finally:
+            slots.release()
+
+    async def run_events() -> None:
+        while True:
+            try:
+                message = await connection.receive_event()
+            except trio.EndOfChannel:
+                return
+            except EpoxyError as exc:
+                ends.append(exc)
+                return
+            await dispatch_event(table, message)
+
+    # The errors are kept and raised outside the nurseries, so the caller
+    # gets the connection's end unwrapped.
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_events)
+        async with trio.open_nursery() as handlers:
+            while True:
+                try:
+                    request = await slots.receive(connection.receive_request)
+                except trio.EndOfChannel:
+                    break
+                except EpoxyError as exc:
+                    ends.append(exc)
+                    break
+                handlers.start_soon(answer, request)
+            # The connection has ended (a peer that closed its side ends it
+            # only once answered): no answer can go out any more, so the
+            # methods still running are cancelled, not awaited (a Subscribe
+            # to an endless stream would never return). Events already read
+            # still run: the loop above drains them.
+            handlers.cancel_scope.cancel()
+    if ends:
+        raise ends[0]
+
+
+class ServiceProxy:
+    """Calls a service's methods on the peer, as if they were local: ``await proxy.Calculate(params)``.
+
+    Example::
+
+        calc = ServiceProxy(connection, Calc)          # the @service class (or its instance)
+        result = await calc.Calculate(Params(x=67, y=87, operation=Operation.Mul))
+
+    A request-response method returns the response struct (or raises
+    :class:`ErrorResponse`); an event method sends the event and returns
+    its conversation id. Methods are looked up by their Python attribute
+    name and by their Bond name.
+    """
+
+    def __init__(self, connection: EpoxyConnection, service_class: object) -> None:
+        self._connection = connection
+        self._info = service_info(service_class)
+        self._by_name = {info.attribute: info for info in self._info.methods.values()}
+        self._by_name.update(self._info.methods)
+
+    @property
+    def service_name(self) -> str:
+        return self._info.name
+
+    def __getattr__(self, name: str) -> Callable[[bond.Struct], Awaitable[Any]]:
+        info = self._by_name.get(name)
+        if info is None:
+            raise AttributeError(f"service {self._info.name} has no method {name!r}")
+        return self._caller(info)
+
+    def _caller(self, info: MethodInfo) -> Callable[[bond.Struct], Awaitable[Any]]:
+        connection, service_name = self._connection, self._info.name
+
+        async def call(request: bond.Struct) -> Any:
+            if not isinstance(request, info.request_class):
+                raise TypeError(f"{service_name}.{info.name} takes a {info.request_class.__name__}")
+            if info.kind is MethodKind.EVENT:
+                return await connection.send_event(service_name, info.name, request)
+            assert info.response_class is not None
+            return await connection.call(service_name, info.name, request, info.response_class)
+
+        call.__name__ = info.name
+        return call
+

@@ -1,0 +1,523 @@
+"""The trio adapter: one Epoxy connection over any trio stream (TCP, TLS, memory).
+
+Built on the bridge kit's :class:`~bridges.kit.BridgeConnection` (reader,
+writer, handshake timeout, how it ends; its docstring has the theory of
+operation). What is Epoxy's own is here: what the reader reads for, what
+each event means, and the server's say on the handshake.
+
+Epoxy has no flow control, so the reader reads only while someone waits for
+what it would read: the handshake's config; a request (a server loop in
+:meth:`EpoxyConnection.receive_request`); an event (a consumer in
+:meth:`EpoxyConnection.receive_event`); the response to one of our calls.
+Requests, events and responses read ahead of their takers are kept in
+order, each kind in its own queue, within ``max_read_ahead``. (One TCP
+stream carries everything, so events nobody takes stall the requests
+behind them once the bound is reached: head-of-line blocking is the
+protocol's, not the adapter's.)
+
+The handshake, server side: the client's config arrives (the machine is in
+``SERVER_DECIDING``), the application's ``accept`` function gets a
+:class:`ConnectionInfo` (address, TLS certificate, the client's config) and
+answers; accepting sends our config, rejecting an Error frame with
+``CONNECTION_REJECTED`` (and the application's ``bond.comm.Error`` as its
+details), then the connection closes. The decision comes after the config is
+read, not at accept time as in Bond's C#: closing a socket with the
+client's config unread would make the kernel reset the connection, and the
+client could lose our Error frame. ``handshake_timeout`` bounds the wait for
+the config and the decision together (then ``TIMEOUT``).
+
+How it ends: the peer's Error frame ends everything with
+:class:`PeerProtocolError`; a violation by the peer with
+:class:`RemoteProtocolError` (after the machine's Error frame went out); a
+missing handshake with :class:`EpoxyTimeout` (``TIMEOUT`` sent first); a
+transport that fails with :class:`EpoxyConnectionLost`. The peer closing
+its side (end of file) is Epoxy's normal end: our calls still pending fail
+with :class:`EpoxyClosed` (the peer has sent everything it will), but we
+still answer the requests it sent before closing (for
+``half_close_timeout`` at most: it may have closed for good), and then
+close too; an inbound queue then ends with ``trio.EndOfChannel`` once
+drained.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, TypeVar
+
+import trio
+
+from ..kit import ITEM_COST, BridgeConnection, InboundQueue, copy_error
+from . import bond
+from ._connection import Connection
+from ._errors import (
+    ConversationIdsExhaustedError,
+    EpoxyClosed,
+    EpoxyConnectionLost,
+    EpoxyTimeout,
+    ErrorResponse,
+    PeerProtocolError,
+)
+from ._events import ConfigReceived, ConnectionClosed, Event, ProtocolErrorReceived, Request, Response
+from ._settings import DEFAULT_SETTINGS, AcceptFunction, ConnectionInfo, EpoxySettings, EpoxyStatistics, Verdict
+from ._state import HANDSHAKE_STATES, ConnectionState, Role
+from ._structs import EpoxyConfig, Error, ProtocolErrorCode
+
+__all__ = ["EpoxyConnection", "PendingCall", "Payload", "connection_info"]
+
+logger = logging.getLogger("rstreams.epoxy")
+
+S = TypeVar("S", bound=bond.Struct)
+#: A payload to send: a struct (marshalled Compact Binary v1 here) or bytes already marshalled.
+Payload = bytes | bytearray | memoryview | bond.Struct
+
+# States in which we may still queue our side's close.
+_CLOSABLE = HANDSHAKE_STATES | {ConnectionState.OPEN, ConnectionState.REMOTE_CLOSED}
+
+
+class PendingCall:
+    """A request we sent; :meth:`response` waits for its answer."""
+
+    def __init__(self, connection: EpoxyConnection, conversation_id: int) -> None:
+        self.conversation_id = conversation_id
+        self._connection = connection
+        self._done = trio.Event()
+        self._response: Response | None = None
+        self._error: BaseException | None = None
+        self._abandoned = False
+
+    @property
+    def done(self) -> bool:
+        """True once the response (or the connection's end) arrived."""
+        return self._done.is_set()
+
+    def _resolve(self, response: Response | None, error: BaseException | None) -> None:
+        self._response, self._error = response, error
+        self._done.set()
+
+    def abandon(self) -> None:
+        """Drop the response when it arrives (the spec lets a client give up on a call)."""
+        self._abandoned = True
+        if self._response is not None:
+            self._connection._release(ITEM_COST + len(self._response.payload))
+            self._response = None
+
+    async def response(self) -> Response:
+        """Wait for the response: a payload, or an error (``Response.is_error``).
+
+        Raises:
+            EpoxyClosed: the peer closed its side, or we closed, first.
+            PeerProtocolError, RemoteProtocolError, EpoxyConnectionLost: the
+                connection ended otherwise.
+            trio.BusyResourceError: the response was already taken.
+
+        Cancellation: the call is abandoned (its response will be dropped).
+        Always checkpoints.
+        """
+        if self._abandoned:
+            raise trio.BusyResourceError("this call's response was already taken or abandoned")
+        try:
+            await self._done.wait()
+        except BaseException:
+            self.abandon()
+            raise
+        self._abandoned = True
+        if self._error is not None:
+            raise copy_error(self._error)
+        response, self._response = self._response, None
+        assert response is not None
+        self._connection._release(ITEM_COST + len(response.payload))
+        return response
+
+
+def connection_info(stream: trio.abc.Stream, config: EpoxyConfig | None = None) -> ConnectionInfo:
+    """What can be known of the peer of ``stream``: addresses and TLS details."""
+    tls = isinstance(stream, trio.SSLStream)
+    transport: object = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    peer_address = local_address = None
+    if isinstance(transport, trio.SocketStream):
+        try:
+            peer_address = tuple(transport.socket.getpeername())
+            local_address = tuple(transport.socket.getsockname())
+        except OSError:
+            pass
+    certificate: dict[str, Any] | None = None
+    der: bytes | None = None
+    version = cipher = None
+    if isinstance(stream, trio.SSLStream):
+        try:
+            certificate = stream.getpeercert() or None
+            der = stream.getpeercert(binary_form=True)
+            version = stream.version()
+            cipher_info = stream.cipher()
+            cipher = cipher_info[0] if cipher_info else None
+        except (ValueError, AttributeError):  # the TLS handshake has not happened
+            pass
+    return ConnectionInfo(
+        peer_address=peer_address,
+        local_address=local_address,
+        tls=tls,
+        tls_version=version,
+        cipher=cipher,
+        peer_certificate=certificate,
+        peer_certificate_der=der,
+        config=config,
+    )
+
+
+class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
+    """An open Epoxy connection, handshake done (either role).
+
+    Create one with :func:`open_epoxy_connection`, :func:`open_epoxy_stream`
+    or an :class:`EpoxyServer`. Both ends may send requests and events once
+    it is open (the protocol is symmetric after the handshake).
+
+    Args:
+        stream: the transport; the connection owns it.
+        role: ``Role.CLIENT`` (odd conversation ids; sends the first config)
+            or ``Role.SERVER``.
+        settings: timeouts, bounds and limits.
+        accept: a server's say on the handshake (see :data:`AcceptFunction`);
+            None accepts every client.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        role: Role = Role.CLIENT,
+        settings: EpoxySettings = DEFAULT_SETTINGS,
+        *,
+        accept: AcceptFunction | None = None,
+    ) -> None:
+        machine = Connection(role, limits=settings.limits, max_conversation_id=settings.max_conversation_id)
+        super().__init__(stream, machine, settings)
+        if accept is not None and role is not Role.SERVER:
+            raise ValueError("only a server accepts connections")
+        self.role = role
+        self._accept = accept
+        self._requests: InboundQueue[Request] = InboundQueue(self)
+        self._events: InboundQueue[Event] = InboundQueue(self)
+        self._calls: dict[int, PendingCall] = {}
+        self._peer_closed = False
+        self._info: ConnectionInfo | None = None
+
+    # ---- state and statistics -------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        """The sans-I/O machine's state."""
+        return self._machine.state
+
+    @property
+    def peer_config(self) -> EpoxyConfig | None:
+        """The peer's ``EpoxyConfig`` (once the handshake got it)."""
+        return self._machine.peer_config
+
+    @property
+    def info(self) -> ConnectionInfo:
+        """The peer's address and TLS details (as a server's accept function saw them)."""
+        if self._info is None or self._info.config is None:
+            # Cached once the handshake has brought the peer's config.
+            self._info = connection_info(self.stream, self._machine.peer_config)
+        return self._info
+
+    @property
+    def peer_closed(self) -> bool:
+        """True once the peer closed its side (it sends nothing more)."""
+        return self._peer_closed
+
+    def statistics(self) -> EpoxyStatistics:
+        """A snapshot: bytes in and out, payloads held, calls pending, whether reading is allowed."""
+        return EpoxyStatistics(
+            bytes_received=self.bytes_received,
+            bytes_sent=self.bytes_sent,
+            buffered_bytes=self.buffered_bytes,
+            pending_calls=sum(not call.done for call in self._calls.values()),
+            requests_to_answer=len(self._machine.peer_pending_requests),
+            dropped_responses=self._machine.dropped_responses,
+            reading=self._wants_input(),
+        )
+
+    # ---- the kit's hooks ------------------------------------------------------
+
+    def _wants_more_input(self) -> bool:
+        return any(not call.done for call in self._calls.values())
+
+    def _read_paused_by_protocol(self) -> bool:
+        # After the peer's end of file there is nothing left to read. And at
+        # half the limit of requests the peer may have pending with us: one
+        # read (receive_size bytes, about 30 bytes per smallest request)
+        # must not carry it past the limit, which would be LIMIT_EXCEEDED.
+        if self._peer_closed:
+            return True
+        return len(self._machine.peer_pending_requests) >= self.config.limits.max_pending_requests // 2
+
+    def _say_goodbye(self) -> None:
+        # Epoxy's goodbye is closing our side of the transport: nothing to send.
+        if self._machine.state in _CLOSABLE:
+            self._machine.close()
+
+    def _closed_locally(self) -> BaseException:
+        return EpoxyClosed("connection closed by this side", by_peer=False)
+
+    def _lost(self, message: str) -> BaseException:
+        return EpoxyConnectionLost(message)
+
+    def _queue_ping(self) -> None:
+        raise NotImplementedError("Epoxy has no ping")  # EpoxySettings refuses a keepalive
+
+    def _handshake_timed_out(self) -> BaseException:
+        if self._machine.state in HANDSHAKE_STATES:
+            self._machine.handshake_timed_out()
+        return EpoxyTimeout(f"no handshake within {self.config.handshake_timeout} s")
+
+    def _on_finish(self, error: BaseException) -> None:
+        for call in self._calls.values():
+            call._resolve(None, error)
+        self._calls.clear()
+
+    def _dispatch(self, event: object) -> None:
+        if isinstance(event, Request):
+            self._requests.put(event, len(event.payload))
+        elif isinstance(event, Event):
+            self._events.put(event, len(event.payload))
+        elif isinstance(event, Response):
+            call = self._calls.pop(event.conversation_id, None)
+            if call is None or call._abandoned:
+                return  # "frames with unexpected conversation IDs may be dropped"
+            call._resolve(event, None)
+            self._hold(ITEM_COST + len(event.payload))
+        elif isinstance(event, ConfigReceived):
+            self._config_received()
+        elif isinstance(event, ProtocolErrorReceived):
+            self._finish(PeerProtocolError(event.error_code, event.details))
+        elif isinstance(event, ConnectionClosed):
+            self._peer_closed_its_side()
+
+    def _config_received(self) -> None:
+        if self.role is Role.CLIENT:
+            self._handshake_complete()
+        elif self._machine.state is not ConnectionState.SERVER_DECIDING:
+            # A violation in the same read as the config: the machine is in
+            # ERROR already, with its Error frame queued; the kit raises it next.
+            return
+        elif self._accept is None:
+            self._machine.accept()
+            self._handshake_complete()
+        else:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._decide, self._accept)
+
+    async def _decide(self, accept: AcceptFunction) -> None:
+        # The application's say on a client whose config arrived.
+        info = self.info
+        verdict: Verdict
+        try:
+            answer = accept(info)
+            verdict = await answer if inspect.isawaitable(answer) else answer
+        except Exception:
+            logger.exception("Epoxy accept function failed; rejecting %s", info.peer)
+            verdict = False
+        if self._end is not None or self._machine.state is not ConnectionState.SERVER_DECIDING:
+            return  # the handshake timed out, the client left or broke the protocol
+        if verdict is None or verdict is True:
+            self._machine.accept()
+            self._take_output()
+            self._handshake_complete()
+            return
+        details = verdict if isinstance(verdict, Error) else None
+        self._machine.reject(ProtocolErrorCode.CONNECTION_REJECTED, details)
+        reason = f": {details.message}" if details is not None and details.message else ""
+        await self._close_with(EpoxyClosed(f"rejected the connection from {info.peer}{reason}", by_peer=False))
+
+    def _peer_closed_its_side(self) -> None:
+        if self._machine.state is ConnectionState.CLOSED and not self._handshake_done.is_set():
+            self._finish(EpoxyConnectionLost("the peer closed the connection during the handshake"))
+            return
+        self._peer_closed = True
+        closed = EpoxyClosed("the peer closed the connection", by_peer=True)
+        for call in self._calls.values():
+            call._resolve(None, closed)  # it has sent everything it will
+        self._calls.clear()
+        self._end_if_answered()
+        if self._end is None and self._nursery is not None:
+            self._nursery.start_soon(self._close_after_half_close)
+
+    async def _close_after_half_close(self) -> None:
+        # The peer may have closed for good rather than half: we cannot tell
+        # until we write. Answer for half_close_timeout at most, then close.
+        with trio.move_on_after(self.config.half_close_timeout):
+            await self._ended.wait()
+        unanswered = len(self._machine.peer_pending_requests)
+        self._finish(
+            EpoxyClosed(
+                f"the peer closed the connection; {unanswered} requests unanswered after"
+                f" {self.config.half_close_timeout} s",
+                by_peer=True,
+            ),
+            normal=True,
+        )
+
+    def _end_if_answered(self) -> None:
+        # After the peer's end of file we answer what it asked, then close.
+        if self._peer_closed and not self._machine.peer_pending_requests:
+            self._finish(EpoxyClosed("the peer closed the connection", by_peer=True), normal=True)
+
+    # ---- receiving ----------------------------------------------------------------
+
+    async def receive_request(self) -> Request:
+        """The next request from the peer; answer it with :meth:`respond` or :meth:`respond_error`.
+
+        Reads from the transport only if none is held.
+
+        Raises:
+            trio.EndOfChannel: the connection ended normally and none is left.
+            PeerProtocolError, RemoteProtocolError, EpoxyConnectionLost,
+                EpoxyClosed: it ended otherwise.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        return await self._requests.take()
+
+    async def receive_event(self) -> Event:
+        """The next event from the peer (a one-way message).
+
+        Raises and cancellation as :meth:`receive_request`.
+        """
+        return await self._events.take()
+
+    # ---- answering ------------------------------------------------------------------
+
+    async def respond(self, request: Request | int, payload: Payload) -> None:
+        """Send the response to ``request`` (a :class:`Request` or its conversation id).
+
+        Waits only while more than ``max_write_buffer`` bytes are unwritten.
+
+        Raises:
+            LocalProtocolError: no such request is pending, or the payload is
+                empty or does not encode.
+            EpoxyClosed and the other end errors: the connection has ended.
+
+        Cancellation: if cancelled while waiting for the transport, the
+        response may still go out. Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        conversation_id = request.conversation_id if isinstance(request, Request) else request
+        self._machine.send_response(conversation_id, payload)
+        await self._sent_answer()
+
+    async def respond_error(self, request: Request | int, error: Error) -> None:
+        """Send an error response (``ErrorData`` holding ``error``) to ``request``.
+
+        Raises and cancellation as :meth:`respond`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        conversation_id = request.conversation_id if isinstance(request, Request) else request
+        self._machine.send_error_response(conversation_id, error)
+        await self._sent_answer()
+
+    async def _sent_answer(self) -> None:
+        target = self._take_output()
+        self._end_if_answered()
+        await self._wait_written(target)
+
+    # ---- calling ----------------------------------------------------------------------
+
+    async def start_call(
+        self, service_name: str, method_name: str, payload: Payload, *, layer_data: Payload | None = None
+    ) -> PendingCall:
+        """Send a request; return the :class:`PendingCall` that awaits its response.
+
+        Raises:
+            LocalProtocolError: the payload is empty or does not encode.
+            ConversationIdsExhaustedError: our ids ran out (the connection is
+                over: ``CONVERSATION_IDS_EXHAUSTED`` was sent).
+            EpoxyClosed and the other end errors: the connection has ended,
+                or the peer closed its side (it could not answer).
+
+        Cancellation: the request may still go out; its response is dropped.
+        Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        if self._peer_closed:
+            raise EpoxyClosed("the peer closed the connection: it cannot answer a request", by_peer=True)
+        try:
+            conversation_id = self._machine.send_request(service_name, method_name, payload, layer_data=layer_data)
+        except ConversationIdsExhaustedError as exc:
+            await self._close_with(exc)
+            raise
+        call = PendingCall(self, conversation_id)
+        self._calls[conversation_id] = call
+        self._wake_reader()
+        try:
+            await self._send_queued()
+        except BaseException:
+            call.abandon()
+            raise
+        return call
+
+    async def call_raw(
+        self, service_name: str, method_name: str, payload: Payload, *, layer_data: Payload | None = None
+    ) -> Response:
+        """Send a request and return its :class:`Response`, payload or error, undecoded.
+
+        Raises as :meth:`start_call` and :meth:`PendingCall.response`.
+        """
+        pending = await self.start_call(service_name, method_name, payload, layer_data=layer_data)
+        return await pending.response()
+
+    async def call(self, service_name: str, method_name: str, request: Payload, response_class: type[S]) -> S:
+        """Call a method: send ``request``, return the response as ``response_class``.
+
+        Example::
+
+            result = await connection.call("examples.calc.Calc", "Calculate", Params(x=67, y=87), Result)
+
+        Raises:
+            ErrorResponse: the response was ``ErrorData`` (its ``.error`` is
+                the ``bond.comm.Error``).
+            bond.BondDecodeError: the response does not decode as
+                ``response_class`` (or its error as ``bond.comm.Error``).
+            EpoxyClosed, PeerProtocolError, ...: as :meth:`start_call`.
+        """
+        response = await self.call_raw(service_name, method_name, request)
+        if response.is_error:
+            raise ErrorResponse(response.decode_error())
+        return response.decode(response_class)
+
+    async def send_event(
+        self, service_name: str, method_name: str, payload: Payload, *, layer_data: Payload | None = None
+    ) -> int:
+        """Send an event (one-way: no response, not even an error); return its conversation id.
+
+        Raises and cancellation as :meth:`start_call` (the peer having closed
+        its side is no error here: it may still read).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        try:
+            conversation_id = self._machine.send_event(service_name, method_name, payload, layer_data=layer_data)
+        except ConversationIdsExhaustedError as exc:
+            await self._close_with(exc)
+            raise
+        await self._send_queued()
+        return conversation_id
+
+    async def send_protocol_error(self, error_code: int, details: Error | None = None) -> None:
+        """Send an Error frame and close: the connection is over.
+
+        Raises:
+            LocalProtocolError: the code is ``ERROR_IN_ERROR``, or we can no
+                longer send.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.send_protocol_error(error_code, details)
+        try:
+            name = ProtocolErrorCode(error_code).name
+        except ValueError:
+            name = str(error_code)
+        await self._close_with(EpoxyClosed(f"connection closed by this side with ProtocolError {name}", by_peer=False))
