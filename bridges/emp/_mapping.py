@@ -35,7 +35,7 @@ import trio
 
 from rstreams import Session, Sink, SubscribeRequest, open_local_session
 
-from ..kit import RequestSlots
+from ..kit import RequestSlots, pace_calls
 from ._errors import EmpClosed, EmpConnectionLost, EmpError, ErrorCode
 from ._events import CompressionScheme
 from ._config import EmpRequest
@@ -132,36 +132,14 @@ def call_publisher(
     what paces the calls. ``bodies`` is consumed once: subscribe once.
     """
 
+    if max_in_flight <= 0:
+        raise ValueError("max_in_flight must be positive")
+
+    async def start(body: bytes) -> PendingCall:
+        return await connection.start_call(body, compression=compression)
+
     async def publish(sink: Sink, request: SubscribeRequest) -> None:
-        source = aiter(bodies)
-        pending: deque[PendingCall] = deque()
-        held: bytes | None = None  # the next body, pulled but not sent
-        try:
-            while True:
-                while len(pending) < min(sink.demand, max_in_flight):
-                    if held is None:
-                        try:
-                            held = await anext(source)
-                        except StopAsyncIteration:
-                            break
-                    pending.append(await connection.start_call(held, compression=compression))
-                    held = None
-                if not pending:
-                    # No demand, or no more bodies. Completing needs no
-                    # demand, so look one body ahead to know which it is.
-                    if held is None:
-                        try:
-                            held = await anext(source)
-                        except StopAsyncIteration:
-                            return
-                    await sink.wait_demand()
-                    continue
-                response = await pending[0].response()
-                pending.popleft()
-                await sink.send(response)
-        finally:
-            for call in pending:
-                call.abandon()
+        await pace_calls(sink, bodies, start, PendingCall.response, max_in_flight=max_in_flight)
 
     return publish
 

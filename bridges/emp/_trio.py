@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import trio
 
-from ..kit import ITEM_COST, BridgeConnection, InboundQueue, copy_error
+from ..kit import BridgeConnection, InboundQueue
+from ..kit import PendingCall as KitPendingCall
 from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest, EmpStatistics
 from ._connection import Connection
 from ._errors import EmpClosed, EmpConnectionLost, EmpTimeout, ErrorCode, PeerError
@@ -39,54 +40,17 @@ from ._state import ConnectionState
 __all__ = ["EmpConnection", "PendingCall"]
 
 
-class PendingCall:
-    """A request we sent; :meth:`response` waits for its answer."""
+class PendingCall(KitPendingCall[bytes]):
+    """A request we sent; :meth:`response` waits for its body (decompressed).
+
+    :meth:`response` raises :class:`EmpClosed` if the connection ended (bye
+    or close) first, and :class:`PeerError`, ``RemoteProtocolError`` or
+    :class:`EmpTimeout` if it ended with an error.
+    """
 
     def __init__(self, connection: EmpConnection, request_id: int) -> None:
+        super().__init__(connection, len)
         self.request_id = request_id
-        self._connection = connection
-        self._done = trio.Event()
-        self._body: bytes | None = None
-        self._error: BaseException | None = None
-        self._abandoned = False
-
-    def _resolve(self, body: bytes | None, error: BaseException | None) -> None:
-        self._body, self._error = body, error
-        self._done.set()
-
-    def abandon(self) -> None:
-        """Drop the response when it arrives (it is still awaited on the wire)."""
-        self._abandoned = True
-        if self._body is not None:
-            self._connection._release(ITEM_COST + len(self._body))
-            self._body = None
-
-    async def response(self) -> bytes:
-        """Wait for the response body (decompressed).
-
-        Raises:
-            EmpClosed: the connection ended (bye or close) first.
-            PeerError, RemoteProtocolError, EmpTimeout: it ended with an error.
-            trio.BusyResourceError: the response was already taken.
-
-        Cancellation: the call is abandoned (its response will be dropped).
-        Always checkpoints.
-        """
-        if self._abandoned:
-            raise trio.BusyResourceError("this call's response was already taken or abandoned")
-        try:
-            await self._done.wait()
-        except BaseException:
-            self.abandon()
-            raise
-        if self._error is not None:
-            self._abandoned = True
-            raise copy_error(self._error)
-        assert self._body is not None
-        body, self._body = self._body, None
-        self._abandoned = True
-        self._connection._release(ITEM_COST + len(body))
-        return body
 
 
 class EmpConnection(BridgeConnection[Connection, EmpConfig]):
@@ -157,7 +121,7 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
 
     def _on_finish(self, error: BaseException) -> None:
         for call in self._calls.values():
-            call._resolve(None, error)
+            call.fail(error)
         self._calls.clear()
 
     def _dispatch(self, event: object) -> None:
@@ -171,10 +135,8 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
                 self._requests.put(EmpRequest(block.request_id, event.body, compression), size)
             else:
                 call = self._calls.pop(block.request_id, None)
-                if call is None or call._abandoned:
-                    return
-                call._resolve(event.body, None)
-                self._hold(ITEM_COST + size)
+                if call is not None:
+                    call.deliver(event.body)
         elif isinstance(event, Pong):
             self._pong_received()
         elif isinstance(event, Hello):

@@ -19,13 +19,13 @@ Epoxy has no flow control, so demand becomes reading (inbound) and waiting
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable
 
 import trio
 
 from rstreams import Sink, SubscribeRequest
 
+from ..kit import pace_calls
 from ._errors import ErrorResponse
 from ._trio import EpoxyConnection, Payload, PendingCall
 
@@ -99,37 +99,16 @@ def call_publisher(
     if max_in_flight <= 0:
         raise ValueError("max_in_flight must be positive")
 
+    async def start(payload: Payload) -> PendingCall:
+        return await connection.start_call(service_name, method_name, payload)
+
+    async def take_payload(call: PendingCall) -> bytes:
+        response = await call.response()
+        if response.is_error:
+            raise ErrorResponse(response.decode_error())
+        return response.payload
+
     async def publish(sink: Sink, request: SubscribeRequest) -> None:
-        source = aiter(requests)
-        pending: deque[PendingCall] = deque()
-        held: Payload | None = None  # the next request, pulled but not sent
-        try:
-            while True:
-                while len(pending) < min(sink.demand, max_in_flight):
-                    if held is None:
-                        try:
-                            held = await anext(source)
-                        except StopAsyncIteration:
-                            break
-                    pending.append(await connection.start_call(service_name, method_name, held))
-                    held = None
-                if not pending:
-                    # No demand, or no more requests. Completing needs no
-                    # demand, so look one request ahead to know which.
-                    if held is None:
-                        try:
-                            held = await anext(source)
-                        except StopAsyncIteration:
-                            return
-                    await sink.wait_demand()
-                    continue
-                response = await pending[0].response()
-                pending.popleft()
-                if response.is_error:
-                    raise ErrorResponse(response.decode_error())
-                await sink.send(response.payload)
-        finally:
-            for call in pending:
-                call.abandon()
+        await pace_calls(sink, requests, start, take_payload, max_in_flight=max_in_flight)
 
     return publish

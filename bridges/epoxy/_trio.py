@@ -47,7 +47,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..kit import ITEM_COST, BridgeConnection, InboundQueue, copy_error
+from ..kit import BridgeConnection, InboundQueue
+from ..kit import PendingCall as KitPendingCall
 from . import bond
 from ._connection import Connection
 from ._errors import (
@@ -75,59 +76,24 @@ Payload = bytes | bytearray | memoryview | bond.Struct
 _CLOSABLE = HANDSHAKE_STATES | {ConnectionState.OPEN, ConnectionState.REMOTE_CLOSED}
 
 
-class PendingCall:
-    """A request we sent; :meth:`response` waits for its answer."""
+class PendingCall(KitPendingCall[Response]):
+    """A request we sent; :meth:`response` waits for its answer.
+
+    The answer is a payload or an error (``Response.is_error``).
+    :meth:`response` raises :class:`EpoxyClosed` if the peer closed its
+    side, or we closed, first; :class:`PeerProtocolError`,
+    ``RemoteProtocolError`` or :class:`EpoxyConnectionLost` if the
+    connection ended otherwise. The spec lets a client give up on a call:
+    :meth:`abandon`.
+    """
 
     def __init__(self, connection: EpoxyConnection, conversation_id: int) -> None:
+        super().__init__(connection, _payload_size)
         self.conversation_id = conversation_id
-        self._connection = connection
-        self._done = trio.Event()
-        self._response: Response | None = None
-        self._error: BaseException | None = None
-        self._abandoned = False
 
-    @property
-    def done(self) -> bool:
-        """True once the response (or the connection's end) arrived."""
-        return self._done.is_set()
 
-    def _resolve(self, response: Response | None, error: BaseException | None) -> None:
-        self._response, self._error = response, error
-        self._done.set()
-
-    def abandon(self) -> None:
-        """Drop the response when it arrives (the spec lets a client give up on a call)."""
-        self._abandoned = True
-        if self._response is not None:
-            self._connection._release(ITEM_COST + len(self._response.payload))
-            self._response = None
-
-    async def response(self) -> Response:
-        """Wait for the response: a payload, or an error (``Response.is_error``).
-
-        Raises:
-            EpoxyClosed: the peer closed its side, or we closed, first.
-            PeerProtocolError, RemoteProtocolError, EpoxyConnectionLost: the
-                connection ended otherwise.
-            trio.BusyResourceError: the response was already taken.
-
-        Cancellation: the call is abandoned (its response will be dropped).
-        Always checkpoints.
-        """
-        if self._abandoned:
-            raise trio.BusyResourceError("this call's response was already taken or abandoned")
-        try:
-            await self._done.wait()
-        except BaseException:
-            self.abandon()
-            raise
-        self._abandoned = True
-        if self._error is not None:
-            raise copy_error(self._error)
-        response, self._response = self._response, None
-        assert response is not None
-        self._connection._release(ITEM_COST + len(response.payload))
-        return response
+def _payload_size(response: Response) -> int:
+    return len(response.payload)
 
 
 def connection_info(stream: trio.abc.Stream, config: EpoxyConfig | None = None) -> ConnectionInfo:
@@ -273,7 +239,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
 
     def _on_finish(self, error: BaseException) -> None:
         for call in self._calls.values():
-            call._resolve(None, error)
+            call.fail(error)
         self._calls.clear()
 
     def _dispatch(self, event: object) -> None:
@@ -283,10 +249,8 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             self._events.put(event, len(event.payload))
         elif isinstance(event, Response):
             call = self._calls.pop(event.conversation_id, None)
-            if call is None or call._abandoned:
-                return  # "frames with unexpected conversation IDs may be dropped"
-            call._resolve(event, None)
-            self._hold(ITEM_COST + len(event.payload))
+            if call is not None:  # "frames with unexpected conversation IDs may be dropped"
+                call.deliver(event)
         elif isinstance(event, ConfigReceived):
             self._config_received()
         elif isinstance(event, ProtocolErrorReceived):
@@ -337,7 +301,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self._peer_closed = True
         closed = EpoxyClosed("the peer closed the connection", by_peer=True)
         for call in self._calls.values():
-            call._resolve(None, closed)  # it has sent everything it will
+            call.fail(closed)  # it has sent everything it will
         self._calls.clear()
         self._end_if_answered()
         if self._end is None and self._nursery is not None:

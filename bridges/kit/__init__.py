@@ -13,6 +13,8 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 * :class:`SendWindow`: windowed outbound delivery (at most W unacknowledged,
   for protocols whose acknowledgements are demand);
 * :class:`RequestSlots`: bounded concurrent requests;
+* :class:`PendingCall`, :func:`pace_calls`: a request and the response it
+  awaits, and calls sent only within a subscriber's demand;
 * :func:`open_tcp_stream`, :func:`open_connection`, :func:`start_connection`:
   connecting, over TCP or TLS;
 * :class:`BridgeServer`, :class:`ListenerService`: accepting, and serving
@@ -24,6 +26,7 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 """
 
 from ._app import COLLECT_PREFETCH, ResponseTooLarge, collect_elements
+from ._calls import PendingCall, pace_calls
 from ._client import BridgePeer, open_bridge_peer
 from ._config import KiB, LinkSettings, MiB
 from ._connection import BridgeConnection, SansIOMachine, copy_error
@@ -46,6 +49,7 @@ __all__ = [
     "LinkSettings",
     "ListenerService",
     "MiB",
+    "PendingCall",
     "RequestSlots",
     "ResponseTooLarge",
     "SansIOMachine",
@@ -53,6 +57,7 @@ __all__ = [
     "collect_elements",
     "copy_error",
     "open_bridge_peer",
+    "pace_calls",
     "open_connection",
     "open_tcp_stream",
     "start_connection",

@@ -1,0 +1,155 @@
+"""Calls: a request sent and its response awaited, and calls paced by demand.
+
+Every request-response protocol a bridge speaks (EMP's requests, Epoxy's
+conversations, and any later one) needs the same two things on the trio
+side, so they are written once here:
+
+* :class:`PendingCall`: one request on the wire and the response it awaits.
+  The reader delivers the response (or fails the call when the connection
+  ends); whoever waits takes the response once, or abandons it (a
+  cancelled wait, a stream that was cancelled), and then the response is
+  dropped when it arrives. A response that arrived counts against the
+  connection's read-ahead budget until it is taken or dropped.
+* :func:`pace_calls`: an rstreams publisher's body that sends requests only
+  while the calls in flight are fewer than the subscriber's demand, and
+  sends their responses, in request order, as elements. Demand is what paces
+  the calls, as for every stream.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import trio
+
+from rstreams import Sink
+
+from ._connection import copy_error
+from ._inbound import ITEM_COST
+
+if TYPE_CHECKING:
+    from ._connection import BridgeConnection
+
+__all__ = ["PendingCall", "pace_calls"]
+
+R = TypeVar("R")
+Q = TypeVar("Q")
+C = TypeVar("C", bound="PendingCall[Any]")
+
+
+class PendingCall(Generic[R]):
+    """A request we sent; :meth:`response` waits for its answer.
+
+    ``size`` tells how many bytes a response holds: one that arrived before
+    its taker counts against the connection's read-ahead budget
+    (``ITEM_COST`` plus its size) until it is taken or dropped.
+    """
+
+    def __init__(self, connection: BridgeConnection[Any, Any], size: Callable[[R], int]) -> None:
+        self._connection = connection
+        self._size = size
+        self._done = trio.Event()
+        self._response: R | None = None
+        self._error: BaseException | None = None
+        self._abandoned = False
+
+    @property
+    def done(self) -> bool:
+        """True once the response (or the connection's end) arrived."""
+        return self._done.is_set()
+
+    def deliver(self, response: R) -> None:
+        """The reader's part: the response arrived (dropped if abandoned)."""
+        if self._abandoned or self.done:
+            return
+        self._response = response
+        self._done.set()
+        self._connection._hold(ITEM_COST + self._size(response))
+
+    def fail(self, error: BaseException) -> None:
+        """The reader's part: the connection ended before the response."""
+        if not self.done:
+            self._error = error
+            self._done.set()
+
+    def abandon(self) -> None:
+        """Drop the response when it arrives (it is still awaited on the wire)."""
+        self._abandoned = True
+        if self._response is not None:
+            self._connection._release(ITEM_COST + self._size(self._response))
+            self._response = None
+
+    async def response(self) -> R:
+        """Wait for the response and take it.
+
+        Raises:
+            the connection's end, as a fresh copy of its typed error, if it
+                ended first (see the bridge's connection for which);
+            trio.BusyResourceError: the response was already taken.
+
+        Cancellation: the call is abandoned (its response will be dropped).
+        Always checkpoints.
+        """
+        if self._abandoned:
+            raise trio.BusyResourceError("this call's response was already taken or abandoned")
+        try:
+            await self._done.wait()
+        except BaseException:
+            self.abandon()
+            raise
+        self._abandoned = True
+        if self._error is not None:
+            raise copy_error(self._error)
+        response, self._response = self._response, None
+        assert response is not None
+        self._connection._release(ITEM_COST + self._size(response))
+        return response
+
+
+async def pace_calls(
+    sink: Sink,
+    requests: AsyncIterable[Q],
+    start_call: Callable[[Q], Awaitable[C]],
+    take_response: Callable[[C], Awaitable[bytes]],
+    *,
+    max_in_flight: int,
+) -> None:
+    """Send ``requests``, and their responses to ``sink``, paced by its demand.
+
+    A request is sent only while the calls in flight are fewer than the
+    subscriber's outstanding demand (and ``max_in_flight``). ``take_response``
+    turns an answered call into the element to send (or raises, failing the
+    stream). When the stream ends early, the calls still in flight are
+    abandoned. Completing needs no demand, so one request is looked at ahead
+    to know whether there is another.
+    """
+    if max_in_flight <= 0:
+        raise ValueError("max_in_flight must be positive")
+    source = aiter(requests)
+    pending: deque[C] = deque()
+    held: list[Q] = []  # the next request, pulled but not sent (at most one)
+    try:
+        while True:
+            while len(pending) < min(sink.demand, max_in_flight):
+                if not held:
+                    try:
+                        held.append(await anext(source))
+                    except StopAsyncIteration:
+                        break
+                pending.append(await start_call(held.pop()))
+            if not pending:
+                if not held:
+                    try:
+                        held.append(await anext(source))
+                    except StopAsyncIteration:
+                        return
+                await sink.wait_demand()
+                continue
+            element = await take_response(pending[0])
+            pending.popleft()
+            await sink.send(element)
+    finally:
+        for call in pending:
+            call.abandon()
