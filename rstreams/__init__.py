@@ -27,7 +27,7 @@ from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, pub
 from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websocket
 from ._registry import UnsupportedScheme
 from ._session import Session, SessionStatistics, open_stream_session
-from ._subscribe import Subscription, SubscriptionStatistics
+from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
 from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
 from ._topic_core import decode_sequenced, encode_sequenced
 from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
@@ -35,6 +35,9 @@ from ._version import __version__
 from .protocol import ElementBatch, ProtocolLimits
 
 __all__ = [
+    "ADAPTIVE_BYTE_BUDGET",
+    "ADAPTIVE_INITIAL",
+    "ADAPTIVE_MAXIMUM",
     "Codec",
     "ElementBatch",
     "Endpoint",

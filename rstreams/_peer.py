@@ -32,8 +32,9 @@ from .protocol import UNBOUNDED, ElementBatch
 
 __all__ = ["Peer", "FeedPeer", "StreamFeed", "DEFAULT_PREFETCH"]
 
-#: The default ``prefetch`` of :meth:`Peer.subscribe`.
-DEFAULT_PREFETCH = 32
+#: The default ``prefetch`` of :meth:`Peer.subscribe`: None, a window that
+#: adapts to the consumer (``rstreams.protocol.AdaptiveDemand``).
+DEFAULT_PREFETCH: int | None = None
 
 
 class Peer(trio.abc.AsyncResource):
@@ -44,14 +45,16 @@ class Peer(trio.abc.AsyncResource):
     """
 
     @abc.abstractmethod
-    def subscribe(self, name: str, *, prefetch: int = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
+    def subscribe(self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
         """Subscribe to the publisher ``name`` (use the result with ``async with``).
 
         Args:
             name: the publisher name with its query, e.g. ``"range?count=5"``.
             prefetch: elements kept requested ahead of the application,
                 topped up automatically; 0 for manual demand
-                (``subscription.request(n)``).
+                (``subscription.request(n)``); None (the default) for a
+                window that adapts to the consumer, within a byte budget
+                (see :class:`~rstreams.protocol.AdaptiveDemand`).
             codec: how to decode elements ("raw", "msgpack", "json", a Codec).
         """
 
@@ -211,7 +214,7 @@ class FeedPeer(Peer):
 
     # ---- Peer -------------------------------------------------------------------
 
-    def subscribe(self, name: str, *, prefetch: int = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
+    def subscribe(self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
         return Subscription(self, name, prefetch=prefetch, codec=codec)
 
     async def fetch(self, name: str, limit: int, *, codec: CodecLike = None) -> list[Any]:

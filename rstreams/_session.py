@@ -633,13 +633,15 @@ class Session(Peer):
 
     # ---- subscriptions ----------------------------------------------
 
-    def subscribe(self, name: str, *, prefetch: int = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
+    def subscribe(self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
         """Subscribe to the peer's publisher ``name`` (use with ``async with``).
 
         Args:
             name: the publisher name, e.g. ``"range?count=100"``.
             prefetch: elements kept requested ahead of the application, topped
-                up automatically; 0 for manual demand with ``sub.request(n)``.
+                up automatically; 0 for manual demand with ``sub.request(n)``;
+                None (the default) for a window that adapts to the consumer,
+                within a byte budget (see :class:`~rstreams.protocol.AdaptiveDemand`).
             codec: how to decode elements ("raw", "msgpack", "json", a Codec).
 
         Entering the returned subscription sends subscribe and waits for the

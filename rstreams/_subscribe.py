@@ -15,6 +15,13 @@ than was requested, and the protocol machine turns any excess into a
 protocol error before it reaches this buffer. With ``prefetch=0`` nothing is
 requested automatically: call :meth:`Subscription.request`.
 
+Given no ``prefetch`` (``None``, the default), the window adapts
+(:class:`~rstreams.protocol.AdaptiveDemand`): it starts at
+``ADAPTIVE_INITIAL`` elements, doubles while the consumer keeps up (it had
+to wait for elements) and shrinks while the consumer lags, within
+``ADAPTIVE_MAXIMUM`` elements and ``ADAPTIVE_BYTE_BUDGET`` bytes. The buffer
+then holds at most the current window: memory stays bounded by demand.
+
 Per-element iteration makes a full trio checkpoint once every
 ``CHECKPOINT_INTERVAL`` elements while data is buffered (and, of course,
 whenever it has to wait), not once per element: a checkpoint costs about as
@@ -33,12 +40,27 @@ from typing import Any, Protocol
 import trio
 
 from ._codecs import CodecLike, resolve_codec
-from .protocol import DemandWindow, ElementBatch
+from .protocol import AdaptiveDemand, DemandWindow, ElementBatch
 
-__all__ = ["Subscription", "SubscriptionStatistics", "CHECKPOINT_INTERVAL", "StreamReceiver", "SubscriptionOwner"]
+__all__ = [
+    "ADAPTIVE_BYTE_BUDGET",
+    "ADAPTIVE_INITIAL",
+    "ADAPTIVE_MAXIMUM",
+    "CHECKPOINT_INTERVAL",
+    "StreamReceiver",
+    "Subscription",
+    "SubscriptionOwner",
+    "SubscriptionStatistics",
+]
 
 #: While elements are buffered, iteration checkpoints once per this many.
 CHECKPOINT_INTERVAL = 64
+
+#: The adaptive window (no ``prefetch`` given): where it starts, and its bounds
+#: in elements and in bytes (per subscription).
+ADAPTIVE_INITIAL = 16
+ADAPTIVE_MAXIMUM = 65_536
+ADAPTIVE_BYTE_BUDGET = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +125,7 @@ class Subscription(_OneWaiter):
         "subscriber",
         "_session",
         "_prefetch",
+        "_adaptive",
         "_window",
         "_codec",
         "_chunks",
@@ -119,16 +142,17 @@ class Subscription(_OneWaiter):
         "__weakref__",
     )
 
-    def __init__(self, session: SubscriptionOwner, name: str, *, prefetch: int, codec: CodecLike) -> None:
-        if type(prefetch) is not int or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+    def __init__(self, session: SubscriptionOwner, name: str, *, prefetch: int | None, codec: CodecLike) -> None:
+        if prefetch is not None and (type(prefetch) is not int or prefetch < 0):
+            raise ValueError(f"prefetch must be None (adaptive) or an int >= 0, got {prefetch!r}")
         super().__init__()
         self.name = name
         self._session = session
-        self._prefetch = prefetch
+        self._adaptive = prefetch is None
+        self._prefetch = ADAPTIVE_INITIAL if prefetch is None else prefetch
         # Made at the first element consumed while the stream is still open:
         # a short stream ends before it would ever top demand up.
-        self._window: DemandWindow | None = None
+        self._window: DemandWindow | AdaptiveDemand | None = None
         self._codec = resolve_codec(codec) if codec is not None else None
         self.subscriber: int | None = None
         # Received elements: lists of bytes, or packed buffers (bytes, size).
@@ -225,11 +249,41 @@ class Subscription(_OneWaiter):
             return
         window = self._window
         if window is None:
-            window = self._window = DemandWindow(self._prefetch)
+            window = self._window = self._make_window()
         more = window.consumed(n)
         if more:
             assert self.subscriber is not None
             self._session._request(self.subscriber, more)
+
+    def _make_window(self) -> DemandWindow | AdaptiveDemand:
+        if not self._adaptive:
+            return DemandWindow(self._prefetch)
+        return AdaptiveDemand(
+            self._probe,
+            initial=self._prefetch,
+            maximum=ADAPTIVE_MAXIMUM,
+            byte_budget=ADAPTIVE_BYTE_BUDGET,
+        )
+
+    def _probe(self) -> tuple[int, int]:
+        """For the adaptive window, at a top-up: (outstanding demand, a recent element's size)."""
+        assert self.subscriber is not None
+        size = self._element_size
+        if not size and self._buffered:
+            chunk = self._chunks[0]
+            size = len(chunk[self._head])
+        return self._session._outstanding_demand(self.subscriber), size
+
+    @property
+    def window(self) -> int:
+        """Elements kept requested ahead of the application now (0: manual demand).
+
+        With ``prefetch`` given, that; with an adaptive window, its current size.
+        """
+        window = self._window
+        if window is not None:
+            return window.size
+        return self._prefetch
 
     # ---- iteration -----------------------------------------------------
 
@@ -285,6 +339,9 @@ class Subscription(_OneWaiter):
                     if self._error is not None and not self._cancelled:
                         raise self._error
                     raise StopAsyncIteration
+                window = self._window
+                if isinstance(window, AdaptiveDemand):
+                    window.starved()
                 await self._park()
             self._since_checkpoint = 0
         finally:

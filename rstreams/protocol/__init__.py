@@ -8,7 +8,7 @@ trio runtime, tests that run without sockets, and any other I/O layer.
 from ._batch import ElementBatch
 from ._codec import MessageDecoder, encode, message_from_wire
 from ._connection import DEFAULT_WRITE_SIZE, Connection
-from ._demand import Demand, DemandWindow
+from ._demand import AdaptiveDemand, Demand, DemandWindow
 from ._errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError, RStreamsError
 from ._limits import DEFAULT_LIMITS, ProtocolLimits
 from ._messages import (
@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_WRITE_SIZE",
     "Demand",
+    "AdaptiveDemand",
     "DemandWindow",
     "ElementBatch",
     "Elements",

@@ -1,10 +1,12 @@
-"""Demand arithmetic (rule 3.17 saturation) and the DemandWindow top-up rule."""
+"""Demand arithmetic (rule 3.17 saturation), the DemandWindow top-up rule, and the adaptive window."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rstreams.protocol import UNBOUNDED, Demand, DemandWindow
+from rstreams.protocol import UNBOUNDED, AdaptiveDemand, Demand, DemandWindow
 
 
 def test_demand_starts_empty() -> None:
@@ -135,3 +137,118 @@ def test_window_keeps_outstanding_demand_above_half() -> None:
         outstanding += window.consumed()
         assert outstanding <= size
     assert lowest == size - size // 2
+
+
+# ---- AdaptiveDemand ---------------------------------------------------------
+
+
+class _Subscriber:
+    """What an adaptive window sees of its subscription: a model for the tests."""
+
+    def __init__(self, element_bytes: int = 8, **kwargs: int) -> None:
+        self.element_bytes = element_bytes
+        self.outstanding = 0
+        self.window = AdaptiveDemand(self.probe, **kwargs)
+        self.requested = self.window.initial
+        self.consumed = 0
+
+    def probe(self) -> tuple[int, int]:
+        return self.outstanding, self.element_bytes
+
+    def consume(self, n: int = 1) -> int:
+        self.consumed += n
+        more = self.window.consumed(n)
+        self.requested += more
+        return more
+
+
+def test_adaptive_starts_at_initial_and_tops_up_at_half() -> None:
+    subscriber = _Subscriber(initial=16)
+    assert subscriber.window.initial == 16
+    subscriber.outstanding = 4
+    assert [subscriber.consume() for _ in range(7)] == [0] * 7
+    assert subscriber.consume() == 8  # neither starved nor drained: the same window
+    assert subscriber.window.size == 16
+
+
+def test_adaptive_doubles_while_the_consumer_is_starved() -> None:
+    subscriber = _Subscriber(initial=16, maximum=128)
+    sizes = []
+    for _ in range(6):
+        subscriber.window.starved()
+        subscriber.outstanding = 3
+        while not subscriber.consume():
+            pass
+        sizes.append(subscriber.window.size)
+    assert sizes == [32, 64, 128, 128, 128, 128]
+    assert subscriber.window.grown == 3
+
+
+def test_adaptive_shrinks_while_everything_requested_waits_unconsumed() -> None:
+    subscriber = _Subscriber(initial=64, minimum=4)
+    sizes = []
+    for _ in range(12):
+        subscriber.outstanding = 0
+        for _ in range(subscriber.window.size):
+            subscriber.consume()
+        sizes.append(subscriber.window.size)
+    assert sizes[0] < 64
+    assert sizes == sorted(sizes, reverse=True)
+    assert sizes[-1] == 4
+    # What was requested and not consumed never exceeds the largest window.
+    assert subscriber.requested - subscriber.consumed <= 64
+
+
+def test_adaptive_window_is_capped_by_the_byte_budget() -> None:
+    subscriber = _Subscriber(element_bytes=1024 * 1024, initial=16, minimum=2, byte_budget=8 * 1024 * 1024)
+    for _ in range(4):
+        subscriber.window.starved()
+        subscriber.outstanding = 1
+        for _ in range(subscriber.window.size):
+            subscriber.consume()
+    assert subscriber.window.size == 8  # 8 MiB of 1 MiB elements
+    assert subscriber.window.grown == 0
+
+
+def test_adaptive_refuses_bad_bounds() -> None:
+    with pytest.raises(ValueError):
+        AdaptiveDemand(lambda: (0, 0), initial=2, minimum=4)
+    with pytest.raises(ValueError):
+        AdaptiveDemand(lambda: (0, 0), initial=8, maximum=4)
+    with pytest.raises(ValueError):
+        AdaptiveDemand(lambda: (0, 0), byte_budget=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 40), st.booleans(), st.integers(0, 64), st.sampled_from([0, 1, 8, 1000, 2**20, 2**24])),
+        max_size=200,
+    )
+)
+def test_adaptive_bounds_hold_whatever_the_consumer_does(
+    steps: list[tuple[int, bool, int, int]],
+) -> None:
+    """Fuzzed: the window stays within its bounds (the byte cap from the
+    first top-up that saw the size), and the elements in flight (requested,
+    not consumed) never exceed the largest window."""
+    subscriber = _Subscriber(initial=16, minimum=4, maximum=4096, byte_budget=2**20)
+    largest = subscriber.window.size
+    for n, starved, outstanding, element_bytes in steps:
+        in_flight = subscriber.requested - subscriber.consumed
+        n = min(n, in_flight)  # nobody consumes what was not requested
+        if n == 0:
+            continue
+        subscriber.element_bytes = element_bytes
+        subscriber.outstanding = min(outstanding, in_flight - n)
+        if starved:
+            subscriber.window.starved()
+        before = subscriber.window.size
+        more = subscriber.consume(n)
+        assert more >= 0
+        size = subscriber.window.size
+        assert 4 <= size <= 4096
+        if element_bytes and (more or size != before):  # a top-up: the cap of this size applies
+            assert size <= max(4, 2**20 // element_bytes)
+        largest = max(largest, size)
+        assert 0 <= subscriber.requested - subscriber.consumed <= largest

@@ -101,9 +101,49 @@ async def test_request_needs_a_positive_int(bad: object) -> None:
                 assert len(await collect(stream)) == 10
 
 
-def test_prefetch_must_be_a_non_negative_int() -> None:
+async def test_no_prefetch_means_an_adaptive_window_that_grows_for_a_fast_consumer(connect) -> None:
+    with trio.fail_after(20):
+        async with connect(standard_app()) as (client, _):
+            async with client.subscribe("range?count=3000") as stream:
+                assert stream.window == rstreams.ADAPTIVE_INITIAL
+                values = []
+                largest = stream.window
+                async for raw in stream:
+                    values.append(from_u32(raw))
+                    largest = max(largest, stream.window)
+                    stats = stream.statistics()
+                    # What was requested and not consumed stays within the window.
+                    assert stats.outstanding_demand + stats.buffered <= largest, (len(values), stats)
+    assert values == list(range(3000))
+    # This consumer empties its buffer and waits, so the window grew.
+    assert largest > rstreams.ADAPTIVE_INITIAL
+
+
+async def test_an_adaptive_window_shrinks_for_a_consumer_that_lags(connect) -> None:
+    with trio.fail_after(20):
+        async with connect(standard_app()) as (client, _):
+            async with client.subscribe("range?count=400") as stream:
+                values = []
+                while True:
+                    # Lag: take an element only once everything requested has
+                    # arrived, so the producer is always ahead.
+                    while stream.statistics().outstanding_demand and stream.statistics().state == "open":
+                        await trio.sleep(0)
+                    try:
+                        raw = await stream.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    values.append(from_u32(raw))
+                    stats = stream.statistics()
+                    assert stats.outstanding_demand + stats.buffered <= rstreams.ADAPTIVE_INITIAL
+                window = stream.window
+    assert values == list(range(400))
+    assert window < rstreams.ADAPTIVE_INITIAL
+
+
+def test_prefetch_must_be_a_non_negative_int_or_none() -> None:
     session = object()
-    for bad in (-1, 1.5, "8", None):
+    for bad in (-1, 1.5, "8", True):
         with pytest.raises(ValueError):
             rstreams.Subscription(session, "x", prefetch=bad, codec=None)  # type: ignore[arg-type]
 
