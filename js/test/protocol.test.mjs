@@ -192,6 +192,56 @@ test("automatic demand: never more requested than consumed plus prefetch, and ne
   assert.equal(sub.stats().bytes, 800);
 });
 
+test("no prefetch: an adaptive window that starts at 16 and grows while the consumer waits for elements", async () => {
+  const { session, ws } = await open();
+  ws.take();
+  const sub = session.subscribe("range?count=10000");
+  await settle();
+  const [subscribe] = ws.take();
+  assert.equal(subscribe[0], Code.subscribe);
+  assert.equal(Number(subscribe[3]), 16);
+  assert.equal(sub.window, 16);
+  ws.deliver(HELLO, [Code.subscribed, 1, 8]);
+  let requested = 16;
+  let sent = 0;
+  let consumed = 0;
+  let largest = 16;
+  const iterator = sub[Symbol.asyncIterator]();
+  while (consumed < 2000) {
+    // The consumer drains everything, then waits: the next elements come
+    // only after it has waited, so it is starved every time.
+    const waiting = iterator.next();
+    await settle();
+    const n = requested - sent;
+    assert.ok(n > 0, "the subscriber starved the publisher");
+    ws.deliver([Code.onNextPacked, 1, n, packed(sent, n)]);
+    sent += n;
+    await waiting;
+    consumed++;
+    while (consumed < sent) {
+      await iterator.next();
+      consumed++;
+    }
+    await settle();
+    for (const m of ws.take()) {
+      assert.equal(m[0], Code.request);
+      requested += Number(m[2]);
+    }
+    largest = Math.max(largest, sub.window);
+    assert.ok(requested - consumed <= largest, `requested ${requested} - consumed ${consumed} > window ${largest}`);
+  }
+  assert.ok(largest >= 1024, `the window did not grow: ${largest}`);
+  sub.cancel();
+});
+
+test("prefetch: a bad value is refused; null or left out is adaptive", async () => {
+  const { session } = await open();
+  for (const bad of [-1, 1.5, "8"]) assert.throws(() => session.subscribe("range", { prefetch: bad }), RangeError);
+  assert.equal(session.subscribe("range", { prefetch: null }).window, 16);
+  assert.equal(session.subscribe("range", { prefetch: 5 }).window, 5);
+  assert.equal(session.subscribe("range", { prefetch: 0 }).window, 0);
+});
+
 test("prefetch 0: nothing requested until request(n); n must be positive", async () => {
   const { session, ws } = await open();
   ws.take();

@@ -25,7 +25,7 @@
 import { PublisherError, RemoteProtocolError, RStreamsError, SessionBroken, SessionClosed, UnknownPublisher } from "./errors.js";
 import { decode, encode, toBytes } from "./msgpack.js";
 import { Connection, SUBPROTOCOL, UNBOUNDED } from "./protocol.js";
-import { DemandWindow } from "./demand.js";
+import { AdaptiveDemand, DemandWindow } from "./demand.js";
 
 export {
   LocalProtocolError,
@@ -315,8 +315,11 @@ export class Session {
    *
    * @param {string} name
    * @param {object} [options]
-   * @param {number} [options.prefetch=32] elements requested ahead of the
-   *   consumer; 0 means manual demand with `request(n)`
+   * @param {number} [options.prefetch] elements requested ahead of the
+   *   consumer; 0 means manual demand with `request(n)`; left out (or null),
+   *   a window that adapts to the consumer (AdaptiveDemand in demand.js:
+   *   starts at 16, doubles while the consumer keeps up, shrinks while it
+   *   lags, within 65,536 elements and 8 MiB)
    * @param {"msgpack"|"json"|"text"|"raw"|Function} [options.decode] how to
    *   turn each element's bytes into a value (default: the Uint8Array itself)
    * @returns {Subscription}
@@ -325,10 +328,12 @@ export class Session {
   subscribe(name, options = {}) {
     if (typeof name !== "string") throw new TypeError("a publisher name is a string");
     if (this._ended) throw this._ended;
-    const prefetch = options.prefetch ?? 32;
-    if (!Number.isInteger(prefetch) || prefetch < 0) throw new RangeError(`prefetch must be an integer >= 0, got ${prefetch}`);
+    const prefetch = options.prefetch ?? null;
+    if (prefetch !== null && (!Number.isInteger(prefetch) || prefetch < 0)) {
+      throw new RangeError(`prefetch must be an integer >= 0 (or left out: adaptive), got ${prefetch}`);
+    }
     const sub = new Subscription(this, name, prefetch, resolveCodec(DECODERS, options.decode, "decode"));
-    sub.id = this._conn.subscribe(name, BigInt(prefetch));
+    sub.id = this._conn.subscribe(name, BigInt(sub._window === null ? 0 : sub._window.initial));
     this._subscriptions.set(sub.id, sub);
     this._scheduleFlush();
     return sub;
@@ -475,8 +480,14 @@ export class Subscription {
     this.session = session;
     this.name = name;
     this.id = null;
+    // null: adaptive (AdaptiveDemand); 0: manual demand; else a fixed window.
     this.prefetch = prefetch;
-    this._window = prefetch > 0 ? new DemandWindow(prefetch) : null;
+    this._window =
+      prefetch === null
+        ? new AdaptiveDemand(() => this._probe())
+        : prefetch > 0
+          ? new DemandWindow(prefetch)
+          : null;
     this._decoder = decoder;
     // Received, not yet consumed: chunks {items} or {packed, size, count}, with _head into the first.
     this._chunks = [];
@@ -578,6 +589,18 @@ export class Subscription {
     this._state = "cancelled";
   }
 
+  // For the adaptive window, at a top-up: [outstanding demand, mean element size].
+  _probe() {
+    const outstanding = this.session._conn.outstandingDemand(this.id);
+    const size = this._elements ? Math.floor(this._bytes / this._elements) : 0;
+    return [outstanding >= UNBOUNDED ? Infinity : Number(outstanding), size];
+  }
+
+  /** Elements kept requested ahead of the consumer now (0: manual demand). */
+  get window() {
+    return this._window === null ? 0 : this._window.size;
+  }
+
   _consumed(n) {
     this._consumedCount += n;
     if (this._window === null || this._ended) return;
@@ -633,6 +656,7 @@ export class Subscription {
           if (this._error && this._state !== "cancelled") throw this._error;
           return { value: undefined, done: true };
         }
+        if (this._window instanceof AdaptiveDemand) this._window.starved();
         await new Promise((resolve) => (this._waiter = resolve));
       }
       return null;
