@@ -48,7 +48,7 @@ __all__ = ["MIB", "Limits", "DEFAULT_LIMITS", "encode_handshake", "encode_frame"
 #: One mebibyte, the spec's largest MESSAGE payload per frame.
 MIB = 1024 * 1024
 _TYPE_FLAGS = FrameFlags.COMMAND | FrameFlags.EXTENSION | FrameFlags.ERROR
-_ALL_FLAGS = _TYPE_FLAGS | FrameFlags.LARGE_PAYLOAD | FrameFlags.CONTINUED
+_ALL_FLAGS = int(_TYPE_FLAGS | FrameFlags.LARGE_PAYLOAD | FrameFlags.CONTINUED)
 _ERROR_FIRST_BYTES = (FrameFlags.ERROR, FrameFlags.ERROR | FrameFlags.LARGE_PAYLOAD)
 
 
@@ -203,7 +203,7 @@ class Decoder:
         if not buffer:
             return None
         flags = buffer[0]
-        if flags & ~_ALL_FLAGS:
+        if flags & ~_ALL_FLAGS & 0xFF:
             raise RemoteProtocolError(f"unknown frame flags 0x{flags:02x}")
         kind = flags & _TYPE_FLAGS
         if kind not in (0, FrameFlags.COMMAND, FrameFlags.EXTENSION, FrameFlags.ERROR):
