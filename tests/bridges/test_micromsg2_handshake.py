@@ -139,9 +139,9 @@ def test_the_client_refuses_an_unknown_required_extension() -> None:
 @pytest.mark.parametrize(("major", "minor"), [(0, 9), (0, 0)])
 def test_a_lower_version_we_do_not_speak_is_refused(major: int, minor: int) -> None:
     server = Connection(Role.SERVER)
-    expected = b"\x04\x3b" + (
-        f"error;message=version%20{major}.{minor}%20is%20not%20supported%3B%20this%20side%20speaks%201.0".encode()
-    )
+    text = f"error;message=version%20{major}.{minor}%20is%20not%20supported%3B%20this%20side%20speaks%201.0"
+    expected = bytes([4, len(text)]) + text.encode()
+    assert len(text) == 0x52
     assert refused(server, hello(major=major, minor=minor), UnsupportedVersionError, "is not supported") == expected
     client = Connection(Role.CLIENT)
     client.data_to_send()
