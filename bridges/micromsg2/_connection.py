@@ -93,7 +93,9 @@ class Connection:
         limits: what the peer may make us hold.
 
     Raises:
-        ValueError: an extension we do not implement, or a bad identity.
+        ValueError: an extension we do not implement, or a bad batch-ack count.
+        LocalProtocolError: an identity that is not ASCII of at most 255
+            bytes, or an extension listed twice.
     """
 
     def __init__(

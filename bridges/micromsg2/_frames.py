@@ -111,7 +111,11 @@ class MessageFrame:
 
     def __post_init__(self) -> None:
         _check_range("sequence number", self.sequence, 1, MAX_SEQUENCE)
-        if len(self.destination.encode("utf-8", "surrogatepass")) > 255:
+        try:
+            size = len(self.destination.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise LocalProtocolError(f"destination {self.destination!r} is not valid Unicode text") from None
+        if size > 255:
             raise LocalProtocolError("a destination is at most 255 bytes of UTF-8")
         try:
             make_properties(self.properties)

@@ -6,8 +6,8 @@ key appears once. VALUE is a FILTER_VALUE, a type letter then text:
 
 * ``N`` a number: a signed 64-bit integer in decimal (``N-12``), held as
   ``int``;
-* ``D`` a date: UNIX time in seconds, fractions after a dot
-  (``D1413198000.0``), held as :class:`UnixTime` so that it round-trips
+* ``D`` a date: UNIX time in seconds, up to 20 digits, then optionally a
+  dot and up to 20 digits of fraction (``D1413198000.0``), held as :class:`UnixTime` so that it round-trips
   digit for digit;
 * ``T`` text, URL encoded (``THello%20%22world%22``), held as ``str``.
 
@@ -42,7 +42,7 @@ __all__ = [
 MIN_NUMBER = -(2**63)
 MAX_NUMBER = 2**63 - 1
 _NUMBER = re.compile(r"-?[0-9]{1,19}\Z")
-_DATE = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,9})?\Z")
+_DATE = re.compile(r"-?[0-9]{1,20}(\.[0-9]{1,20})?\Z")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -58,6 +58,8 @@ class UnixTime:
     def __post_init__(self) -> None:
         if not isinstance(self.seconds, Decimal) or not self.seconds.is_finite():
             raise MalformedTextError(f"a date must be a finite Decimal, not {self.seconds!r}")
+        if not _DATE.match(str(self)):
+            raise MalformedTextError(f"a date has at most 20 digits before and after the dot, not {self}")
 
     @classmethod
     def from_datetime(cls, moment: datetime) -> UnixTime:

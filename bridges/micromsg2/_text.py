@@ -45,8 +45,16 @@ def check_field(text: str, what: str) -> str:
 
 
 def url_encode(text: str) -> str:
-    """``text`` URL encoded: UTF-8, every byte but the unreserved ones escaped."""
-    return "".join(chr(byte) if byte in _UNRESERVED else f"%{byte:02X}" for byte in text.encode("utf-8"))
+    """``text`` URL encoded: UTF-8, every byte but the unreserved ones escaped.
+
+    Raises:
+        MalformedTextError: ``text`` is not encodable as UTF-8 (a lone surrogate).
+    """
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MalformedTextError(f"{text!r} is not valid Unicode text") from None
+    return "".join(chr(byte) if byte in _UNRESERVED else f"%{byte:02X}" for byte in data)
 
 
 def url_decode(encoded: str) -> str:

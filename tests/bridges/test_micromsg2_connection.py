@@ -428,6 +428,8 @@ def test_local_message_errors_change_nothing() -> None:
         lambda: pair.server.send_message("x" * 256, b""),
         lambda: pair.server.send_message("t", b"", properties={"Bad": 1}),
         lambda: pair.server.send_message("t", b"", properties={"b": 1.5}),  # type: ignore[dict-item]
+        lambda: pair.server.send_message("t", b"", properties={"b": "\ud800"}),
+        lambda: pair.server.send_message("\ud800", b""),
     ):
         with pytest.raises(LocalProtocolError):
             call()

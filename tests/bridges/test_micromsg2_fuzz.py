@@ -136,7 +136,9 @@ def feed_machine(connection: Connection, chunks: list[bytes]) -> None:
 @FUZZ
 @given(st.lists(st.binary(min_size=1, max_size=60), max_size=6), st.sampled_from([Role.CLIENT, Role.SERVER]))
 def test_a_machine_in_the_handshake_survives_any_bytes(chunks: list[bytes], role: Role) -> None:
-    feed_machine(Connection(role, optional=[ExtensionSpec(name="pubsub")], limits=LIMITS), chunks)
+    connection = Connection(role, optional=[ExtensionSpec(name="pubsub")], limits=LIMITS)
+    connection.data_to_send()  # the client's hello
+    feed_machine(connection, chunks)
 
 
 @FUZZ

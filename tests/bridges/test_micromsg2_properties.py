@@ -72,9 +72,20 @@ def test_bad_property_fields(field: bytes, reason: str) -> None:
         decode_properties(field)
 
 
-def test_a_date_must_be_finite() -> None:
-    with pytest.raises(MalformedTextError):
+def test_a_date_must_be_finite_and_writable() -> None:
+    with pytest.raises(MalformedTextError, match="finite"):
         UnixTime(Decimal("NaN"))
+    with pytest.raises(MalformedTextError, match="at most 20 digits"):
+        UnixTime(Decimal("1." + "0" * 21))
+    with pytest.raises(MalformedTextError, match="at most 20 digits"):
+        UnixTime(Decimal("1E+20"))
+    assert decode_value("D-0.123456789012345") == UnixTime(Decimal("-0.123456789012345"))
+    assert encode_value(UnixTime(Decimal("1E-3"))) == "D0.001"
+
+
+def test_text_that_is_not_unicode_is_refused() -> None:
+    with pytest.raises(MalformedTextError, match="not valid Unicode"):
+        encode_value("\ud800")
 
 
 values = st.one_of(
