@@ -3,6 +3,8 @@ CONTINUED frames, the dotnet type, pubsub commands, errors and limits."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from bridges.micromsg2 import (
@@ -34,7 +36,7 @@ from bridges.micromsg2 import (
 from tests.bridges.micromsg2_pair import Pair, ext, open_pair
 
 
-def messages(events: list[object]) -> list[MessageReceived]:
+def messages(events: Sequence[object]) -> list[MessageReceived]:
     return [event for event in events if isinstance(event, MessageReceived)]
 
 
@@ -427,7 +429,7 @@ def test_local_message_errors_change_nothing() -> None:
     for call in (
         lambda: pair.server.send_message("x" * 256, b""),
         lambda: pair.server.send_message("t", b"", properties={"Bad": 1}),
-        lambda: pair.server.send_message("t", b"", properties={"b": 1.5}),  # type: ignore[dict-item]
+        lambda: pair.server.send_message("t", b"", properties={"b": 1.5}),  # type: ignore[arg-type]
         lambda: pair.server.send_message("t", b"", properties={"b": "\ud800"}),
         lambda: pair.server.send_message("\ud800", b""),
     ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from bridges.micromsg2 import (
@@ -25,7 +27,7 @@ def names(extensions: tuple[ExtensionSpec, ...]) -> list[str]:
     return [str(extension) for extension in extensions]
 
 
-def completed(events: list[object]) -> HandshakeCompleted:
+def completed(events: Sequence[object]) -> HandshakeCompleted:
     [event] = [event for event in events if isinstance(event, HandshakeCompleted)]
     return event
 
