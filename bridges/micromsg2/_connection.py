@@ -56,7 +56,7 @@ from ._events import (
     Subscribe,
     Unsubscribe,
 )
-from ._extensions import ACK, BATCH_ACK, DOTNET, PUBSUB, ExtensionSpec
+from ._extensions import ACK, BATCH_ACK, DOTNET, MAX_WINDOW, PUBSUB, ExtensionSpec
 from ._filters import Filter, parse_filter
 from ._frames import CommandFrame, ErrorFrame, ExtensionFrame, Frame, Handshake, MessageFrame
 from ._handshake import HandshakeOptions, ack_window, check_final, client_final, negotiated_version, server_reply
@@ -116,6 +116,7 @@ class Connection:
             required=tuple(required),
             optional=tuple(optional),
             accept=None if accept is None else frozenset(accept),
+            max_window=min(limits.max_pending_messages, MAX_WINDOW),
         )
         self.limits = limits
         self._state = ConnectionState.AWAITING_REPLY if role is Role.CLIENT else ConnectionState.AWAITING_HELLO

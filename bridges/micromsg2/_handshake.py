@@ -22,7 +22,8 @@ Our choices where the spec is silent (``docs/bridges/micromsg2.md``):
   ``accept`` (by default: every extension it implements). A suggestion the
   server did not echo is dropped, as in the spec's example.
 * When both sides name ``batch-ack`` with different counts, the smaller
-  count is used; so is batch-ack when both ``ack`` and ``batch-ack`` would
+  count is used, and never more than the client's ``max_window`` (a server
+  refuses a final count over its own); so is batch-ack when both ``ack`` and ``batch-ack`` would
   be used (``ack`` is then dropped from the optional ones).
 * Unknown *optional* extensions are ignored; an unknown extension in the
   final list is refused like an unknown required one.
@@ -34,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ._errors import MalformedTextError, RemoteProtocolError, UnsupportedExtensionError, UnsupportedVersionError
-from ._extensions import ACK, BATCH_ACK, KNOWN_EXTENSIONS, ExtensionSpec
+from ._extensions import ACK, BATCH_ACK, KNOWN_EXTENSIONS, MAX_WINDOW, ExtensionSpec
 from ._frames import PROTOCOL_VERSION, Handshake
 
 __all__ = [
@@ -57,19 +58,26 @@ class HandshakeOptions:
         optional: extensions we suggest.
         accept: (client) the names of server suggestions we take; None for
             every extension we implement.
+        max_window: the largest ack window we take: a client lowers a
+            larger batch-ack count to it in the final list, a server refuses
+            a final list over it (it is what we are willing to hold
+            unconsumed, ``Limits.max_pending_messages``).
     """
 
     identity: str = ""
     required: tuple[ExtensionSpec, ...] = ()
     optional: tuple[ExtensionSpec, ...] = ()
     accept: frozenset[str] | None = None
+    max_window: int = MAX_WINDOW
 
     def __post_init__(self) -> None:
         unknown = _unknown(self.required + self.optional)
         if unknown:
             raise ValueError(f"extensions this implementation does not speak: {', '.join(unknown)}")
         Handshake(identity=self.identity, required=self.required, optional=self.optional)
-        ack_window(self.required + self.optional)
+        window = ack_window(self.required + self.optional)
+        if window is not None and window > self.max_window:
+            raise ValueError(f"a batch-ack count of {window} is over the limit of {self.max_window} pending messages")
 
     def hello(self) -> Handshake:
         """Our handshake message (steps 1 and 2)."""
@@ -134,6 +142,15 @@ def _merge(ours: ExtensionSpec, theirs: ExtensionSpec) -> ExtensionSpec:
     return ours
 
 
+def _capped(extensions: list[ExtensionSpec], max_window: int) -> list[ExtensionSpec]:
+    return [
+        ExtensionSpec.batch_ack(max_window)
+        if extension.name == BATCH_ACK and extension.window > max_window
+        else extension
+        for extension in extensions
+    ]
+
+
 def client_final(options: HandshakeOptions, reply: Handshake) -> Handshake:
     """Step 3: the client's final list, from its options and the server's reply.
 
@@ -163,6 +180,7 @@ def client_final(options: HandshakeOptions, reply: Handshake) -> Handshake:
     ]
     if BATCH_ACK in taken | {extension.name for extension in optional}:
         optional = [extension for extension in optional if extension.name != ACK]
+    required, optional = _capped(required, options.max_window), _capped(optional, options.max_window)
     return Handshake(identity=options.identity, required=tuple(required), optional=tuple(optional))
 
 
@@ -184,4 +202,7 @@ def check_final(options: HandshakeOptions, final: Handshake) -> tuple[tuple[int,
     if missing:
         raise RemoteProtocolError(f"the final handshake leaves out required extensions: {', '.join(missing)}")
     _check_window(extensions)
+    window = ack_window(extensions)
+    if window is not None and window > options.max_window:
+        raise RemoteProtocolError(f"a batch-ack count of {window} is over this side's limit of {options.max_window}")
     return version, extensions

@@ -13,6 +13,7 @@ from bridges.micromsg2 import (
     ExtensionSpec,
     Handshake,
     HandshakeCompleted,
+    Limits,
     LocalProtocolError,
     RemoteProtocolError,
     Role,
@@ -20,7 +21,7 @@ from bridges.micromsg2 import (
     UnsupportedVersionError,
     encode_handshake,
 )
-from tests.bridges.micromsg2_pair import ext, open_pair
+from tests.bridges.micromsg2_pair import Pair, ext, open_pair
 
 
 def names(extensions: tuple[ExtensionSpec, ...]) -> list[str]:
@@ -231,3 +232,24 @@ def test_options_we_cannot_honour_are_a_value_error() -> None:
         Connection(Role.CLIENT, required=[ext("xml")])
     with pytest.raises(LocalProtocolError):
         Connection(Role.CLIENT, identity="é")
+
+
+def test_the_client_caps_the_window_at_what_it_will_hold() -> None:
+    client = Connection(Role.CLIENT, limits=Limits(max_pending_messages=16))
+    server = Connection(Role.SERVER, required=[ext("batch-ack:max-count=64")])
+    Pair(client, server).pump()
+    assert client.window == server.window == 16
+    assert names(server.extensions) == ["batch-ack:max-count=16"]
+
+
+def test_the_server_refuses_a_final_window_over_its_limit() -> None:
+    server = Connection(Role.SERVER, limits=Limits(max_pending_messages=16))
+    server.receive_data(hello())
+    server.events()
+    refused(server, hello(optional=(ext("batch-ack:max-count=17"),)), RemoteProtocolError,
+            "count of 17 is over this side's limit of 16")  # fmt: skip
+
+
+def test_a_configured_window_over_the_pending_limit_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="over the limit of 16 pending messages"):
+        Connection(Role.SERVER, optional=[ext("batch-ack:max-count=64")], limits=Limits(max_pending_messages=16))
