@@ -18,17 +18,22 @@ from bridges.micromsg2 import (
     ErrorFrame,
     ExtensionFrame,
     ExtensionSpec,
+    FilterError,
     Frame,
     Handshake,
     Limits,
     LocalProtocolError,
+    MalformedTextError,
     MessageFrame,
     NamedArguments,
     RemoteProtocolError,
     Role,
     UnixTime,
+    decode_properties,
     encode_frame,
     encode_handshake,
+    parse_extensions,
+    parse_filter,
 )
 from tests.bridges.micromsg2_pair import open_pair
 
@@ -192,3 +197,24 @@ def test_two_machines_agree_whatever_the_application_does(ops: list[tuple[str, o
     # everything delivered: what one side has not acked is exactly what the other awaits
     assert pair.server.unacknowledged == pair.client.pending_messages
     assert pair.client.unacknowledged == pair.server.pending_messages
+
+
+@FUZZ
+@given(st.text(alphabet=st.sampled_from("abN DT1-.;:=<>!~&%2F"), max_size=30))
+def test_any_filter_text_parses_or_is_a_filter_error(text: str) -> None:
+    try:
+        parsed = parse_filter(text)
+    except FilterError:
+        return
+    assert parse_filter(str(parsed)) == parsed  # what parses prints back to the same filter
+    parsed.matches({"a": 1, "b": "x"})
+
+
+@FUZZ
+@given(st.binary(max_size=40))
+def test_any_text_field_parses_or_is_a_typed_error(data: bytes) -> None:
+    for parse in (parse_extensions, decode_properties, NamedArguments.decode):
+        try:
+            parse(data)
+        except MalformedTextError:
+            pass
