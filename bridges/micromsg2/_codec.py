@@ -1,0 +1,254 @@
+"""Bytes to MicroMsg2 handshakes and frames and back, within limits.
+
+Layouts (all numbers big-endian)::
+
+    handshake  major:1 minor:1 flags:1 idlen:1 identity
+               reqlen:2 required optlen:2 optional
+    MESSAGE    flags:1 seq:2 destlen:1 destination proplen:2 properties
+               paylen:1|4 payload
+    COMMAND    flags:1 paylen:1|4 payload          (ERROR: the same)
+    EXTENSION  flags:1 id:1 paylen:1|4 payload
+
+The payload length is 4 bytes when the flags carry LARGE_PAYLOAD (8). We
+set it only for payloads over 255 bytes; we accept it on any frame.
+
+A frame is rejected with a typed ``RemoteProtocolError`` for: a flag bit
+above 16; more than one of COMMAND, EXTENSION, ERROR; CONTINUED on a frame
+that is not a MESSAGE; a payload length over ``Limits.max_frame_payload``
+(checked when the length is read, before anything is buffered for it, so
+the decoder never holds more than one frame's header plus what was fed);
+and any field that does not parse.
+
+Where the handshake is expected, a first byte of 0x04 or 0x0C is not a
+major version but an ERROR frame: that is how a peer refuses our handshake
+(the spec says to send an ERROR frame, and no real version is 4 or 12).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ._errors import FrameTooLargeError, LocalProtocolError, MalformedTextError, RemoteProtocolError
+from ._extensions import format_extensions, parse_extensions
+from ._frames import (
+    CommandFrame,
+    ErrorFrame,
+    ExtensionFrame,
+    Frame,
+    FrameFlags,
+    Handshake,
+    MessageFrame,
+)
+from ._payloads import NamedArguments
+from ._properties import decode_properties, encode_properties
+
+__all__ = ["MIB", "Limits", "DEFAULT_LIMITS", "encode_handshake", "encode_frame", "Decoder"]
+
+#: One mebibyte, the spec's largest MESSAGE payload per frame.
+MIB = 1024 * 1024
+_TYPE_FLAGS = FrameFlags.COMMAND | FrameFlags.EXTENSION | FrameFlags.ERROR
+_ALL_FLAGS = int(_TYPE_FLAGS | FrameFlags.LARGE_PAYLOAD | FrameFlags.CONTINUED)
+_ERROR_FIRST_BYTES = (FrameFlags.ERROR, FrameFlags.ERROR | FrameFlags.LARGE_PAYLOAD)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What the peer may make us hold.
+
+    Attributes:
+        max_frame_payload: the largest payload of one frame (the spec splits
+            messages at 1 MiB, so that is the default).
+        max_message_size: the largest message reassembled from CONTINUED
+            frames (default 16 MiB).
+        max_pending_messages: how many received messages may wait for the
+            application to consume them (default 1024); with an ack window
+            the peer is held to the window as well.
+    """
+
+    max_frame_payload: int = MIB
+    max_message_size: int = 16 * MIB
+    max_pending_messages: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_frame_payload", "max_message_size", "max_pending_messages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.max_frame_payload > 2**32 - 1:
+            raise ValueError("max_frame_payload cannot exceed a 4-byte length")
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def _field16(data: bytes, what: str) -> bytes:
+    if len(data) > 0xFFFF:
+        raise LocalProtocolError(f"{what} is {len(data)} bytes, over 65535")
+    return struct.pack(">H", len(data)) + data
+
+
+def encode_handshake(handshake: Handshake) -> bytes:
+    """The bytes of one handshake message."""
+    identity = handshake.identity.encode("ascii")
+    return (
+        bytes((handshake.major, handshake.minor, handshake.flags, len(identity)))
+        + identity
+        + _field16(format_extensions(handshake.required), "RequiredExtensions")
+        + _field16(format_extensions(handshake.optional), "OptionalExtensions")
+    )
+
+
+def _sized(flags: int, prefix: bytes, payload: bytes) -> bytes:
+    if len(payload) > 255:
+        return bytes((flags | FrameFlags.LARGE_PAYLOAD,)) + prefix + struct.pack(">I", len(payload)) + payload
+    return bytes((flags,)) + prefix + bytes((len(payload),)) + payload
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """The bytes of one frame.
+
+    Raises:
+        LocalProtocolError: a field does not fit its length field.
+    """
+    if isinstance(frame, MessageFrame):
+        destination = frame.destination.encode("utf-8")
+        prefix = (
+            struct.pack(">HB", frame.sequence, len(destination))
+            + destination
+            + _field16(encode_properties(frame.properties), "Properties")
+        )
+        return _sized(FrameFlags.CONTINUED if frame.continued else 0, prefix, frame.payload)
+    if isinstance(frame, CommandFrame):
+        return _sized(FrameFlags.COMMAND, b"", frame.command.encode())
+    if isinstance(frame, ErrorFrame):
+        return _sized(FrameFlags.ERROR, b"", frame.error.encode())
+    return _sized(FrameFlags.EXTENSION, bytes((frame.extension_id,)), frame.payload)
+
+
+class Decoder:
+    """Parse handshakes and frames from a byte stream, one at a time.
+
+    Feed bytes with :meth:`feed`; take a handshake with
+    :meth:`next_handshake` or a frame with :meth:`next_frame` (the caller
+    knows which one comes next). Each returns None while the bytes are
+    incomplete, and raises ``RemoteProtocolError`` (or a subclass) for bytes
+    that can never be valid.
+    """
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes fed and not yet parsed."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Add received bytes."""
+        self._buffer += data
+
+    def _take(self, size: int) -> bytes:
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def next_handshake(self) -> Handshake | ErrorFrame | None:
+        """The next handshake message (or the ERROR frame that refuses ours), or None."""
+        buffer = self._buffer
+        if buffer[:1] and buffer[0] in _ERROR_FIRST_BYTES:
+            frame = self.next_frame()
+            assert frame is None or isinstance(frame, ErrorFrame)
+            return frame
+        if len(buffer) < 4:
+            return None
+        required_at = 4 + buffer[3]
+        if len(buffer) < required_at + 2:
+            return None
+        optional_at = required_at + 2 + int.from_bytes(buffer[required_at : required_at + 2], "big")
+        if len(buffer) < optional_at + 2:
+            return None
+        end = optional_at + 2 + int.from_bytes(buffer[optional_at : optional_at + 2], "big")
+        if len(buffer) < end:
+            return None
+        raw = self._take(end)
+        try:
+            identity = raw[4:required_at].decode("ascii")
+            required = parse_extensions(raw[required_at + 2 : optional_at])
+            optional = parse_extensions(raw[optional_at + 2 : end])
+            return Handshake(
+                major=raw[0], minor=raw[1], flags=raw[2], identity=identity, required=required, optional=optional
+            )
+        except UnicodeDecodeError:
+            raise RemoteProtocolError("the handshake identity is not ASCII") from None
+        except (MalformedTextError, LocalProtocolError) as exc:
+            raise RemoteProtocolError(f"bad handshake: {exc.message}") from None
+
+    def _payload_length(self, at: int, flags: int) -> tuple[int, int] | None:
+        # Returns (length, where the payload starts) once the length field is in.
+        width = 4 if flags & FrameFlags.LARGE_PAYLOAD else 1
+        if len(self._buffer) < at + width:
+            return None
+        length = int.from_bytes(self._buffer[at : at + width], "big")
+        if length > self.limits.max_frame_payload:
+            raise FrameTooLargeError(
+                f"a frame payload of {length} bytes is over the limit of {self.limits.max_frame_payload}"
+            )
+        return length, at + width
+
+    def next_frame(self) -> Frame | None:
+        """The next frame, or None while it is incomplete."""
+        buffer = self._buffer
+        if not buffer:
+            return None
+        flags = buffer[0]
+        if flags & ~_ALL_FLAGS & 0xFF:
+            raise RemoteProtocolError(f"unknown frame flags 0x{flags:02x}")
+        kind = flags & _TYPE_FLAGS
+        if kind not in (0, FrameFlags.COMMAND, FrameFlags.EXTENSION, FrameFlags.ERROR):
+            raise RemoteProtocolError(f"frame flags 0x{flags:02x} name more than one frame type")
+        if kind and flags & FrameFlags.CONTINUED:
+            raise RemoteProtocolError("CONTINUED is only for MESSAGE frames")
+        if kind == 0:
+            return self._next_message(flags)
+        header = 2 if kind == FrameFlags.EXTENSION else 1
+        sized = self._payload_length(header, flags)
+        if sized is None or len(buffer) < sized[1] + sized[0]:
+            return None
+        length, start = sized
+        raw = self._take(start + length)
+        payload = raw[start:]
+        try:
+            if kind == FrameFlags.EXTENSION:
+                return ExtensionFrame(extension_id=raw[1], payload=payload)
+            arguments = NamedArguments.decode(payload)
+        except (MalformedTextError, LocalProtocolError) as exc:
+            raise RemoteProtocolError(f"bad frame: {exc.message}") from None
+        return CommandFrame(command=arguments) if kind == FrameFlags.COMMAND else ErrorFrame(error=arguments)
+
+    def _next_message(self, flags: int) -> MessageFrame | None:
+        buffer = self._buffer
+        if len(buffer) < 4:
+            return None
+        properties_at = 4 + buffer[3]
+        if len(buffer) < properties_at + 2:
+            return None
+        length_at = properties_at + 2 + int.from_bytes(buffer[properties_at : properties_at + 2], "big")
+        sized = self._payload_length(length_at, flags)
+        if sized is None or len(buffer) < sized[1] + sized[0]:
+            return None
+        length, start = sized
+        raw = self._take(start + length)
+        try:
+            return MessageFrame(
+                sequence=int.from_bytes(raw[1:3], "big"),
+                destination=raw[4:properties_at].decode("utf-8"),
+                properties=decode_properties(raw[properties_at + 2 : length_at]),
+                payload=raw[start:],
+                continued=bool(flags & FrameFlags.CONTINUED),
+            )
+        except UnicodeDecodeError:
+            raise RemoteProtocolError("a destination is not UTF-8") from None
+        except (MalformedTextError, LocalProtocolError) as exc:
+            raise RemoteProtocolError(f"bad message frame: {exc.message}") from None

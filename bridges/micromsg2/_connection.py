@@ -1,0 +1,575 @@
+"""The MicroMsg2 connection state machine: bytes in, events out; calls in, bytes out.
+
+A :class:`Connection` does no I/O. The I/O layer feeds it received bytes
+(:meth:`Connection.receive_data`, ``b""`` for end of file), takes the
+events (:meth:`Connection.events`), calls it to send, and writes whatever
+:meth:`Connection.data_to_send` returns. It fits ``bridges.kit``'s
+``BridgeConnection``: an adapter dispatches :class:`HandshakeCompleted`
+(the handshake is over), :class:`MessageReceived` (an element),
+:class:`Acknowledged` (``request(count)`` on the sending side) and the
+pubsub events, and calls :meth:`Connection.acknowledge` as its application
+consumes messages.
+
+Whose fault
+-----------
+Local misuse (a message beyond the ack window, a command before the
+handshake or without pubsub, anything after the end) raises
+``LocalProtocolError`` at once and changes nothing. A peer's violation
+(and every limit it exceeds) queues the ERROR frame ``error;message=M``,
+moves the machine to ``ERROR`` and surfaces as ``RemoteProtocolError`` from
+:meth:`Connection.events`: events parsed before the bad frame are returned
+first and the error is raised on the next call. The I/O layer then writes
+what is queued and disconnects, as the spec requires. A peer's own ERROR
+frame is an event (:class:`ConnectionFailed`, :class:`StreamFailed`).
+
+Windows
+-------
+When ``ack`` or ``batch-ack`` is used, both directions have a window of
+the negotiated size: we send at most that many messages unacknowledged
+(:attr:`Connection.send_credit`), and we acknowledge the peer's messages
+as our application consumes them (:meth:`Connection.acknowledge`), one ack
+frame per call, naming the last message consumed. A peer that sends beyond
+the window is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ._codec import DEFAULT_LIMITS, MIB, Decoder, Limits, encode_frame, encode_handshake
+from ._errors import (
+    LocalProtocolError,
+    MalformedTextError,
+    RemoteProtocolError,
+    TooManyPendingMessagesError,
+    WindowExceededError,
+)
+from ._events import (
+    Acknowledged,
+    Completed,
+    ConnectionClosed,
+    ConnectionFailed,
+    Event,
+    HandshakeCompleted,
+    MessageReceived,
+    StreamFailed,
+    Subscribe,
+    Unsubscribe,
+)
+from ._extensions import ACK, BATCH_ACK, DOTNET, MAX_WINDOW, PUBSUB, ExtensionSpec
+from ._filters import Filter, parse_filter
+from ._frames import CommandFrame, ErrorFrame, ExtensionFrame, Frame, Handshake, MessageFrame
+from ._handshake import HandshakeOptions, ack_window, check_final, client_final, negotiated_version, server_reply
+from ._payloads import NamedArguments
+from ._properties import FilterValue, make_properties
+from ._reassembly import Reassembler
+from ._state import CONNECTION_TRANSITIONS, ConnectionEvent, ConnectionState, Role
+from ._windows import InboundWindow, OutboundWindow
+
+__all__ = ["Connection", "SPLIT_SIZE", "SERVER_IDENTITY"]
+
+#: Messages over this many bytes are sent as CONTINUED frames of this size.
+SPLIT_SIZE = MIB
+#: Our server's identity in the handshake (its version may follow: ``rstreams/1.2``).
+SERVER_IDENTITY = "rstreams"
+_DEAF_STATES = (ConnectionState.CLOSED, ConnectionState.ERROR)
+_HANDSHAKING = (ConnectionState.AWAITING_HELLO, ConnectionState.AWAITING_REPLY, ConnectionState.AWAITING_FINAL)
+_MAX_ERROR_TEXT = 1000  # characters of an exception's text repeated to the peer
+
+
+class Connection:
+    """A sans-I/O MicroMsg2 connection, client or server.
+
+    A client queues its handshake when created: send it
+    (:meth:`data_to_send`) first.
+
+    Args:
+        role: ``Role.CLIENT`` (we connected) or ``Role.SERVER``.
+        identity: our handshake identity (a server is ``rstreams``).
+        required: extensions the peer must implement.
+        optional: extensions we suggest.
+        accept: (client) which server suggestions to take; None for all we
+            implement.
+        limits: what the peer may make us hold.
+
+    Raises:
+        ValueError: an extension we do not implement, or a bad batch-ack count.
+        LocalProtocolError: an identity that is not ASCII of at most 255
+            bytes, or an extension listed twice.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        *,
+        identity: str | None = None,
+        required: Iterable[ExtensionSpec] = (),
+        optional: Iterable[ExtensionSpec] = (),
+        accept: Iterable[str] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        if identity is None:
+            identity = SERVER_IDENTITY if role is Role.SERVER else ""
+        self.role = role
+        self.options = HandshakeOptions(
+            identity=identity,
+            required=tuple(required),
+            optional=tuple(optional),
+            accept=None if accept is None else frozenset(accept),
+            max_window=min(limits.max_pending_messages, MAX_WINDOW),
+        )
+        self.limits = limits
+        self._state = ConnectionState.AWAITING_REPLY if role is Role.CLIENT else ConnectionState.AWAITING_HELLO
+        self._decoder = Decoder(limits)
+        self._outbound = bytearray()
+        self._eof = False
+        self._deferred_error: RemoteProtocolError | None = None
+        self._reassembler = Reassembler(limits.max_message_size)
+        self._sending = OutboundWindow(None)
+        self._receiving = InboundWindow(None, limits.max_pending_messages)
+        self._indexes: dict[str, int] = {}
+        self._dotnet_type: str | None = None
+        self._subscriptions: set[str] = set()
+        self.version: tuple[int, int] | None = None
+        self.peer_identity: str | None = None
+        self.extensions: tuple[ExtensionSpec, ...] = ()
+        if role is Role.CLIENT:
+            self._outbound += encode_handshake(self.options.hello())
+
+    # ---- state ----------------------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        """Where the connection is in the handshake, open, or ended."""
+        return self._state
+
+    @property
+    def window(self) -> int | None:
+        """The negotiated ack window, or None (no acks)."""
+        return self._sending.window
+
+    @property
+    def send_credit(self) -> int | None:
+        """How many messages we may send now; None for unlimited (no acks)."""
+        return self._sending.credit
+
+    @property
+    def unacknowledged(self) -> int:
+        """How many of our messages await the peer's ack."""
+        return self._sending.unacknowledged
+
+    @property
+    def pending_messages(self) -> int:
+        """How many received messages the application has not acknowledged."""
+        return self._receiving.pending
+
+    @property
+    def subscriptions(self) -> frozenset[str]:
+        """Destinations subscribed on this connection (pubsub)."""
+        return frozenset(self._subscriptions)
+
+    def uses(self, name: str) -> bool:
+        """Whether the extension ``name`` is used on this connection."""
+        return name in self._indexes
+
+    def _transition(self, event: ConnectionEvent) -> None:
+        try:
+            self._state = CONNECTION_TRANSITIONS[self._state, event]
+        except KeyError:
+            raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
+
+    def _receive_transition(self, event: ConnectionEvent, what: str) -> None:
+        try:
+            self._state = CONNECTION_TRANSITIONS[self._state, event]
+        except KeyError:
+            raise RemoteProtocolError(f"unexpected {what} in state {self._state.name}") from None
+
+    # ---- receiving --------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes received from the peer; ``b""`` means end of file.
+
+        :meth:`events` parses them. Bytes received after the connection
+        ended are ignored.
+        """
+        if self._state in _DEAF_STATES:
+            return
+        if not data:
+            self._eof = True
+        elif not self._eof:
+            self._decoder.feed(data)
+
+    def events(self) -> list[Event]:
+        """Parse what was received; return the events, in order.
+
+        Returns:
+            The events of :mod:`bridges.micromsg2` (``HandshakeCompleted``,
+            ``MessageReceived``, ``Acknowledged``, the pubsub ones, a
+            peer's ERROR as ``StreamFailed`` or ``ConnectionFailed``) and, at
+            end of file, ``ConnectionClosed``.
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol or a limit
+                (raised after the events before the offending frame have
+                been returned). The ERROR frame is queued and the state is
+                ``ERROR``.
+        """
+        if self._deferred_error is not None:
+            error, self._deferred_error = self._deferred_error, None
+            raise error
+        events: list[Event] = []
+        try:
+            self._parse(events)
+        except RemoteProtocolError as exc:
+            self._fail(exc)
+            if events:
+                self._deferred_error = exc
+                return events
+            raise
+        return events
+
+    def _parse(self, events: list[Event]) -> None:
+        while self._state not in _DEAF_STATES:
+            if self._state in _HANDSHAKING:
+                item = self._decoder.next_handshake()
+                if item is None:
+                    break
+                if isinstance(item, ErrorFrame):
+                    self._receive_error(item, events)
+                else:
+                    self._receive_handshake(item, events)
+                continue
+            frame = self._decoder.next_frame()
+            if frame is None:
+                break
+            self._receive_frame(frame, events)
+        if self._eof and self._state not in _DEAF_STATES:
+            if self._decoder.buffered or self._reassembler.in_progress:
+                raise RemoteProtocolError("the connection closed in the middle of a frame or message")
+            self._receive_transition(ConnectionEvent.RECEIVE_EOF, "end of file")
+            events.append(ConnectionClosed())
+
+    def _fail(self, error: RemoteProtocolError) -> None:
+        message = NamedArguments.of("error", {"message": error.message[:_MAX_ERROR_TEXT]})
+        self._outbound += encode_frame(ErrorFrame(error=message))
+        self._state = ConnectionState.ERROR
+
+    def _receive_handshake(self, handshake: Handshake, events: list[Event]) -> None:
+        state = self._state
+        if state is ConnectionState.AWAITING_HELLO:
+            reply = server_reply(self.options, handshake)
+            self._receive_transition(ConnectionEvent.RECEIVE_HANDSHAKE, "handshake")
+            self.peer_identity = handshake.identity
+            self._outbound += encode_handshake(reply)
+            return
+        if state is ConnectionState.AWAITING_FINAL:
+            version, extensions = check_final(self.options, handshake)
+        else:
+            final = client_final(self.options, handshake)
+            version, extensions = negotiated_version(handshake), final.extensions
+            self._outbound += encode_handshake(final)
+        self._receive_transition(ConnectionEvent.RECEIVE_HANDSHAKE, "handshake")
+        self._open(version, extensions, handshake.identity, events)
+
+    def _open(
+        self, version: tuple[int, int], extensions: tuple[ExtensionSpec, ...], peer: str, events: list[Event]
+    ) -> None:
+        self.version, self.extensions, self.peer_identity = version, extensions, peer
+        self._indexes = {extension.name: index for index, extension in enumerate(extensions, start=1)}
+        window = ack_window(extensions)
+        self._sending = OutboundWindow(window)
+        self._receiving = InboundWindow(window, self.limits.max_pending_messages)
+        events.append(HandshakeCompleted(peer_identity=peer, version=version, extensions=extensions, window=window))
+
+    def _receive_error(self, frame: ErrorFrame, events: list[Event]) -> None:
+        error = frame.error
+        if error.name != "error":
+            raise RemoteProtocolError(f"an ERROR frame named {error.name!r}, not 'error'")
+        message = error.get("message") or ""
+        destination = error.get("destination")
+        if destination is None:
+            self._receive_transition(ConnectionEvent.RECEIVE_ERROR, "ERROR frame")
+            events.append(ConnectionFailed(message=message))
+            return
+        self._receive_transition(ConnectionEvent.RECEIVE_FRAME, "stream ERROR frame")
+        self._subscriptions.discard(destination)
+        events.append(StreamFailed(destination=destination, message=message))
+
+    def _receive_frame(self, frame: Frame, events: list[Event]) -> None:
+        if isinstance(frame, ErrorFrame):
+            self._receive_error(frame, events)
+            return
+        self._receive_transition(ConnectionEvent.RECEIVE_FRAME, "frame")
+        if isinstance(frame, MessageFrame):
+            self._receive_message(frame, events)
+        elif isinstance(frame, ExtensionFrame):
+            self._receive_extension(frame, events)
+        else:
+            self._receive_command(frame.command, events)
+
+    def _receive_message(self, frame: MessageFrame, events: list[Event]) -> None:
+        receiving = self._receiving
+        if not self._reassembler.in_progress:
+            if frame.sequence != receiving.expected_sequence:
+                raise RemoteProtocolError(
+                    f"sequence number {frame.sequence} where {receiving.expected_sequence} was due"
+                )
+            if receiving.window_full:
+                raise WindowExceededError(f"a message beyond the ack window of {receiving.window}")
+            if receiving.limit_reached:
+                raise TooManyPendingMessagesError(f"more than {receiving.max_pending} messages pending")
+        whole = self._reassembler.add(frame)
+        if whole is None:
+            return
+        receiving.received(whole.sequence)
+        events.append(
+            MessageReceived(
+                sequence=whole.sequence,
+                destination=whole.destination,
+                properties=whole.properties,
+                payload=whole.payload,
+                dotnet_type=self._dotnet_type,
+            )
+        )
+
+    def _receive_extension(self, frame: ExtensionFrame, events: list[Event]) -> None:
+        if not 1 <= frame.extension_id <= len(self.extensions):
+            raise RemoteProtocolError(f"EXTENSION frame for index {frame.extension_id}, which is not negotiated")
+        name = self.extensions[frame.extension_id - 1].name
+        if name in (ACK, BATCH_ACK):
+            if len(frame.payload) != 2:
+                raise RemoteProtocolError(f"a {name} frame carries 2 bytes, not {len(frame.payload)}")
+            sequence = int.from_bytes(frame.payload, "big")
+            try:
+                count = self._sending.acknowledge(sequence)
+            except ValueError as exc:
+                raise RemoteProtocolError(str(exc)) from None
+            events.append(Acknowledged(sequence=sequence, count=count))
+        elif name == DOTNET:
+            if self._reassembler.in_progress:
+                raise RemoteProtocolError("a dotnet frame between the frames of one message")
+            try:
+                type_name = frame.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                raise RemoteProtocolError("a dotnet type name is not UTF-8") from None
+            if not type_name:
+                raise RemoteProtocolError("an empty dotnet type name")
+            self._dotnet_type = type_name
+        else:
+            raise RemoteProtocolError(f"extension {name!r} defines no EXTENSION frames")
+
+    def _receive_command(self, command: NamedArguments, events: list[Event]) -> None:
+        if not self.uses(PUBSUB):
+            raise RemoteProtocolError(f"command {command.name!r} without the pubsub extension")
+        expected = ("subscribe", "unsubscribe") if self.role is Role.SERVER else ("completed",)
+        if command.name not in expected:
+            raise RemoteProtocolError(f"unexpected command {command.name!r} from the {_peer(self.role)}")
+        destination = command.get("destination")
+        if destination is None:
+            raise RemoteProtocolError(f"command {command.name!r} without a destination")
+        if len(destination.encode("utf-8", "surrogatepass")) > 255:
+            raise RemoteProtocolError("a destination is at most 255 bytes of UTF-8")
+        if command.name == "completed":
+            self._subscriptions.discard(destination)
+            events.append(Completed(destination=destination))
+        elif command.name == "unsubscribe":
+            if destination in self._subscriptions:  # else it already ended: nothing to cancel
+                self._subscriptions.remove(destination)
+                events.append(Unsubscribe(destination=destination))
+        else:
+            if destination in self._subscriptions:
+                raise RemoteProtocolError(f"destination {destination!r} is already subscribed")
+            filter_text = command.get("filter")
+            try:
+                parsed = None if filter_text is None else parse_filter(filter_text)
+            except MalformedTextError as exc:
+                # A bad filter fails that one subscription; the connection stays.
+                self._queue(_stream_error(destination, exc.message))
+                return
+            self._subscriptions.add(destination)
+            events.append(Subscribe(destination=destination, filter=parsed))
+
+    # ---- sending ------------------------------------------------------------
+
+    def _queue(self, frame: Frame) -> None:
+        self._outbound += encode_frame(frame)
+
+    def _check_open(self) -> None:
+        if self._state is not ConnectionState.OPEN:
+            raise LocalProtocolError(f"cannot send a frame in state {self._state.name}")
+
+    def _check_command(self, role: Role) -> None:
+        self._check_open()
+        if self.role is not role:
+            raise LocalProtocolError(f"only the {role.value} sends this command")
+        if not self.uses(PUBSUB):
+            raise LocalProtocolError("pubsub commands need the pubsub extension")
+
+    def send_message(
+        self,
+        destination: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, FilterValue] | Iterable[tuple[str, FilterValue]] = (),
+        dotnet_type: str | None = None,
+    ) -> int:
+        """Queue a MESSAGE (server) or SEND (client); return its sequence number.
+
+        A payload over 1 MiB goes as CONTINUED frames of 1 MiB; it counts as
+        one message for the window. With ``dotnet_type``, a dotnet frame
+        carrying it goes first.
+
+        Raises:
+            LocalProtocolError: not open, the ack window is full
+                (:attr:`send_credit` is 0), a bad destination or property, or
+                ``dotnet_type`` without the dotnet extension.
+        """
+        self._check_open()
+        try:
+            checked = make_properties(properties)
+        except MalformedTextError as exc:
+            raise LocalProtocolError(exc.message) from None
+        MessageFrame(sequence=1, destination=destination, properties=checked)  # validates
+        if dotnet_type is not None and (not self.uses(DOTNET) or not dotnet_type):
+            raise LocalProtocolError("a dotnet type needs the dotnet extension and a non-empty name")
+        if self._sending.credit == 0:
+            raise LocalProtocolError(f"the ack window of {self._sending.window} is full")
+        sequence = self._sending.take_sequence()
+        if dotnet_type is not None:
+            self._queue(ExtensionFrame(extension_id=self._indexes[DOTNET], payload=dotnet_type.encode("utf-8")))
+        chunks = [payload[start : start + SPLIT_SIZE] for start in range(0, len(payload), SPLIT_SIZE)] or [b""]
+        for number, chunk in enumerate(chunks, start=1):
+            self._queue(
+                MessageFrame(
+                    sequence=sequence,
+                    destination=destination,
+                    properties=checked,
+                    payload=chunk,
+                    continued=number < len(chunks),
+                )
+            )
+        return sequence
+
+    def acknowledge(self, count: int = 1) -> None:
+        """The application consumed ``count`` more received messages.
+
+        When acks are used, queues one ack frame naming the last of them
+        (``02 ID 02 SS SS``), which frees the peer's window; otherwise only
+        counts them.
+
+        Raises:
+            LocalProtocolError: not open, or fewer than ``count`` messages
+                are pending.
+        """
+        self._check_open()
+        try:
+            sequence = self._receiving.consume(count)
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc)) from None
+        index = self._indexes.get(BATCH_ACK, self._indexes.get(ACK))
+        if index is not None:
+            self._queue(ExtensionFrame(extension_id=index, payload=sequence.to_bytes(2, "big")))
+
+    def subscribe(self, destination: str, filter: Filter | str | None = None) -> None:
+        """(client) Queue ``subscribe;destination=D[,filter=F]``.
+
+        Raises:
+            LocalProtocolError: not open, not a client, no pubsub, already
+                subscribed to ``destination``, or a filter that does not parse.
+        """
+        self._check_command(Role.CLIENT)
+        if destination in self._subscriptions:
+            raise LocalProtocolError(f"already subscribed to {destination!r}")
+        arguments = {"destination": destination}
+        if filter is not None:
+            try:
+                arguments["filter"] = str(parse_filter(filter) if isinstance(filter, str) else filter)
+            except MalformedTextError as exc:
+                raise LocalProtocolError(exc.message) from None
+        self._queue(CommandFrame(command=NamedArguments.of("subscribe", arguments)))
+        self._subscriptions.add(destination)
+
+    def unsubscribe(self, destination: str) -> None:
+        """(client) Queue ``unsubscribe;destination=D``.
+
+        Raises:
+            LocalProtocolError: not open, not a client, no pubsub, or not
+                subscribed to ``destination``.
+        """
+        self._check_command(Role.CLIENT)
+        if destination not in self._subscriptions:
+            raise LocalProtocolError(f"not subscribed to {destination!r}")
+        self._queue(CommandFrame(command=NamedArguments.of("unsubscribe", {"destination": destination})))
+        self._subscriptions.remove(destination)
+
+    def complete(self, destination: str) -> None:
+        """(server) Queue ``completed;destination=D``: the stream ended.
+
+        Raises:
+            LocalProtocolError: not open, not a server, no pubsub, or
+                ``destination`` is not subscribed.
+        """
+        self._check_command(Role.SERVER)
+        if destination not in self._subscriptions:
+            raise LocalProtocolError(f"{destination!r} is not subscribed")
+        self._queue(CommandFrame(command=NamedArguments.of("completed", {"destination": destination})))
+        self._subscriptions.remove(destination)
+
+    def fail_stream(self, destination: str, message: str) -> None:
+        """(server) Queue ERROR ``error;destination=D,message=M``: that stream failed.
+
+        Raises:
+            LocalProtocolError: not open, not a server, no pubsub, or
+                ``destination`` is not subscribed.
+        """
+        self._check_command(Role.SERVER)
+        if destination not in self._subscriptions:
+            raise LocalProtocolError(f"{destination!r} is not subscribed")
+        self._queue(_stream_error(destination, message))
+        self._subscriptions.remove(destination)
+
+    def send_error(self, message: str) -> None:
+        """Queue ERROR ``error;message=M``; disconnect once it is written.
+
+        Raises:
+            LocalProtocolError: the connection has already ended.
+        """
+        self._transition(ConnectionEvent.SEND_ERROR)
+        self._queue(ErrorFrame(error=NamedArguments.of("error", {"message": message})))
+
+    def close(self) -> None:
+        """We are closing the transport without an error (``CLOSED``).
+
+        Raises:
+            LocalProtocolError: the connection has already ended.
+        """
+        self._transition(ConnectionEvent.CLOSE)
+
+    # ---- output ---------------------------------------------------------------
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """True while bytes wait to be written."""
+        return bool(self._outbound)
+
+    def data_to_send(self) -> bytes:
+        """Take all the bytes queued for the peer."""
+        data = bytes(self._outbound)
+        self._outbound.clear()
+        return data
+
+    def __repr__(self) -> str:
+        return (
+            f"<micromsg2.Connection {self.role.value} {self._state.name}: window={self.window},"
+            f" {self.unacknowledged} unacknowledged, {self.pending_messages} pending>"
+        )
+
+
+
+
+def _peer(role: Role) -> str:
+    return "client" if role is Role.SERVER else "server"
+
+
+def _stream_error(destination: str, message: str) -> ErrorFrame:
+    return ErrorFrame(error=NamedArguments.of("error", {"destination": destination, "message": message}))

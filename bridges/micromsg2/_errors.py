@@ -1,0 +1,136 @@
+"""MicroMsg2 errors, split by fault.
+
+A ``RemoteProtocolError`` means the peer broke the protocol: the connection
+has already queued the ERROR frame ``error;message=M`` that tells it why
+(``M`` is :attr:`MicroMsg2Error.message`) and moved to ``ERROR``; the I/O
+layer flushes that frame and disconnects, as the spec asks. Each limit a
+peer can exceed has its own subclass, so the I/O layer and the tests can
+tell them apart. A ``LocalProtocolError`` means this program asked for
+something MicroMsg2 forbids (a message beyond the ack window, a frame that
+cannot be encoded); nothing was queued and the connection is unchanged.
+
+A peer's own ERROR frame is not an exception at this layer but an event
+(:class:`~bridges.micromsg2.ConnectionFailed` or
+:class:`~bridges.micromsg2.StreamFailed`); :class:`PeerError` is what the
+I/O layer raises for it.
+"""
+
+from __future__ import annotations
+
+from rstreams.protocol import LocalProtocolError as _RStreamsLocalProtocolError
+from rstreams.protocol import RemoteProtocolError as _RStreamsRemoteProtocolError
+
+from ..errors import BridgeError
+
+__all__ = [
+    "MicroMsg2Error",
+    "LocalProtocolError",
+    "RemoteProtocolError",
+    "UnsupportedVersionError",
+    "UnsupportedExtensionError",
+    "FrameTooLargeError",
+    "MessageTooLargeError",
+    "TooManyPendingMessagesError",
+    "WindowExceededError",
+    "MalformedTextError",
+    "FilterError",
+    "PeerError",
+]
+
+
+class MicroMsg2Error(BridgeError):
+    """A MicroMsg2 error.
+
+    Attributes:
+        message: the error text; for a protocol error, what the ERROR frame
+            says to the peer.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class LocalProtocolError(MicroMsg2Error, _RStreamsLocalProtocolError):
+    """This side asked for something MicroMsg2 forbids; the connection is unchanged."""
+
+    def __init__(self, message: str) -> None:
+        _RStreamsLocalProtocolError.__init__(self, message)
+        self.message = message
+
+
+class RemoteProtocolError(MicroMsg2Error, _RStreamsRemoteProtocolError):
+    """The peer broke MicroMsg2; an ERROR frame is queued and the state is ``ERROR``."""
+
+    def __init__(self, message: str) -> None:
+        _RStreamsRemoteProtocolError.__init__(self, message)
+        self.message = message
+
+
+class UnsupportedVersionError(RemoteProtocolError):
+    """The peer's handshake named a version whose lower one this side does not speak.
+
+    Attributes:
+        peer_version: the ``(major, minor)`` the peer announced.
+    """
+
+    def __init__(self, message: str, *, peer_version: tuple[int, int]) -> None:
+        super().__init__(message)
+        self.peer_version = peer_version
+
+
+class UnsupportedExtensionError(RemoteProtocolError):
+    """The peer requires (or uses) an extension this side does not implement.
+
+    Attributes:
+        names: the extension names concerned, in the peer's order.
+    """
+
+    def __init__(self, message: str, *, names: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
+class FrameTooLargeError(RemoteProtocolError):
+    """A frame's payload length is over ``Limits.max_frame_payload``.
+
+    Raised as soon as the length field is read, before the payload is
+    buffered, so a peer cannot make us hold more than the limit.
+    """
+
+
+class MessageTooLargeError(RemoteProtocolError):
+    """CONTINUED frames add up to more than ``Limits.max_message_size``."""
+
+
+class TooManyPendingMessagesError(RemoteProtocolError):
+    """More than ``Limits.max_pending_messages`` messages received and not consumed."""
+
+
+class WindowExceededError(RemoteProtocolError):
+    """The peer sent a message while the negotiated ack window was full."""
+
+
+class MalformedTextError(MicroMsg2Error, ValueError):
+    """A text field that does not parse: an extension list, a property list,
+    a FILTER_VALUE, a command payload or a URL-encoded value.
+
+    The connection turns it into a ``RemoteProtocolError`` when it comes
+    from the peer; an application building one gets it directly.
+    """
+
+
+class FilterError(MalformedTextError):
+    """A filter that does not parse, or an operator its value's type does not have."""
+
+
+class PeerError(MicroMsg2Error):
+    """The peer sent the connection ERROR frame ``error;message=M`` and disconnects.
+
+    Not raised by the sans-I/O machine (which returns
+    :class:`~bridges.micromsg2.ConnectionFailed`): it is what the I/O layer
+    raises in every waiter once that event arrived.
+    """

@@ -1,0 +1,83 @@
+"""``docs/bridges/micromsg2.md`` shows the bytes the machines produce for a whole session."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+
+from bridges.micromsg2 import Connection, ExtensionSpec, Role, UnixTime
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "bridges" / "micromsg2.md"
+BLOCK = re.compile(r"<!-- bytes: session -->\n```text\n(.*?)\n```", re.S)
+
+
+def session() -> list[tuple[str, bytes]]:
+    """A whole session, step by step: (who sends, the bytes)."""
+    client = Connection(Role.CLIENT, identity="hulk", required=[ExtensionSpec(name="pubsub")],
+                        optional=[ExtensionSpec.batch_ack(2)])  # fmt: skip
+    server = Connection(Role.SERVER, optional=[ExtensionSpec.batch_ack(64), ExtensionSpec(name="pubsub")])
+    steps: list[tuple[str, bytes]] = []
+
+    def client_says() -> None:
+        data = client.data_to_send()
+        steps.append(("C", data))
+        server.receive_data(data)
+        server.events()
+
+    def server_says() -> None:
+        data = server.data_to_send()
+        steps.append(("S", data))
+        client.receive_data(data)
+        client.events()
+
+    client_says()  # 1. hello
+    server_says()  # 2. reply
+    client_says()  # 3. final
+    client.subscribe("prices", "price>=N10")
+    client_says()
+    at = UnixTime(Decimal("1413198000.0"))
+    server.send_message("prices", b"12", properties={"price": 12, "at": at})
+    server_says()
+    server.send_message("prices", b"15", properties={"price": 15, "at": at})
+    server_says()
+    client.acknowledge(2)
+    client_says()
+    server.complete("prices")
+    server_says()
+    return steps
+
+
+def render(steps: list[tuple[str, bytes]]) -> str:
+    lines = []
+    for who, data in steps:
+        for start in range(0, len(data), 16):
+            lines.append(f"{who if start == 0 else ' '}  {data[start:start + 16].hex(' ')}")
+    return "\n".join(lines)
+
+
+def test_the_session_is_documented_exactly() -> None:
+    [block] = BLOCK.findall(DOC.read_text(encoding="utf-8"))
+    assert block == render(session())
+
+
+def test_the_rendering_reads_back_as_the_same_bytes() -> None:
+    [block] = BLOCK.findall(DOC.read_text(encoding="utf-8"))
+    data = bytes.fromhex(" ".join(line[3:] for line in block.splitlines()))
+    assert data == b"".join(step for _, step in session())
+
+
+def test_the_fixed_spec_examples_in_the_doc_are_what_we_encode() -> None:
+    from bridges.micromsg2 import ExtensionFrame, Handshake, encode_frame, encode_handshake
+
+    text = DOC.read_text(encoding="utf-8")
+    json, dotnet, batch_ack = (ExtensionSpec(name=n) for n in ("json", "dotnet", "batch-ack"))
+    for handshake in (
+        Handshake(identity="hulk", required=(json, dotnet)),
+        Handshake(identity="srver", optional=(batch_ack,)),
+        Handshake(identity="hulk", required=(json, dotnet), optional=(batch_ack,)),
+    ):
+        assert encode_handshake(handshake).hex(" ") in text
+    assert "`" + encode_frame(ExtensionFrame(extension_id=3, payload=b"\x00\x04")).hex(" ") + "`" in text
+    dotnet_frame = encode_frame(ExtensionFrame(extension_id=2, payload=b"OneTrueError.Contracts.Reports, OneTrueError.Client"))
+    assert dotnet_frame[:15].hex(" ") in text
