@@ -11,6 +11,7 @@ from typing import Any
 from .._publish import Router
 from .._registry import ServeContext, registered_bridges
 from ._common import (
+    COMMAND_SUMMARIES,
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
@@ -19,10 +20,10 @@ from ._common import (
     parse_address,
     parse_origin,
     run_command,
-    serve_until_stopped,
     server_from_arguments,
     server_ssl_context,
 )
+from ._serving import serve_until_stopped
 
 __all__ = ["add_parser", "load_app"]
 
@@ -65,7 +66,7 @@ examples:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "serve",
-        help="serve an app's publishers",
+        help=COMMAND_SUMMARIES["serve"],
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=HelpFormatter,

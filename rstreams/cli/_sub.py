@@ -9,7 +9,6 @@ was used, and capped at the count.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import ssl
@@ -18,7 +17,6 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any, BinaryIO
 
-import msgpack
 import trio
 
 from .._connect import connect
@@ -27,6 +25,7 @@ from .._registry import find_scheme, url_is_secure
 from .._subscribe import Subscription
 from .._url import SCHEMES, url_scheme
 from ._common import (
+    COMMAND_SUMMARIES,
     EXIT_CODES_HELP,
     EXIT_CONNECTION,
     EXIT_DECODE,
@@ -41,8 +40,9 @@ from ._common import (
     configure_logging,
     run_command,
 )
+from ._formats import FORMATS, DecodeError
 
-__all__ = ["add_parser", "FORMATS"]
+__all__ = ["add_parser"]
 
 DESCRIPTION = """\
 Subscribe to the publisher NAME at URL and print its elements as they arrive,
@@ -105,7 +105,7 @@ def _prefetch(text: str) -> int:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "sub",
-        help="print a publisher's elements",
+        help=COMMAND_SUMMARIES["sub"],
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=HelpFormatter,
@@ -125,61 +125,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
-
-
-# ---- formats ------------------------------------------------------------
-
-
-class DecodeError(Exception):
-    pass
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, msgpack.ExtType):
-        return {"ext": value.code, "data": value.data.hex()}
-    raise TypeError
-
-
-def _to_json_line(value: Any) -> bytes:
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-    except (TypeError, ValueError):
-        text = repr(value)  # map keys JSON cannot hold, for example
-    return text.encode("utf-8", "backslashreplace")
-
-
-def _format_raw(element: bytes) -> bytes:
-    return element
-
-
-def _format_hex(element: bytes) -> bytes:
-    return element.hex().encode("ascii")
-
-
-def _format_msgpack(element: bytes) -> bytes:
-    try:
-        value = msgpack.unpackb(element, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types
-        raise DecodeError(f"not valid MessagePack: {exc}") from None
-    return _to_json_line(value)
-
-
-def _format_json(element: bytes) -> bytes:
-    try:
-        value = json.loads(element)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
-    return _to_json_line(value)
-
-
-FORMATS: dict[str, Callable[[bytes], bytes]] = {
-    "raw": _format_raw,
-    "hex": _format_hex,
-    "msgpack": _format_msgpack,
-    "json": _format_json,
-}
 
 
 # ---- the command --------------------------------------------------------
