@@ -2,7 +2,7 @@
 
 Serve the demo app, then run one client per person::
 
-    rstreams serve examples.demo:app --tcp 127.0.0.1:9000
+    rstreams demo                            # or: rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
     python examples/chat.py alice            # type lines; Ctrl-D leaves
     python examples/chat.py bob tcp://127.0.0.1:9000
 

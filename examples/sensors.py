@@ -2,7 +2,7 @@
 
 ::
 
-    rstreams serve examples.demo:app --tcp 127.0.0.1:9000
+    rstreams demo                            # or: rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
     python examples/sensors.py                       # 4 sensors, 10 readings/s each
     rstreams sub tcp://127.0.0.1:9000 'sensors?policy=latest' --format msgpack --prefetch 1
 

@@ -4,8 +4,9 @@ Run from the repository root::
 
     python examples/tour.py
 
-It starts ``examples.demo:app`` on a free port of 127.0.0.1 (what
-``rstreams serve examples.demo:app --tcp 127.0.0.1:0`` does), connects a
+It starts the demo app (``rstreams.demo:app``, also ``examples.demo:app``)
+on a free port of 127.0.0.1 (what ``rstreams demo --tcp 127.0.0.1:0`` does
+for TCP), connects a
 client, and walks through every demo publisher, printing what it sees.
 """
 
@@ -71,11 +72,11 @@ async def main() -> None:
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
-        print(f"serving examples.demo:app on {url}\n")
+        print(f"serving rstreams.demo:app on {url}\n")
         await tour(url)
         await server.aclose()
         nursery.cancel_scope.cancel()
-    print("\nNext: rstreams serve examples.demo:app --tcp 127.0.0.1:9000, then rstreams sub --help")
+    print("\nNext: . .venv/bin/activate, then rstreams demo (and, in another shell, rstreams sub --help)")
 
 
 if __name__ == "__main__":

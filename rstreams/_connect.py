@@ -14,7 +14,6 @@ from ._registry import find_scheme
 from ._session import Session, open_stream_session
 from ._transport import connect_stream
 from ._url import SCHEMES, parse_url, url_scheme
-from ._websocket import websocket_config
 
 __all__ = ["open_session", "connect", "open_local_session"]
 
@@ -57,6 +56,8 @@ async def open_session(
     """
     endpoint = parse_url(url)
     if endpoint.websocket:
+        from ._websocket import websocket_config  # only WebSocket clients need wsproto
+
         # Keep every WebSocket message we send within 256 KiB.
         config = websocket_config(config)
     stream = await connect_stream(endpoint, ssl_context, config=config)

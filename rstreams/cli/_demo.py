@@ -14,8 +14,6 @@ from typing import Any
 
 from ._common import (
     COMMAND_SUMMARIES,
-    EXIT_FAILURE,
-    CommandError,
     HelpFormatter,
     add_log_level_argument,
     configure_logging,
@@ -32,8 +30,8 @@ DEFAULT_TCP = "127.0.0.1:9000"
 DEFAULT_WS = "127.0.0.1:8000"
 
 DESCRIPTION = f"""\
-Serve the demo app ({DEMO_APP}) over TCP and WebSocket, with the demo page
-and the browser client on the WebSocket port; no checkout needed.
+Serve the demo app ({DEMO_APP}) over TCP and WebSocket, with the demo
+page and the browser client on the WebSocket port; no checkout needed.
 
 Once both listen it prints:
   rstreams: serving {DEMO_APP} on tcp://127.0.0.1:9000
@@ -106,24 +104,16 @@ def run(args: argparse.Namespace) -> int:
     server = Server(app)
 
     async def serve() -> int:
-        try:
-            return await serve_until_stopped(
-                server,
-                [args.tcp],
-                None,
-                DEMO_APP,
-                websocket_addresses=[args.ws],
-                on_serving=_print_page_url,
-            )
-        except* CommandError as group:
+        return await serve_until_stopped(
+            server,
+            [args.tcp],
+            None,
+            DEMO_APP,
+            websocket_addresses=[args.ws],
+            on_serving=_print_page_url,
             # A port already taken is the likely failure of a command run
             # with default addresses: say how to pick others.
-            hint = "; choose other addresses with --tcp and --ws (port 0: any free port)"
-            messages = "; ".join(
-                error.message + (hint if error.message.startswith("cannot listen") else "")
-                for error in group.exceptions
-                if isinstance(error, CommandError)
-            )
-            raise CommandError(messages, EXIT_FAILURE) from None
+            listen_hint="choose other addresses with --tcp and --ws (port 0: any free port)",
+        )
 
     return run_command(serve)

@@ -46,6 +46,8 @@ for `rstreams serve`.
 
 Once listening it prints, per listener:
   rstreams: serving stdin as NAME on tcp://HOST:PORT
+(tls://HOST:PORT with --tls-cert). Subscribers use those URLs; for ws://
+and wss:// serve an app with `rstreams serve MODULE:APP --ws HOST:PORT`.
 """
 
 EPILOG = """\

@@ -50,16 +50,16 @@ with status 0; a second Ctrl-C closes the remaining sessions at once (130).
 
 EPILOG = """\
 examples:
-  rstreams serve examples.demo:app --tcp 127.0.0.1:9000
-  rstreams serve examples.demo:app --tcp 127.0.0.1:0            # any free port
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:0            # any free port
   rstreams serve myapp:app --tcp 0.0.0.0:9000 --tcp [::]:9000   # two listeners
   rstreams serve myapp:app --app-dir src --tcp 127.0.0.1:9000
-  rstreams serve examples.demo:app --tcp 127.0.0.1:9443 \\
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9443 \\
       --tls-cert server.pem --tls-key server-key.pem           # tls://
-  rstreams serve examples.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
-  rstreams serve examples.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
-  rstreams serve examples.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
-  rstreams serve examples.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
+  rstreams serve rstreams.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
+  rstreams serve rstreams.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
+  rstreams serve rstreams.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
 """
 
 
@@ -71,7 +71,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. examples.demo:app")
+    parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. rstreams.demo:app")
     add_server_arguments(parser, tcp_required=False)
     parser.add_argument(
         "--ws",

@@ -46,12 +46,15 @@ def _format_address(host: str | None, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-async def _listen(nursery: trio.Nursery, serve: Callable[..., Awaitable[object]], host: str | None, port: int) -> list[Listener]:
+async def _listen(
+    nursery: trio.Nursery, serve: Callable[..., Awaitable[object]], host: str | None, port: int, hint: str = ""
+) -> list[Listener]:
     """Start one listener task; an address that cannot be listened on is a CommandError."""
     try:
         listeners: list[Listener] = await nursery.start(serve)
     except OSError as exc:
-        raise CommandError(f"cannot listen on {_format_address(host, port)}: {exc.strerror or exc}") from None
+        message = f"cannot listen on {_format_address(host, port)}: {exc.strerror or exc}"
+        raise CommandError(f"{message}; {hint}" if hint else message) from None
     return listeners
 
 
@@ -70,6 +73,7 @@ async def serve_until_stopped(
     allowed_origins: Sequence[str] = (),
     services: Sequence[BridgeService] = (),
     on_serving: Callable[[list[str]], None] | None = None,
+    listen_hint: str = "",
 ) -> int:
     """Serve on every address until SIGINT / SIGTERM (or ``stop``), then shut down.
 
@@ -79,7 +83,9 @@ async def serve_until_stopped(
     same ``server``; ``services`` are the bridges' (``--emp``), whose
     connections are closed together with the sessions on shutdown.
     ``on_serving`` is called with every listener's URL once all listen (after
-    their lines are printed), for a command that has more to say then.
+    their lines are printed), for a command that has more to say then;
+    ``listen_hint`` is added to the error for an address that cannot be
+    listened on.
 
     Prints ``rstreams: serving LABEL on URL`` on stdout per listener once all
     listen, and ``rstreams: shut down`` at the end. A second signal during the
@@ -98,7 +104,7 @@ async def serve_until_stopped(
             async with trio.open_nursery() as listening:
                 for host, port in addresses:
                     serve = partial(server.serve_tcp, host, port, ssl_context, handler_nursery=sessions)
-                    for listener in await _listen(listening, serve, host, port):
+                    for listener in await _listen(listening, serve, host, port, listen_hint):
                         urls.append(_listener_url(listener, ssl_context is not None))
                         print(f"rstreams: serving {label} on {urls[-1]}", flush=True)
                 for host, port in websocket_addresses:
@@ -110,7 +116,7 @@ async def serve_until_stopped(
                         allowed_origins=allowed_origins,
                         handler_nursery=sessions,
                     )
-                    for listener in await _listen(listening, serve, host, port):
+                    for listener in await _listen(listening, serve, host, port, listen_hint):
                         urls.append(_listener_url(listener, ssl_context is not None, websocket=True))
                         print(f"rstreams: serving {label} on {urls[-1]}", flush=True)
                 for service in services:
