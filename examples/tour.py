@@ -12,6 +12,7 @@ client, and walks through every demo publisher, printing what it sees.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -80,4 +81,13 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    try:
+        trio.run(main)
+        sys.stdout.flush()  # here, where a reader that went away can still be handled
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: stop quietly, with the status shells expect
+    except* BrokenPipeError:
+        # The reader of our output left (``tour.py | head``): a normal way to
+        # stop reading. Point stdout at /dev/null so that the interpreter's
+        # last flush has nowhere to fail, and exit as head's pipelines do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
