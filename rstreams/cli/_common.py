@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_GOODBYE",
     "EXIT_CONNECTION",
     "EXIT_DECODE",
+    "EXIT_TIMEOUT",
     "EXIT_INTERRUPTED",
     "EXIT_CODES_HELP",
     "COMMAND_SUMMARIES",
@@ -51,6 +52,7 @@ EXIT_USAGE = 2  # bad arguments (argparse's own code)
 EXIT_GOODBYE = 3  # sub: the session ended by goodbye (the server left)
 EXIT_CONNECTION = 4  # sub: could not connect, or the connection was lost
 EXIT_DECODE = 5  # sub: an element is not valid for --format msgpack/json
+EXIT_TIMEOUT = 124  # sub: --timeout or --idle-timeout ran out (as timeout(1) reports it)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 EXIT_CODES_HELP = """\
@@ -61,6 +63,7 @@ exit status:
   3    the session ended with goodbye (for example the server shut down)
   4    could not connect, or the connection was lost without goodbye
   5    an element could not be decoded for --format msgpack or json
+  124  --timeout or --idle-timeout ran out (the elements before it were printed)
   130  interrupted by Ctrl-C (143 for SIGTERM)
 """
 
