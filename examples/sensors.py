@@ -2,8 +2,8 @@
 
 ::
 
-    rstreams demo                            # or: rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
-    python examples/sensors.py                       # 4 sensors, 10 readings/s each
+    rstreams demo                    # or: rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
+    python examples/sensors.py       # 4 sensors, 10 readings/s each
     rstreams sub tcp://127.0.0.1:9000 'sensors?policy=latest' --format msgpack --prefetch 1
 
 Readings are msgpack ``{"sensor", "ts", "value"}``. The feed is paced by

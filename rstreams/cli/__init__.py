@@ -110,8 +110,8 @@ def build_parser(command: str | None = None, *, bridges: bool = True) -> argpars
 
     Args:
         command: build only this command's parser in full (the others are
-            stubs with their summary, enough for ``rstreams --help``); None
-            builds every one.
+            stubs with their summary, enough for ``rstreams --help``; ``""``
+            builds none in full); None builds every one.
         bridges: add the bridges' commands (loads every registered bridge).
     """
     parser = argparse.ArgumentParser(
