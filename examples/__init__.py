@@ -1,1 +1,1 @@
-"""Runnable examples; ``examples.demo:app`` is the demo app (``rstreams serve examples.demo:app``)."""
+"""Runnable examples; the demo app is ``rstreams.demo:app`` (``rstreams demo``), re-exported here as ``examples.demo:app``."""

@@ -2,8 +2,8 @@
 
 Serve the demo app, then run one client per person::
 
-    rstreams serve examples.demo:app --tcp 127.0.0.1:9000
-    python examples/chat.py alice            # type lines; Ctrl-D leaves
+    rstreams demo                            # or: rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
+    python examples/chat.py alice            # type lines; Ctrl-D or Ctrl-C leaves
     python examples/chat.py bob tcp://127.0.0.1:9000
 
 Each line typed is published into the topic (the server subscribes back to
@@ -14,6 +14,7 @@ first, is printed as ``name: text``.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,9 +25,14 @@ import rstreams
 
 
 async def typed_lines(name: str) -> AsyncIterator[dict[str, Any]]:
-    # Lines from stdin, read in a worker thread only as demand asks for them.
-    stdin = trio.wrap_file(sys.stdin)
-    async for line in stdin:
+    # Lines from stdin, each read in a worker thread only as demand asks for
+    # it. A thread blocked in readline cannot be interrupted, so on Ctrl-C
+    # it is abandoned (abandon_on_cancel) rather than waited for: leaving
+    # does not wait for Enter.
+    while True:
+        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            return  # Ctrl-D
         text = line.rstrip("\n")
         if text:
             yield {"from": name, "text": text}
@@ -48,7 +54,25 @@ async def main(name: str, url: str) -> None:
             nursery.cancel_scope.cancel()
 
 
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Chat in the demo app's chat room: type lines to send them; every message "
+        "in the room (the last 20 first) is printed as 'name: text'. Ctrl-D or Ctrl-C leaves.",
+        epilog="Serve the room first with `rstreams demo` (or `rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000`).",
+    )
+    parser.add_argument("name", help="the name your messages are sent under")
+    parser.add_argument(
+        "url",
+        nargs="?",
+        default="tcp://127.0.0.1:9000",
+        help="the demo app's URL: tcp://HOST:PORT, tls://, ws://HOST:PORT/ or wss:// (default: tcp://127.0.0.1:9000)",
+    )
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python examples/chat.py NAME [tcp://HOST:PORT]")
-    trio.run(main, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "tcp://127.0.0.1:9000")
+    arguments = parse_arguments()
+    try:
+        trio.run(main, arguments.name, arguments.url)
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: leave quietly, with the status shells expect

@@ -130,4 +130,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: stop quietly, with the status shells expect

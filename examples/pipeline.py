@@ -298,8 +298,18 @@ def main() -> int:
             print(f"pipeline: the WebSocket listener did not start ({services.ws_error})", flush=True)
         print("pipeline: no WebSocket listener in this rstreams; watch with "
               f"`rstreams sub {services.url} stats --format json`", flush=True)
-    print("pipeline: starting Spark (about 10 s)...", flush=True)
-    spark = _spark_session()
+    # Measured on 2 shared cores (docs/spark.md): the JVM and a local session
+    # take 7-12 s, the first micro-batch of a fresh JVM 8-15 s more, and a
+    # window is published once the watermark passes it (2 s of event time).
+    print("pipeline: starting Spark: the session takes 7-12 s and the first results "
+          "20-30 s (a JVM starting; later batches take well under a second)...", flush=True)
+    launched = time.monotonic()
+    try:
+        spark = _spark_session()
+    except KeyboardInterrupt:
+        services.close()
+        return 130
+    print(f"pipeline: Spark session up in {time.monotonic() - launched:.1f} s; starting the query", flush=True)
     checkpoint = tempfile.mkdtemp(prefix="rstreams-pipeline-ckpt-")
     query = start_query(spark, services.url, checkpoint)
     started = time.monotonic()
@@ -311,6 +321,8 @@ def main() -> int:
             time.sleep(1.0)
             summary = record_progress(query)
             if summary and summary["batch"] != last_batch:
+                if last_batch is None:
+                    print(f"pipeline: first batch {time.monotonic() - launched:.1f} s after starting Spark", flush=True)
                 last_batch = summary["batch"]
                 sensor_stats = services.topic_stats(sensors)
                 print(
@@ -335,4 +347,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C while starting or stopping: no traceback

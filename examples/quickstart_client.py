@@ -22,4 +22,7 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1] if len(sys.argv) > 1 else "tcp://127.0.0.1:9000")
+    try:
+        trio.run(main, sys.argv[1] if len(sys.argv) > 1 else "tcp://127.0.0.1:9000")
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: stop quietly, with the status shells expect

@@ -27,4 +27,7 @@ async def main(port: int) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 9000)
+    try:
+        trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 9000)
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: stop quietly, with the status shells expect

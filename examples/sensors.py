@@ -2,8 +2,8 @@
 
 ::
 
-    rstreams serve examples.demo:app --tcp 127.0.0.1:9000
-    python examples/sensors.py                       # 4 sensors, 10 readings/s each
+    rstreams demo                    # or: rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
+    python examples/sensors.py       # 4 sensors, 10 readings/s each
     rstreams sub tcp://127.0.0.1:9000 'sensors?policy=latest' --format msgpack --prefetch 1
 
 Readings are msgpack ``{"sensor", "ts", "value"}``. The feed is paced by
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -51,9 +52,14 @@ async def main(url: str, sensors: int, rate: float, count: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="publish sensor readings into the demo app's sensors topic")
-    parser.add_argument("url", nargs="?", default="tcp://127.0.0.1:9000")
+    parser.add_argument(
+        "url", nargs="?", default="tcp://127.0.0.1:9000", help="tcp://, tls://, ws:// or wss:// URL of the demo app (default: %(default)s)"
+    )
     parser.add_argument("--sensors", type=int, default=4)
     parser.add_argument("--rate", type=float, default=10.0, help="readings per sensor per second")
     parser.add_argument("--count", type=int, default=0, help="stop after this many readings (0: never)")
     args = parser.parse_args()
-    trio.run(main, args.url, args.sensors, args.rate, args.count)
+    try:
+        trio.run(main, args.url, args.sensors, args.rate, args.count)
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: stop quietly, with the status shells expect

@@ -4,13 +4,15 @@ Run from the repository root::
 
     python examples/tour.py
 
-It starts ``examples.demo:app`` on a free port of 127.0.0.1 (what
-``rstreams serve examples.demo:app --tcp 127.0.0.1:0`` does), connects a
+It starts the demo app (``rstreams.demo:app``, also ``examples.demo:app``)
+on a free port of 127.0.0.1 (what ``rstreams demo --tcp 127.0.0.1:0`` does
+for TCP), connects a
 client, and walks through every demo publisher, printing what it sees.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -71,12 +73,21 @@ async def main() -> None:
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
-        print(f"serving examples.demo:app on {url}\n")
+        print(f"serving rstreams.demo:app on {url}\n")
         await tour(url)
         await server.aclose()
         nursery.cancel_scope.cancel()
-    print("\nNext: rstreams serve examples.demo:app --tcp 127.0.0.1:9000, then rstreams sub --help")
+    print("\nNext: . .venv/bin/activate, then rstreams demo (and, in another shell, rstreams sub --help)")
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    try:
+        trio.run(main)
+        sys.stdout.flush()  # here, where a reader that went away can still be handled
+    except* KeyboardInterrupt:
+        sys.exit(130)  # Ctrl-C: stop quietly, with the status shells expect
+    except* BrokenPipeError:
+        # The reader of our output left (``tour.py | head``): a normal way to
+        # stop reading. Point stdout at /dev/null so that the interpreter's
+        # last flush has nowhere to fail, and exit as head's pipelines do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -5,34 +5,45 @@ iterators that request as they consume. Both run over TCP, TLS, WebSocket
 (and any ``trio.abc.Stream``) with the reactive-streams-io protocol, wire profile v0.
 """
 
-import logging as _logging
+# The names below are imported when first used (PEP 562), not when the
+# package is: ``import rstreams`` costs next to nothing, so that the
+# ``rstreams`` command starts without trio, WebSocket or any bridge unless the
+# command run needs them (``rstreams --version`` needs none). Type checkers
+# see the plain imports of the TYPE_CHECKING block; ``__getattr__`` is
+# hidden from them so that a misspelt name is still an error.
 
-from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
-from ._config import SessionConfig
-from ._connect import connect, open_local_session, open_session
-from ._errors import (
-    HandshakeError,
-    LocalProtocolError,
-    ProtocolError,
-    PublisherError,
-    RemoteProtocolError,
-    RStreamsError,
-    SessionBroken,
-    SessionClosed,
-    SubscriptionError,
-    UnknownPublisher,
-)
-from ._peer import Peer
-from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, publisher_from_async_gen
-from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websocket
-from ._registry import UnsupportedScheme
-from ._session import Session, SessionStatistics, open_stream_session
-from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
-from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
-from ._topic_core import decode_sequenced, encode_sequenced
-from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
+import importlib as _importlib
+import logging as _logging
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from ._version import __version__
-from .protocol import ElementBatch, ProtocolLimits
+
+if _TYPE_CHECKING:
+    from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
+    from ._config import SessionConfig
+    from ._connect import connect, open_local_session, open_session
+    from ._errors import (
+        HandshakeError,
+        LocalProtocolError,
+        ProtocolError,
+        PublisherError,
+        RemoteProtocolError,
+        RStreamsError,
+        SessionBroken,
+        SessionClosed,
+        SubscriptionError,
+        UnknownPublisher,
+    )
+    from ._peer import Peer
+    from ._publish import Route, Router, Sink, SinkStatistics, SubscribeRequest, publisher_from_async_gen
+    from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websocket
+    from ._registry import UnsupportedScheme
+    from ._session import Session, SessionStatistics, open_stream_session
+    from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
+    from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
+    from ._topic_core import decode_sequenced, encode_sequenced
+    from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
+    from .protocol import ElementBatch, ProtocolLimits
 
 __all__ = [
     "ADAPTIVE_BYTE_BUDGET",
@@ -88,6 +99,83 @@ __all__ = [
     "serve_tcp",
     "serve_websocket",
 ]
+
+#: Where each public name lives (module relative to this package).
+_LAZY_NAMES: dict[str, str] = {
+    "ADAPTIVE_BYTE_BUDGET": "._subscribe",
+    "ADAPTIVE_INITIAL": "._subscribe",
+    "ADAPTIVE_MAXIMUM": "._subscribe",
+    "Codec": "._codecs",
+    "JsonCodec": "._codecs",
+    "MsgpackCodec": "._codecs",
+    "RawCodec": "._codecs",
+    "SessionConfig": "._config",
+    "connect": "._connect",
+    "open_local_session": "._connect",
+    "open_session": "._connect",
+    "HandshakeError": "._errors",
+    "LocalProtocolError": "._errors",
+    "ProtocolError": "._errors",
+    "PublisherError": "._errors",
+    "RemoteProtocolError": "._errors",
+    "RStreamsError": "._errors",
+    "SessionBroken": "._errors",
+    "SessionClosed": "._errors",
+    "SubscriptionError": "._errors",
+    "UnknownPublisher": "._errors",
+    "Peer": "._peer",
+    "Route": "._publish",
+    "Router": "._publish",
+    "Sink": "._publish",
+    "SinkStatistics": "._publish",
+    "SubscribeRequest": "._publish",
+    "publisher_from_async_gen": "._publish",
+    "Server": "._serve",
+    "listener_port": "._serve",
+    "serve_stream": "._serve",
+    "serve_tcp": "._serve",
+    "serve_websocket": "._serve",
+    "UnsupportedScheme": "._registry",
+    "Session": "._session",
+    "SessionStatistics": "._session",
+    "open_stream_session": "._session",
+    "Subscription": "._subscribe",
+    "SubscriptionStatistics": "._subscribe",
+    "Topic": "._topic",
+    "TopicStatistics": "._topic",
+    "TopicSubscriberStatistics": "._topic",
+    "publish_to_topic": "._topic",
+    "decode_sequenced": "._topic_core",
+    "encode_sequenced": "._topic_core",
+    "BridgeURL": "._url",
+    "Endpoint": "._url",
+    "parse_bridge_url": "._url",
+    "parse_url": "._url",
+    "ElementBatch": ".protocol",
+    "ProtocolLimits": ".protocol",
+}
+
+if not _TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module_name = _LAZY_NAMES.get(name)
+        if module_name is None:
+            # A submodule not imported yet (rstreams.protocol, rstreams.support, ...).
+            if not name.startswith("__"):
+                try:
+                    return _importlib.import_module(f".{name}", __name__)
+                except ModuleNotFoundError as exc:
+                    if exc.name != f"{__name__}.{name}":
+                        raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module_name, __name__), name)
+        globals()[name] = value  # later look-ups are plain attribute reads
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 # The library convention: log to "rstreams", print nothing unless the
 # application configures logging (the CLI's --log-level does).

@@ -14,7 +14,6 @@ from ._registry import find_scheme
 from ._session import Session, open_stream_session
 from ._transport import connect_stream
 from ._url import SCHEMES, parse_url, url_scheme
-from ._websocket import websocket_config
 
 __all__ = ["open_session", "connect", "open_local_session"]
 
@@ -25,7 +24,7 @@ async def open_session(
     *,
     app: Router | None = None,
     ssl_context: ssl.SSLContext | None = None,
-    config: SessionConfig = DEFAULT_CONFIG,
+    config: SessionConfig | None = None,
 ) -> AsyncIterator[Session]:
     """Connect to ``url``: ``tcp://host:port``, ``tls://host:port``,
     ``ws://host:port/`` or ``wss://host:port/``.
@@ -55,8 +54,11 @@ async def open_session(
     The session says goodbye when the block ends, or closes forcefully if the
     block is cancelled.
     """
+    config = DEFAULT_CONFIG if config is None else config
     endpoint = parse_url(url)
     if endpoint.websocket:
+        from ._websocket import websocket_config  # only WebSocket clients need wsproto
+
         # Keep every WebSocket message we send within 256 KiB.
         config = websocket_config(config)
     stream = await connect_stream(endpoint, ssl_context, config=config)
@@ -69,7 +71,7 @@ async def connect(
     url: str,
     *,
     ssl_context: ssl.SSLContext | None = None,
-    config: SessionConfig = DEFAULT_CONFIG,
+    config: SessionConfig | None = None,
 ) -> AsyncIterator[Peer]:
     """Connect to the publishers at ``url``, whatever protocol carries them.
 
@@ -86,7 +88,8 @@ async def connect(
 
     Args:
         ssl_context: for the TLS schemes; default: verify against system roots.
-        config: the session's settings (reactive-streams-io URLs only).
+        config: the session's settings (reactive-streams-io URLs only;
+            None: the defaults, ``SessionConfig()``).
 
     Raises:
         UnsupportedScheme: no installed bridge handles the scheme (a
@@ -105,12 +108,13 @@ async def connect(
 
 
 @asynccontextmanager
-async def open_local_session(app: Router, *, config: SessionConfig = DEFAULT_CONFIG) -> AsyncIterator[Session]:
+async def open_local_session(app: Router, *, config: SessionConfig | None = None) -> AsyncIterator[Session]:
     """A session to ``app``'s publishers in this process, over an in-memory stream.
 
     What a bridge uses to serve an app: subscribing goes through the same
     router, demand and codecs as a TCP subscriber's, without a socket.
     """
+    config = DEFAULT_CONFIG if config is None else config
     client_stream, server_stream = memory_stream_pair()
     async with open_stream_session(server_stream, app=app, config=config):
         async with open_stream_session(client_stream, config=config) as session:

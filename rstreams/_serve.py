@@ -46,7 +46,7 @@ class Server:
 
     Args:
         app: the publishers to serve.
-        config: settings of each session.
+        config: settings of each session (None: the defaults, ``SessionConfig()``).
         max_connections: at most this many sessions at once; a connection
             beyond it is answered hello + goodbye ("server busy") and closed.
     """
@@ -55,13 +55,13 @@ class Server:
         self,
         app: Router,
         *,
-        config: SessionConfig = DEFAULT_CONFIG,
+        config: SessionConfig | None = None,
         max_connections: int | None = None,
     ) -> None:
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
         self.app = app
-        self.config = config
+        self.config = DEFAULT_CONFIG if config is None else config
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens
@@ -130,7 +130,7 @@ class Server:
         ssl_context: ssl.SSLContext | None = None,
         *,
         allowed_origins: Iterable[str] = (),
-        static_dir: str | os.PathLike[str] = DEFAULT_STATIC_DIR,
+        static_dir: str | os.PathLike[str] | None = None,
         handler_nursery: trio.Nursery | None = None,
         task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
     ) -> NoReturn:
@@ -152,8 +152,8 @@ class Server:
                 allowed besides the listener's own; an upgrade with any other
                 ``Origin`` header is refused with 403. Requests without
                 ``Origin`` (not from a browser) are allowed.
-            static_dir: the directory of static files (default: the
-                package's ``rstreams/web``); only files directly in it are served.
+            static_dir: the directory of static files (None: the package's
+                ``rstreams/web``); only files directly in it are served.
             handler_nursery: as for :meth:`serve_tcp`.
 
         Raises:
@@ -166,7 +166,7 @@ class Server:
         addresses = [(str(name[0]), int(name[1])) for name in (listener.socket.getsockname() for listener in tcp_listeners)]
         own = listener_origins(host, addresses, secure=ssl_context is not None)
         site = Site(
-            static_dir=Path(static_dir),
+            static_dir=DEFAULT_STATIC_DIR if static_dir is None else Path(static_dir),
             origins=OriginPolicy(own, policy_extra),
             max_message_size=self.config.limits.max_message_size,
         )
@@ -235,7 +235,7 @@ async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
     await trio.aclose_forcefully(stream)
 
 
-async def serve_stream(app: Router, stream: trio.abc.Stream, *, config: SessionConfig = DEFAULT_CONFIG) -> None:
+async def serve_stream(app: Router, stream: trio.abc.Stream, *, config: SessionConfig | None = None) -> None:
     """Serve ``app`` over one connected stream until the session closes."""
     await Server(app, config=config).serve_stream(stream)
 
@@ -246,7 +246,7 @@ async def serve_tcp(
     port: int,
     ssl_context: ssl.SSLContext | None = None,
     *,
-    config: SessionConfig = DEFAULT_CONFIG,
+    config: SessionConfig | None = None,
     max_connections: int | None = None,
     handler_nursery: trio.Nursery | None = None,
     task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
@@ -274,8 +274,8 @@ async def serve_websocket(
     ssl_context: ssl.SSLContext | None = None,
     *,
     allowed_origins: Iterable[str] = (),
-    static_dir: str | os.PathLike[str] = DEFAULT_STATIC_DIR,
-    config: SessionConfig = DEFAULT_CONFIG,
+    static_dir: str | os.PathLike[str] | None = None,
+    config: SessionConfig | None = None,
     max_connections: int | None = None,
     handler_nursery: trio.Nursery | None = None,
     task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,

@@ -11,7 +11,6 @@ import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._url import Endpoint
-from ._websocket import open_websocket_client
 
 __all__ = ["connect_stream"]
 
@@ -41,6 +40,10 @@ async def connect_stream(
         stream = await trio.open_tcp_stream(endpoint.host, endpoint.port)
     if not endpoint.websocket:
         return stream
+    # Imported here: a tcp:// or tls:// client (``rstreams sub tcp://...``)
+    # has no use for wsproto and h11, nor for the time they take to import.
+    from ._websocket import open_websocket_client
+
     try:
         return await open_websocket_client(stream, endpoint, config=config)
     except BaseException:

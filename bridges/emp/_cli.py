@@ -52,7 +52,7 @@ excluding it). Both peers must agree.
 
 EPILOG = """\
 examples:
-  rstreams serve examples.demo:app --emp 127.0.0.1:7000
+  rstreams serve rstreams.demo:app --emp 127.0.0.1:7000
   rstreams emp ping 127.0.0.1:7000
   rstreams emp call 127.0.0.1:7000 'range?count=3' --format msgpack
   rstreams emp call 127.0.0.1:7000 'range?count=3' --gzip --format msgpack

@@ -75,7 +75,7 @@ arrays of integers; wstrings are strings. See docs/bridges/epoxy.md.
 
 EPILOG = """\
 examples:
-  rstreams serve examples.demo:app --epoxy 127.0.0.1:25188
+  rstreams serve rstreams.demo:app --epoxy 127.0.0.1:25188
   rstreams sub epoxy://127.0.0.1 'range?count=3' --format hex      # the same, as rstreams sees it
   rstreams epoxy call 127.0.0.1:25188 rstreams.Publishers Subscribe \\
       --payload-hex 43420100090d72616e67653f636f756e743d3300      # {"0": "range?count=3"}

@@ -1,36 +1,25 @@
-"""What the commands share: help layout, exit codes, addresses, TLS, logging,
-and serving until a signal.
+"""What the commands share: help layout, exit codes, addresses, TLS, logging.
 
-A server command (``serve``, ``pub``) runs in three nested lifetimes, so that
-stopping is graceful::
-
-    sessions nursery             per-connection sessions live here
-        listeners nursery        accept loops; cancelled first on shutdown
-    then: Server.aclose()        goodbye to every session, bounded drain
-    then: cancel the sessions nursery (a no-op unless something overran)
-
-The connection handlers run in the sessions nursery rather than inside the
-accept loops: cancelling the accept loops then stops accepting without
-touching the sessions, which get their goodbye from ``Server.aclose``.
+This module is imported whenever the ``rstreams`` command starts (for
+``--version`` and ``--help`` too), so it imports the runtime, trio and
+``ssl`` only inside the functions that use them: building the parser and
+parsing arguments cost no more than argparse. Serving until a signal is
+in ``_serving``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import ssl
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from functools import partial
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-import trio
+if TYPE_CHECKING:
+    import ssl
 
-from .._config import DEFAULT_CONFIG, SessionConfig
-from .._http import normalize_origin
-from .._publish import Router
-from .._registry import BridgeService
-from .._serve import Listener, Server, listener_url
+    from .._publish import Router
+    from .._serve import Server
 
 __all__ = [
     "EXIT_OK",
@@ -39,8 +28,10 @@ __all__ = [
     "EXIT_GOODBYE",
     "EXIT_CONNECTION",
     "EXIT_DECODE",
+    "EXIT_TIMEOUT",
     "EXIT_INTERRUPTED",
     "EXIT_CODES_HELP",
+    "COMMAND_SUMMARIES",
     "CommandError",
     "HelpFormatter",
     "parse_address",
@@ -51,7 +42,6 @@ __all__ = [
     "configure_logging",
     "client_ssl_context",
     "server_ssl_context",
-    "serve_until_stopped",
     "run_command",
     "warn",
 ]
@@ -62,6 +52,7 @@ EXIT_USAGE = 2  # bad arguments (argparse's own code)
 EXIT_GOODBYE = 3  # sub: the session ended by goodbye (the server left)
 EXIT_CONNECTION = 4  # sub: could not connect, or the connection was lost
 EXIT_DECODE = 5  # sub: an element is not valid for --format msgpack/json
+EXIT_TIMEOUT = 124  # sub: --timeout or --idle-timeout ran out (as timeout(1) reports it)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
 
 EXIT_CODES_HELP = """\
@@ -72,13 +63,18 @@ exit status:
   3    the session ended with goodbye (for example the server shut down)
   4    could not connect, or the connection was lost without goodbye
   5    an element could not be decoded for --format msgpack or json
+  124  --timeout or --idle-timeout ran out (the elements before it were printed)
   130  interrupted by Ctrl-C (143 for SIGTERM)
 """
 
-#: How long a graceful shutdown may take before the remaining sessions are
-#: closed forcefully: a session's own bounds are a 5 s drain, a 5 s wait for
-#: the peer's goodbye and 1 s to close the transport (SessionConfig defaults).
-SHUTDOWN_TIMEOUT = 15.0
+#: Each command's line in ``rstreams --help``, here rather than in the
+#: command's module so that the top-level help imports none of them.
+COMMAND_SUMMARIES = {
+    "demo": "serve the demo app over TCP and WebSocket, with its page",
+    "serve": "serve an app's publishers",
+    "sub": "print a publisher's elements",
+    "pub": "serve the lines of stdin as a publisher",
+}
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -155,6 +151,8 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     ``tcp_required=False`` is for commands with other kinds of listener
     (``serve --ws``); they check that at least one listener was named.
     """
+    from .._config import DEFAULT_CONFIG
+
     parser.add_argument(
         "--tcp",
         metavar="HOST:PORT",
@@ -186,6 +184,9 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
 
 def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     """The ``Server`` that ``add_server_arguments``' options describe."""
+    from .._config import SessionConfig
+    from .._serve import Server
+
     return Server(app, max_connections=args.max_connections, config=SessionConfig(busy_poll=args.busy_poll))
 
 
@@ -203,6 +204,8 @@ def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | No
         if key is not None:
             raise CommandError("--tls-key needs --tls-cert", EXIT_USAGE)
         return None
+    import ssl
+
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(cert, key)
@@ -222,6 +225,8 @@ def client_ssl_context(secure: bool, ca: str | None, *, ca_hint: str) -> ssl.SSL
         if ca is not None:
             raise CommandError(ca_hint, EXIT_USAGE)
         return None
+    import ssl
+
     try:
         return ssl.create_default_context(cafile=ca)
     except (OSError, ssl.SSLError) as exc:
@@ -230,134 +235,11 @@ def client_ssl_context(secure: bool, ca: str | None, *, ca_hint: str) -> ssl.SSL
 
 def parse_origin(text: str) -> str:
     """An ``--allow-origin`` value: ``scheme://host[:port]``, or ``*`` for any."""
+    from .._http import normalize_origin
+
     if text != "*" and normalize_origin(text) is None:
         raise argparse.ArgumentTypeError(f"expected an origin such as http://localhost:8000, got {text!r}")
     return text
-
-
-def _listener_url(listener: Listener, secure: bool, websocket: bool = False) -> str:
-    if websocket:
-        return listener_url(listener, "wss" if secure else "ws", "/")
-    return listener_url(listener, "tls" if secure else "tcp")
-
-
-def _format_address(host: str | None, port: int) -> str:
-    if host is None:
-        return f"*:{port}"
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-async def _listen(nursery: trio.Nursery, serve: Callable[..., Awaitable[object]], host: str | None, port: int) -> list[Listener]:
-    """Start one listener task; an address that cannot be listened on is a CommandError."""
-    try:
-        listeners: list[Listener] = await nursery.start(serve)
-    except OSError as exc:
-        raise CommandError(f"cannot listen on {_format_address(host, port)}: {exc.strerror or exc}") from None
-    return listeners
-
-
-async def _first_signal(signals: AsyncIterator[int]) -> int:
-    return int(await signals.__anext__())
-
-
-async def serve_until_stopped(
-    server: Server,
-    addresses: list[tuple[str | None, int]],
-    ssl_context: ssl.SSLContext | None,
-    label: str,
-    *,
-    stop: trio.Event | None = None,
-    websocket_addresses: Sequence[tuple[str | None, int]] = (),
-    allowed_origins: Sequence[str] = (),
-    services: Sequence[BridgeService] = (),
-) -> int:
-    """Serve on every address until SIGINT / SIGTERM (or ``stop``), then shut down.
-
-    ``addresses`` are TCP (TLS with ``ssl_context``) listeners,
-    ``websocket_addresses`` WebSocket ones (``wss://`` with ``ssl_context``;
-    ``allowed_origins`` as for ``Server.serve_websocket``), all serving the
-    same ``server``; ``services`` are the bridges' (``--emp``), whose
-    connections are closed together with the sessions on shutdown.
-
-    Prints ``rstreams: serving LABEL on URL`` on stdout per listener once all
-    listen, and ``rstreams: shut down`` at the end. A second signal during the
-    shutdown closes the remaining sessions at once.
-
-    Returns:
-        EXIT_OK after a graceful shutdown, EXIT_INTERRUPTED after a forced one.
-
-    Raises:
-        CommandError: an address cannot be listened on.
-    """
-    forced: list[bool] = []
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as sessions:
-            async with trio.open_nursery() as listening:
-                for host, port in addresses:
-                    serve = partial(server.serve_tcp, host, port, ssl_context, handler_nursery=sessions)
-                    for listener in await _listen(listening, serve, host, port):
-                        print(f"rstreams: serving {label} on {_listener_url(listener, ssl_context is not None)}", flush=True)
-                for host, port in websocket_addresses:
-                    serve = partial(
-                        server.serve_websocket,
-                        host,
-                        port,
-                        ssl_context,
-                        allowed_origins=allowed_origins,
-                        handler_nursery=sessions,
-                    )
-                    for listener in await _listen(listening, serve, host, port):
-                        url = _listener_url(listener, ssl_context is not None, websocket=True)
-                        print(f"rstreams: serving {label} on {url}", flush=True)
-                for service in services:
-                    try:
-                        urls: list[str] = await listening.start(partial(service.serve, handler_nursery=sessions))
-                    except OSError as exc:
-                        raise CommandError(str(exc.strerror or exc)) from None
-                    for url in urls:
-                        print(f"rstreams: serving {label} on {url}", flush=True)
-                await _wait_for_stop(signals, stop)
-                listening.cancel_scope.cancel()
-            # Not accepting any more: say goodbye to every session. A second
-            # signal, or the overall bound, turns it into a forced close.
-            with trio.move_on_after(SHUTDOWN_TIMEOUT) as bound:
-                async with trio.open_nursery() as closing:
-                    closing.start_soon(_cancel_on_signal, signals, closing.cancel_scope, forced)
-                    async with trio.open_nursery() as goodbyes:
-                        goodbyes.start_soon(server.aclose)
-                        for service in services:
-                            goodbyes.start_soon(service.aclose)
-                    closing.cancel_scope.cancel()
-            if bound.cancelled_caught:
-                forced.append(True)
-            sessions.cancel_scope.cancel()
-    print("rstreams: shut down" + (" (forced)" if forced else ""), flush=True)
-    return EXIT_INTERRUPTED if forced else EXIT_OK
-
-
-async def _wait_for_stop(signals: AsyncIterator[int], stop: trio.Event | None) -> None:
-    async with trio.open_nursery() as nursery:
-
-        async def on_signal() -> None:
-            signum = await _first_signal(signals)
-            warn(f"{signal.Signals(signum).name}: shutting down (again to force)")
-            nursery.cancel_scope.cancel()
-
-        async def on_stop() -> None:
-            assert stop is not None
-            await stop.wait()
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(on_signal)
-        if stop is not None:
-            nursery.start_soon(on_stop)
-
-
-async def _cancel_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope, forced: list[bool]) -> None:
-    signum = await _first_signal(signals)
-    warn(f"{signal.Signals(signum).name}: closing the remaining sessions now")
-    forced.append(True)
-    scope.cancel()
 
 
 def _sole_error(error: BaseException) -> BaseException:
@@ -370,6 +252,8 @@ def _sole_error(error: BaseException) -> BaseException:
 
 def run_command(function: Callable[[], Awaitable[int]]) -> int:
     """Run a command under trio; report a CommandError as ``rstreams: ...``."""
+    import trio
+
     try:
         return trio.run(function)
     except BaseException as exc:  # noqa: BLE001 - sorted out just below

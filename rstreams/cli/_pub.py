@@ -9,16 +9,17 @@ import trio
 
 from .._publish import Router, Sink
 from ._common import (
+    COMMAND_SUMMARIES,
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
     add_server_arguments,
     configure_logging,
     run_command,
-    serve_until_stopped,
     server_from_arguments,
     server_ssl_context,
 )
+from ._serving import serve_until_stopped
 from ._lines import LineReader
 
 __all__ = ["add_parser", "LinePublisher"]
@@ -45,6 +46,8 @@ for `rstreams serve`.
 
 Once listening it prints, per listener:
   rstreams: serving stdin as NAME on tcp://HOST:PORT
+(tls://HOST:PORT with --tls-cert). Subscribers use those URLs; for ws://
+and wss:// serve an app with `rstreams serve MODULE:APP --ws HOST:PORT`.
 """
 
 EPILOG = """\
@@ -61,7 +64,7 @@ examples:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "pub",
-        help="serve the lines of stdin as a publisher",
+        help=COMMAND_SUMMARIES["pub"],
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=HelpFormatter,

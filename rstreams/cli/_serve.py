@@ -11,6 +11,7 @@ from typing import Any
 from .._publish import Router
 from .._registry import ServeContext, registered_bridges
 from ._common import (
+    COMMAND_SUMMARIES,
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
@@ -19,10 +20,10 @@ from ._common import (
     parse_address,
     parse_origin,
     run_command,
-    serve_until_stopped,
     server_from_arguments,
     server_ssl_context,
 )
+from ._serving import serve_until_stopped
 
 __all__ = ["add_parser", "load_app"]
 
@@ -49,28 +50,28 @@ with status 0; a second Ctrl-C closes the remaining sessions at once (130).
 
 EPILOG = """\
 examples:
-  rstreams serve examples.demo:app --tcp 127.0.0.1:9000
-  rstreams serve examples.demo:app --tcp 127.0.0.1:0            # any free port
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:0            # any free port
   rstreams serve myapp:app --tcp 0.0.0.0:9000 --tcp [::]:9000   # two listeners
   rstreams serve myapp:app --app-dir src --tcp 127.0.0.1:9000
-  rstreams serve examples.demo:app --tcp 127.0.0.1:9443 \\
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9443 \\
       --tls-cert server.pem --tls-key server-key.pem           # tls://
-  rstreams serve examples.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
-  rstreams serve examples.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
-  rstreams serve examples.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
-  rstreams serve examples.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
+  rstreams serve rstreams.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
+  rstreams serve rstreams.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
+  rstreams serve rstreams.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
 """
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "serve",
-        help="serve an app's publishers",
+        help=COMMAND_SUMMARIES["serve"],
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. examples.demo:app")
+    parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. rstreams.demo:app")
     add_server_arguments(parser, tcp_required=False)
     parser.add_argument(
         "--ws",

@@ -4,12 +4,18 @@ Demand is managed here rather than by the subscription's automatic window, so
 that ``--count N`` never asks for more than N elements: the window is kept at
 ``--prefetch`` elements ahead of what was printed, topped up once half of it
 was used, and capped at the count.
+
+Time bounds: ``--timeout`` bounds the whole command, connecting included,
+and ``--idle-timeout`` the wait for each element. Either cancels the
+subscription; the session then says goodbye within its own bounds, outside
+the timeout (a timed-out subscriber leaves as politely as one that got
+everything it asked for).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import signal
 import ssl
@@ -18,7 +24,6 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any, BinaryIO
 
-import msgpack
 import trio
 
 from .._connect import connect
@@ -27,12 +32,14 @@ from .._registry import find_scheme, url_is_secure
 from .._subscribe import Subscription
 from .._url import SCHEMES, url_scheme
 from ._common import (
+    COMMAND_SUMMARIES,
     EXIT_CODES_HELP,
     EXIT_CONNECTION,
     EXIT_DECODE,
     EXIT_FAILURE,
     EXIT_GOODBYE,
     EXIT_OK,
+    EXIT_TIMEOUT,
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
@@ -41,8 +48,9 @@ from ._common import (
     configure_logging,
     run_command,
 )
+from ._formats import DECODERS, FORMATS, DecodeError, JsonLines
 
-__all__ = ["add_parser", "FORMATS"]
+__all__ = ["add_parser"]
 
 DESCRIPTION = """\
 Subscribe to the publisher NAME at URL and print its elements as they arrive,
@@ -51,8 +59,9 @@ one per line.
 URL is tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/ or wss://HOST:PORT/
 (a server started with `rstreams serve --ws`), or the URL of any installed
 bridge: emp://HOST:PORT (emps:// for TLS, ?framing=author for the author's
-framing) reads an app served with `rstreams serve --emp`. NAME is the
-publisher name with its query, e.g. 'range?count=5' (quote it for the shell).
+framing) reads an app served with `rstreams serve --emp`. Without URL, the
+environment variable RSTREAMS_URL gives it. NAME is the publisher name with
+its query, e.g. 'range?count=5' (quote it for the shell).
 
 formats:
   raw      the element's bytes as they are, then a newline (for text elements;
@@ -61,9 +70,15 @@ formats:
   msgpack  the element decoded as MessagePack, printed as compact JSON (bytes
            inside it as hex strings; what JSON cannot hold, as Python repr)
   json     the element decoded as JSON, printed as compact JSON
+  jsonl    for programs: one JSON object per element,
+             {"seq": 0, "name": NAME, "size": BYTES, "value": ..., "t": UNIX_TIME}
+           seq counts from 0, t is when it was printed; value is the element
+           decoded as --decode says (json, msgpack, or text: UTF-8 without
+           control characters, the default); an element that does not decode
+           has "hex", its bytes as lowercase hex, instead of "value"
 
-Leaving early (--count reached, Ctrl-C, stdout closed) cancels the stream and
-says goodbye.
+Leaving early (--count reached, --timeout or --idle-timeout, Ctrl-C, stdout
+closed) cancels the stream and says goodbye.
 """
 
 EPILOG = (
@@ -77,6 +92,9 @@ examples:
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'range?count=1000000' --format hex | head -3
   rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex   # over EMP
+  rstreams sub tcp://127.0.0.1:9000 'ticker?interval=0.2' --format jsonl --decode msgpack --timeout 5
+  rstreams sub tcp://127.0.0.1:9000 lines --idle-timeout 30   # stop once 30 s pass without a line
+  RSTREAMS_URL=ws://127.0.0.1:8000/ rstreams sub 'range?count=3' --format jsonl
 
 """
     + EXIT_CODES_HELP
@@ -102,15 +120,39 @@ def _prefetch(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < math.inf:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return value
+
+
+#: After --timeout or --idle-timeout, how long the session may take to say
+#: goodbye before it is closed forcefully.
+TIMEOUT_GOODBYE_GRACE = 1.0
+
+#: The environment variable that gives ``sub`` its URL when none is given.
+URL_VARIABLE = "RSTREAMS_URL"
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "sub",
-        help="print a publisher's elements",
+        help=COMMAND_SUMMARIES["sub"],
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("url", metavar="URL", help="tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/, wss://HOST:PORT/, or a bridge's URL (emp://HOST:PORT, ...)")
+    parser.add_argument(
+        "url",
+        metavar="URL",
+        nargs="?",
+        help="tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/, wss://HOST:PORT/, or a bridge's URL "
+        f"(emp://HOST:PORT, ...); default: ${URL_VARIABLE}",
+    )
     parser.add_argument("name", metavar="NAME", help="the publisher name, e.g. 'range?count=5'")
     parser.add_argument("--count", metavar="N", type=_non_negative_int, help="stop after N elements (then cancel)")
     parser.add_argument(
@@ -120,66 +162,29 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_PREFETCH,
         help=f"elements kept requested ahead of printing (default: {DEFAULT_PREFETCH}; at least 1)",
     )
-    parser.add_argument("--format", choices=FORMATS, default="raw", help="how to print each element (default: raw)")
+    parser.add_argument("--format", choices=[*FORMATS, "jsonl"], default="raw", help="how to print each element (default: raw)")
+    parser.add_argument(
+        "--decode",
+        choices=DECODERS,
+        default=None,
+        help="with --format jsonl: what an element's value is decoded as (default: text)",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        help="stop after SECONDS in all, connecting included (exit status 124)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        help="stop once SECONDS pass without an element (exit status 124)",
+    )
     parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
-
-
-# ---- formats ------------------------------------------------------------
-
-
-class DecodeError(Exception):
-    pass
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, msgpack.ExtType):
-        return {"ext": value.code, "data": value.data.hex()}
-    raise TypeError
-
-
-def _to_json_line(value: Any) -> bytes:
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-    except (TypeError, ValueError):
-        text = repr(value)  # map keys JSON cannot hold, for example
-    return text.encode("utf-8", "backslashreplace")
-
-
-def _format_raw(element: bytes) -> bytes:
-    return element
-
-
-def _format_hex(element: bytes) -> bytes:
-    return element.hex().encode("ascii")
-
-
-def _format_msgpack(element: bytes) -> bytes:
-    try:
-        value = msgpack.unpackb(element, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types
-        raise DecodeError(f"not valid MessagePack: {exc}") from None
-    return _to_json_line(value)
-
-
-def _format_json(element: bytes) -> bytes:
-    try:
-        value = json.loads(element)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
-    return _to_json_line(value)
-
-
-FORMATS: dict[str, Callable[[bytes], bytes]] = {
-    "raw": _format_raw,
-    "hex": _format_hex,
-    "msgpack": _format_msgpack,
-    "json": _format_json,
-}
 
 
 # ---- the command --------------------------------------------------------
@@ -212,7 +217,13 @@ class _Demand:
         return 0
 
 
-async def _print_elements(subscription: Subscription, demand: _Demand, format_element: Callable[[bytes], bytes], out: BinaryIO) -> None:
+async def _print_elements(
+    subscription: Subscription,
+    demand: _Demand,
+    format_element: Callable[[bytes], bytes],
+    out: BinaryIO,
+    on_batch: Callable[[], None],
+) -> None:
     def top_up() -> None:
         n = demand.more()
         if n:
@@ -222,6 +233,7 @@ async def _print_elements(subscription: Subscription, demand: _Demand, format_el
     if demand.limit == 0:
         return
     async for batch in subscription.batches():
+        on_batch()
         if demand.limit is not None:
             batch = batch[: demand.limit - demand.printed]
         lines: list[bytes] = []
@@ -244,46 +256,79 @@ def _write_lines(out: BinaryIO, lines: list[bytes]) -> None:
         out.flush()
 
 
-async def _subscribe(args: argparse.Namespace, ssl_context: ssl.SSLContext | None, out: BinaryIO) -> int:
+async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLContext | None, out: BinaryIO) -> int:
     demand = _Demand(args.prefetch, args.count)
-    format_element = FORMATS[args.format]
+    format_element: Callable[[bytes], bytes]
+    if args.format == "jsonl":
+        format_element = JsonLines(args.name, args.decode or "text")
+    else:
+        format_element = FORMATS[args.format]
     status = EXIT_OK
+    deadline = trio.current_time() + args.timeout if args.timeout else math.inf
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with AsyncExitStack() as stack:
-            try:
-                peer = await stack.enter_async_context(connect(args.url, ssl_context=ssl_context))
-            except OSError as exc:
-                # Connecting failed (the session itself reports later failures).
-                return _report(f"cannot connect to {args.url}: {exc.strerror or exc}", EXIT_CONNECTION)
-            except ValueError as exc:
-                # A bridge's URL it cannot use (an unknown option, say).
-                return _report(str(exc), EXIT_USAGE)
-            except RStreamsError as exc:
-                # A bridge's handshake failed (the peer's error, a timeout).
-                return _bridge_error(args.url, exc)
-            async with trio.open_nursery() as nursery:
-
-                async def on_signal() -> None:
-                    nonlocal status
-                    signum = await signals.__anext__()
-                    status = 128 + signum  # 130 for SIGINT, as shells report it
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(on_signal)
+        # --timeout while connecting; lifted once connected, when the
+        # subscription's own scope takes the same deadline over, so that
+        # the session's goodbye afterwards is not cut short by it. After a
+        # timeout the goodbye gets TIMEOUT_GOODBYE_GRACE, then the session
+        # is closed forcefully: a server that never answers does not hold
+        # the command for the session's own goodbye bound (seconds).
+        connected = False
+        with trio.CancelScope(deadline=deadline) as bound:
+            async with AsyncExitStack() as stack:
                 try:
-                    async with peer.subscribe(args.name, prefetch=0) as subscription:
-                        await _print_elements(subscription, demand, format_element, out)
-                except PublisherError as exc:
-                    status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
-                except SessionClosed as exc:
-                    status = _session_closed(exc)
-                except DecodeError as exc:
-                    status = _report(str(exc), EXIT_DECODE)
-                except BrokenPipeError:
-                    _silence_stdout()
+                    peer = await stack.enter_async_context(connect(url, ssl_context=ssl_context))
+                except OSError as exc:
+                    # Connecting failed (the session itself reports later failures).
+                    return _report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
+                except ValueError as exc:
+                    # A bridge's URL it cannot use (an unknown option, say).
+                    return _report(str(exc), EXIT_USAGE)
                 except RStreamsError as exc:
-                    status = _bridge_error(args.url, exc)
-                nursery.cancel_scope.cancel()
+                    # A bridge's handshake failed (the peer's error, a timeout).
+                    return _bridge_error(url, exc)
+                connected = True
+                bound.deadline = math.inf
+                async with trio.open_nursery() as nursery:
+
+                    async def on_signal() -> None:
+                        nonlocal status
+                        signum = await signals.__anext__()
+                        status = 128 + signum  # 130 for SIGINT, as shells report it
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(on_signal)
+                    idle = trio.CancelScope()
+
+                    def restart_idle_timeout() -> None:
+                        if args.idle_timeout:
+                            idle.deadline = trio.current_time() + args.idle_timeout
+
+                    restart_idle_timeout()
+                    with trio.CancelScope(deadline=deadline) as overall, idle:
+                        try:
+                            async with peer.subscribe(args.name, prefetch=0) as subscription:
+                                await _print_elements(subscription, demand, format_element, out, restart_idle_timeout)
+                        except PublisherError as exc:
+                            status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
+                        except SessionClosed as exc:
+                            status = _session_closed(exc)
+                        except DecodeError as exc:
+                            status = _report(str(exc), EXIT_DECODE)
+                        except BrokenPipeError:
+                            _silence_stdout()
+                        except RStreamsError as exc:
+                            status = _bridge_error(url, exc)
+                    if overall.cancelled_caught:
+                        status = _report(f"--timeout: {args.timeout:g} s passed, after {demand.printed} elements", EXIT_TIMEOUT)
+                    elif idle.cancelled_caught:
+                        status = _report(
+                            f"--idle-timeout: no element for {args.idle_timeout:g} s, after {demand.printed} elements", EXIT_TIMEOUT
+                        )
+                    if status == EXIT_TIMEOUT:
+                        bound.deadline = trio.current_time() + TIMEOUT_GOODBYE_GRACE
+                    nursery.cancel_scope.cancel()
+        if bound.cancelled_caught and not connected:
+            return _report(f"--timeout: {args.timeout:g} s passed while connecting to {url}", EXIT_TIMEOUT)
     return status
 
 
@@ -339,16 +384,32 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
+def _url(args: argparse.Namespace) -> str:
+    # URL is optional before NAME: with one positional argument, it is NAME
+    # and the URL comes from the environment.
+    if args.url is not None:
+        return str(args.url)
+    url = os.environ.get(URL_VARIABLE, "").strip()
+    if not url:
+        if "://" in args.name:
+            raise CommandError(f"expected URL NAME: {args.name!r} looks like a URL, and no NAME was given", EXIT_USAGE)
+        raise CommandError(f"no URL: give one before NAME, or set {URL_VARIABLE}", EXIT_USAGE)
+    return url
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    if args.decode is not None and args.format != "jsonl":
+        raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
+    url = _url(args)
     try:
-        secure = url_is_secure(args.url)
+        secure = url_is_secure(url)
     except ValueError as exc:  # UnsupportedScheme included: it names the known schemes
         raise CommandError(str(exc), EXIT_USAGE) from None
     ssl_context = client_ssl_context(secure, args.ca, ca_hint="--ca is for tls:// and wss:// URLs (and the bridges' TLS schemes, such as emps://)")
     out = sys.stdout.buffer
 
     async def subscribe() -> int:
-        return await _subscribe(args, ssl_context, out)
+        return await _subscribe(args, url, ssl_context, out)
 
     return run_command(subscribe)

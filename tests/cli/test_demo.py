@@ -1,4 +1,4 @@
-"""Every publisher of the demo app (``examples/demo.py``), over TCP, in process.
+"""Every publisher of the demo app (``rstreams/demo.py``, also ``examples.demo:app``), over TCP, in process.
 
 The exact bytes matter: an independent conformance client checks them from
 the wire profile, so they are checked here element by element (and once
@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-import examples.demo as demo
+import rstreams.demo as demo
 import rstreams
 
 TIMEOUT = 20

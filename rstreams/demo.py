@@ -1,0 +1,258 @@
+"""The demo app: publishers to try rstreams with, and to test peers against.
+
+It ships with the package, so an installed rstreams serves it without a
+checkout::
+
+    rstreams demo                                   # TCP 127.0.0.1:9000, WebSocket and the page on 127.0.0.1:8000
+    rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000   # the same app, with every serve option
+    rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
+
+(In a checkout ``examples.demo:app`` names the same app.)
+
+Publishers (the query parameters are optional; defaults in brackets):
+
+``range?count=N`` [10]
+    N elements; element i is i as an 8-byte big-endian unsigned int. The
+    stream is announced with elementSize 8, so runs go out as onNextPacked.
+``blob?count=N&size=S`` [10, 1024]
+    N elements of S bytes; byte j of element i is (i + j) % 256. elementSize
+    0; elements above the split threshold (64 KiB) go out in parts.
+``ticker?interval=SECONDS`` [1]
+    Endless; each element is msgpack ``[seq, unix_time, value]``, where seq
+    counts from 0 and value is a random walk (something worth plotting).
+``fail?after=N`` [0]
+    N elements as in ``range``, then onError.
+``echo?source=NAME``
+    Subscribes back to the client's publisher NAME on the same connection and
+    republishes its elements, passing demand through.
+``chat`` and ``sensors`` (topics, see ``rstreams.Topic``)
+    Pub/sub hubs. Clients publish into them through ``chat/publish?source=NAME``
+    (``examples/chat.py``, ``examples/sensors.py``) and every subscriber reads
+    every element at its own pace: ``chat?history=20`` shows the last 20
+    messages first; ``sensors?policy=latest`` skips to the newest reading.
+
+Any other name is answered with onError ``no such publisher: NAME`` by the
+router. Invalid parameters are answered with onError too: a publisher that
+raises ``ValueError`` fails its stream, not the session.
+
+Policy choices, all of them about speed: elements are cut from bytes built
+ahead of time and handed over in batches (``send_packed``, ``send_many``),
+never built byte by byte or sent one checkpoint per element.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+from collections.abc import Awaitable
+
+import trio
+
+import rstreams
+
+__all__ = [
+    "app",
+    "chat",
+    "sensors",
+    "RANGE_BLOCK",
+    "RANGE_IDLE_RUN",
+    "MAX_BLOB_SIZE",
+    "BLOB_BATCH_BYTES",
+    "BLOB_BATCH_ELEMENTS",
+    "MIN_INTERVAL",
+    "MAX_INTERVAL",
+    "ECHO_PREFETCH",
+]
+
+app = rstreams.Router()
+
+#: A chat room: JSON messages ``{"from", "text"}``. The default ``block``
+#: policy means a subscriber that stops reading holds the room back once 256
+#: messages are waiting for it, so nobody misses a message; a chat with many
+#: idle readers would subscribe with ``policy=drop`` instead.
+chat = rstreams.Topic("chat", capacity=256)
+chat.mount(app)
+#: A live sensor feed: msgpack ``{"sensor", "ts", "value"}``. Hot data: a
+#: dashboard subscribes with ``policy=latest`` (never holds the sensors back,
+#: always shows the newest); a recorder with ``block`` (sees every reading).
+sensors = rstreams.Topic("sensors", capacity=1024)
+sensors.mount(app)
+
+#: Elements per precomputed ``range`` block (512 KiB of packed elements).
+RANGE_BLOCK = 65536
+#: How many ``range`` elements are built ahead while the subscriber has no
+#: demand outstanding (they are sent as demand arrives).
+RANGE_IDLE_RUN = 256
+#: The largest ``blob`` element: what a peer with default limits accepts.
+MAX_BLOB_SIZE = 64 * 1024 * 1024
+#: About how many bytes of ``blob`` elements are handed over per batch, so a
+#: large demand of large elements never builds more than this at once.
+BLOB_BATCH_BYTES = 1024 * 1024
+#: At most this many ``blob`` elements per batch.
+BLOB_BATCH_ELEMENTS = 4096
+#: The shortest ``ticker`` interval, and the longest (a day).
+MIN_INTERVAL = 0.001
+MAX_INTERVAL = 86400.0
+#: How many elements ``echo`` may ask of its source beyond what its own
+#: subscriber asked for, so that a batch is ready when demand arrives.
+ECHO_PREFETCH = 16
+
+_UNBOUNDED = 2**63 - 1
+_MAX_COUNT = 2**64  # range elements are 8-byte unsigned ints
+
+# Elements 0 .. RANGE_BLOCK-1, packed: the only block built number by number.
+_RANGE_BLOCK_0 = struct.pack(f">{RANGE_BLOCK}Q", *range(RANGE_BLOCK))
+
+
+def _range_elements(start: int, count: int) -> bytes:
+    # Elements start .. start+count-1, within one block of RANGE_BLOCK (a
+    # power of two): their low two bytes are those of block 0 and their high
+    # six bytes are the block's index in every element, so copy the slice of
+    # block 0 and write each high byte into every 8th position at once.
+    offset = start % RANGE_BLOCK
+    index = start // RANGE_BLOCK
+    if not index:
+        return _RANGE_BLOCK_0[offset * 8 : (offset + count) * 8]
+    block = bytearray(memoryview(_RANGE_BLOCK_0)[offset * 8 : (offset + count) * 8])
+    for position, byte in enumerate(index.to_bytes(6, "big")):
+        if byte:
+            block[position::8] = bytes((byte,)) * count
+    return bytes(block)
+
+
+async def _send_range(sink: rstreams.Sink, count: int) -> None:
+    # Build only what the subscriber has asked for (at most a block, and a
+    # small run while it has asked for nothing yet), so that a slow subscriber
+    # pins a few bytes of this task's memory, not a 512 KiB block.
+    sent = 0
+    while sent < count:
+        wanted = sink.demand or RANGE_IDLE_RUN
+        run = min(count - sent, RANGE_BLOCK - sent % RANGE_BLOCK, wanted)
+        await sink.send_packed(_range_elements(sent, run))
+        sent += run
+
+
+@app.publisher("range", element_size=8)
+def range_(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Awaitable[None] | None:
+    """``count`` elements, element i being i as 8-byte big-endian unsigned.
+
+    A plain ``def``: when the subscribe already asks for every element (a
+    short range), they go out at once with subscribed and onComplete, with
+    no task; otherwise the stream continues as the ``_send_range`` task.
+    """
+    count = request.int_param("count", 10, minimum=0, maximum=_MAX_COUNT)
+    if count <= min(sink.demand, RANGE_IDLE_RUN):
+        sink.send_packed_nowait(_range_elements(0, count))
+        return None
+    return _send_range(sink, count)
+
+
+# 256 repeats of bytes 0..255 plus one: every element of up to 1 MiB is a
+# slice of it (element i starts at offset i % 256).
+_PATTERN = bytes(range(256)) * (BLOB_BATCH_BYTES // 256 + 1)
+
+
+def _blob_pattern(size: int) -> bytes:
+    if size + 255 <= len(_PATTERN):
+        return _PATTERN
+    return bytes(range(256)) * (size // 256 + 1)  # one copy per large subscription
+
+
+@app.publisher("blob")
+async def blob(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``count`` elements of ``size`` bytes; byte j of element i is (i + j) % 256."""
+    count = request.int_param("count", 10, minimum=0)
+    size = request.int_param("size", 1024, minimum=0, maximum=MAX_BLOB_SIZE)
+    pattern = _blob_pattern(size)
+    per_batch = max(1, min(BLOB_BATCH_ELEMENTS, BLOB_BATCH_BYTES // max(size, 1)))
+    if per_batch >= 256:
+        # Small elements: the stream repeats every 256 elements, so cut the
+        # distinct ones once and hand out slices of a list that cycles them.
+        distinct = [pattern[offset : offset + size] for offset in range(256)]
+        cycle = distinct * (per_batch // 256 + 2)
+        sent = 0
+        while sent < count:
+            n = min(per_batch, count - sent)
+            offset = sent % 256
+            await sink.send_many(cycle[offset : offset + n])
+            sent += n
+        return
+    # Large elements: views of the pattern, not copies of it: the session
+    # writes each straight from the pattern.
+    view = memoryview(pattern)
+    sent = 0
+    while sent < count:
+        n = min(per_batch, count - sent)
+        batch = [view[i % 256 : i % 256 + size] for i in range(sent, sent + n)]
+        await sink.send_many(batch)
+        sent += n
+
+
+@app.publisher("ticker", codec="msgpack")
+async def ticker(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """Endless ``[seq, unix_time, value]`` every ``interval`` seconds."""
+    interval = request.float_param("interval", 1.0, minimum=MIN_INTERVAL)
+    if interval > MAX_INTERVAL:
+        raise ValueError(f"parameter interval={interval:g} is above the maximum {MAX_INTERVAL:g}")
+    walk = random.Random()
+    value = 100.0
+    seq = 0
+    next_tick = trio.current_time()
+    while True:
+        # A tick is made only when the subscriber wants one: a subscriber
+        # that stops requesting gets no backlog, and when it comes back the
+        # ticks resume on the schedule instead of bursting to catch up.
+        await sink.wait_demand()
+        now = trio.current_time()
+        if next_tick < now - interval:
+            next_tick = now
+        await trio.sleep_until(next_tick)
+        value += walk.gauss(0.0, 1.0)
+        await sink.send([seq, time.time(), value])
+        seq += 1
+        next_tick += interval
+
+
+@app.publisher("fail", element_size=8)
+async def fail(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``after`` elements as in ``range``, then onError."""
+    after = request.int_param("after", 0, minimum=0, maximum=_MAX_COUNT)
+    await _send_range(sink, after)
+    raise RuntimeError(f"fail: failing after {after} elements as asked")
+
+
+@app.publisher("echo")
+async def echo(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """Republish the client's publisher ``source``, demand passed through.
+
+    The source is asked for at most what this stream's subscriber asked for
+    plus ECHO_PREFETCH. The echo completes or fails when the source does (with
+    the source's error text); when the echo subscriber cancels, leaving the
+    ``async with`` cancels the source.
+    """
+    source = request.params.get("source")
+    if not source:
+        raise ValueError("echo needs a source: echo?source=NAME")
+    async with request.session.subscribe(source, prefetch=0) as upstream:
+        requested = 0  # asked of the source so far
+        forwarded = 0  # handed to our subscriber so far
+
+        def top_up() -> None:
+            # Allowed from the source: what our subscriber allows in total
+            # (forwarded + its outstanding demand) plus the prefetch.
+            nonlocal requested
+            demand = sink.demand
+            allowed = _UNBOUNDED if demand >= _UNBOUNDED else min(forwarded + demand + ECHO_PREFETCH, _UNBOUNDED)
+            if allowed > requested:
+                upstream.request(allowed - requested)
+                requested = allowed
+
+        # After each batch is forwarded, at least ECHO_PREFETCH elements are
+        # outstanding at the source, so waiting on it cannot stall for lack of
+        # demand; demand that grows meanwhile is passed on with the next batch.
+        top_up()
+        async for batch in upstream.batches():
+            await sink.send_many(batch)
+            forwarded += len(batch)
+            top_up()
