@@ -358,6 +358,8 @@ class Session(Peer):
             # What was collected has left the queues: publishers may prepare
             # their next batch while this one is being sent. (A publication
             # then pins at most max_queued_bytes plus its share of one write.)
+            # Only publishers whose queue was full wait here; those waiting
+            # for demand are woken by the request that brings it.
             max_queued = self.config.max_queued_bytes
             for handle in list(self._room_waiters):
                 if conn.queued_bytes(handle.subscriber) < max_queued:
