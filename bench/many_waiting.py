@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import trio
@@ -51,7 +52,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def waiting_streams(port: int, n: int, block: int, report: dict[str, object]) -> None:
+async def waiting_streams(port: int, n: int, block: int, report: dict[str, Any]) -> None:
     pack = msgpack.Packer(use_bin_type=True).pack
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     decoder = MessageDecoder()
@@ -93,8 +94,8 @@ async def round_trips(port: int, done: trio.Event, latencies: list[float]) -> No
             await trio.sleep(0.001)
 
 
-async def main(n: int, block: int, port: int) -> dict[str, object]:
-    report: dict[str, object] = {}
+async def main(n: int, block: int, port: int) -> dict[str, Any]:
+    report: dict[str, Any] = {}
     latencies: list[float] = []
     done = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -129,7 +130,7 @@ if __name__ == "__main__":
     finally:
         server.terminate()
         server.wait()
-    blocks = ", ".join(f"{s:.2f}" for s in result.pop("blocks_s"))  # type: ignore[attr-defined]
+    blocks = ", ".join(f"{s:.2f}" for s in result.pop("blocks_s"))
     print(f"{args.n:,} waiting streams; s per block of {args.block:,} subscribes: {blocks}")
     print(
         "open {open_s:.2f} s, serve one element each {serve_s:.2f} s, server CPU {server_cpu_s:.2f} s;"
