@@ -157,6 +157,9 @@ class Session(Peer):
         self._answered_subscribe = False
         self._due_wait = 0.0
         self._writer_parked = False
+        # Set (and replaced) each time the writer takes or sends bytes: the
+        # reader waits on it while the peer leaves our answers unread.
+        self._write_progress: trio.Event | None = None
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
         # to subscribes, elements from publishers that answer at once) is
@@ -354,6 +357,7 @@ class Session(Peer):
         that now have room."""
         conn = self._conn
         data = conn.data_to_send(self.config.write_size)
+        self._note_write_progress()
         if data and self._room_waiters:
             # What was collected has left the queues: publishers may prepare
             # their next batch while this one is being sent. (A publication
@@ -419,6 +423,7 @@ class Session(Peer):
                 self._writing = True
                 await stream.send_all(data)
                 self._writing = False
+                self._note_write_progress()
                 self._bytes_out += len(data)
                 bulk = len(data) >= write_size
         except _TRANSPORT_ERRORS as exc:
@@ -432,6 +437,7 @@ class Session(Peer):
         finally:
             self._writing = False
             self._writer_done.set()
+            self._note_write_progress()
             idle = self._writer_idle
             if idle is not None:
                 idle.set()
@@ -462,8 +468,36 @@ class Session(Peer):
         finally:
             self._reader_done.set()
 
+    def _note_write_progress(self) -> None:
+        progress = self._write_progress
+        if progress is not None:
+            self._write_progress = None
+            progress.set()
+
+    async def _wait_answers_taken(self) -> None:
+        """Read nothing more while the answers to what was read wait unsent.
+
+        Answers to subscribes and requests are control messages, which no
+        demand bounds: a peer that keeps asking and never reads would make
+        them pile up without end. So while more than
+        ``config.max_unsent_control`` bytes of them wait, the reader waits
+        for the writer to take them (which it does as soon as the transport
+        takes its last write); the peer's sends then block, which is TCP's
+        flow control reaching the peer. Data is not counted: it is bounded
+        by demand already, and two peers streaming to each other must
+        never both stop reading.
+        """
+        conn = self._conn
+        limit = self.config.max_unsent_control
+        while conn.control_bytes > limit and not self._writer_done.is_set():
+            progress = self._write_progress = trio.Event()
+            self._wake_writer()
+            await progress.wait()
+
     async def _receive_once(self) -> bool:
         """Receive and dispatch one read; False when reading is over."""
+        if self._conn.control_bytes > self.config.max_unsent_control:
+            await self._wait_answers_taken()
         data: bytes | bytearray
         if self._busy_poll and (self._fetching or self._answered_subscribe):
             data = await self._receive_due()

@@ -942,6 +942,12 @@ class Connection:
         return self._goodbye_sent
 
     @property
+    def control_bytes(self) -> int:
+        """Bytes of control messages queued and not yet taken by
+        :meth:`data_to_send` (they always go before any element)."""
+        return len(self._outbound.control)
+
+    @property
     def has_data_to_send(self) -> bool:
         """True while control messages or queued elements wait to be written."""
         return self._outbound.has_data
