@@ -132,15 +132,25 @@ class _Subscription:
         self.state = _SUBSCRIBING
         # What the table says of an element in this state, kept beside the
         # state (see enter) so the per-element hot path needs no lookup.
-        self.takes_elements = takes_elements(_SUBSCRIBING)
+        self.takes_elements = _TAKES_ELEMENTS[_SUBSCRIBING]
         self.demand = Demand(demand)
         self.element_size = 0
         self.reassembler: Reassembler | None = None
 
     def enter(self, state: SubscriptionState) -> None:
-        # The one way a subscription changes state after it is created.
+        # The one way a subscription changes state after it is created (the
+        # one-step paths write the same two lines out).
         self.state = state
-        self.takes_elements = takes_elements(state)
+        self.takes_elements = _TAKES_ELEMENTS[state]
+
+
+def element_flags() -> dict[SubscriptionState, bool]:
+    """:func:`takes_elements` of every state, read off the table once, when
+    the module is imported (a test that changes the table rebuilds it)."""
+    return {state: takes_elements(state) for state in SubscriptionState}
+
+
+_TAKES_ELEMENTS = element_flags()
 
 
 def _remember(ids: dict[int, None], subscriber: int, limit: int) -> int | None:
@@ -328,6 +338,8 @@ class Connection:
         tell = unpacker.tell
         subscriptions = self._subscriptions
         answer_pending = self._answer_pending
+        limits = self.limits
+        at_once_paths = self._AT_ONCE
         run_subscription: _Subscription | None = None
         # Where the last complete message ended: msgpack's own offset also
         # moves through an incomplete message, so it cannot bound one.
@@ -379,14 +391,28 @@ class Connection:
                     if run:
                         self._flush_run(events, run)
                     run_subscription = None
-                    if answer_pending and self._ends_pending_stream(message):
+                    if (
+                        answer_pending
+                        and type(message) is tuple
+                        and message
+                        and (message[0] == _CANCEL_CODE or message[0] == _REQUEST_CODE)
+                        and self._ends_pending_stream(message)
+                    ):
                         # A cancel, or a request that is not for more, about
                         # a subscribe in this very batch: the application
                         # answers that subscribe before this message ends its
                         # stream.
                         self._held = message
                         return
-                    if self._take_control(message, events) or len(events) >= max_events:
+                    # (_take_control, written out: this runs for every control message)
+                    at_once = at_once_paths.get(message[0]) if type(message) is tuple and message else None
+                    if at_once is None or type(message[0]) is not int or not at_once(self, message, events):
+                        self._dispatch(message_from_wire(message, limits), events)
+                        if self._state in _PEER_DONE_STATES:
+                            # Nothing the peer sends after its goodbye matters.
+                            self._waiting.clear()
+                            return
+                    if len(events) >= max_events:
                         return  # the rest waits, in the Unpacker, for the next call
             except DecodeError as exc:
                 raise RemoteProtocolError(f"undecodable bytes: {exc or type(exc).__name__}") from exc
@@ -583,7 +609,8 @@ class Connection:
         state = SUBSCRIPTION_TRANSITIONS.get((sub.state, _RECEIVE_SUBSCRIBED))
         if state is not _ACTIVE:
             return False
-        sub.enter(state)
+        sub.state = state
+        sub.takes_elements = _TAKES_ELEMENTS[state]
         sub.element_size = size
         events.append(_new_subscribed(subscriber, size))
         return True
@@ -600,7 +627,8 @@ class Connection:
         state = SUBSCRIPTION_TRANSITIONS.get((sub.state, _RECEIVE_COMPLETE))
         if state is not _DONE:
             return False
-        sub.enter(state)
+        sub.state = state
+        sub.takes_elements = _TAKES_ELEMENTS[state]
         del self._subscriptions[subscriber]
         events.append(_new_on_complete(subscriber))
         return True
@@ -838,7 +866,10 @@ class Connection:
         if not count:
             return
         publication = self._publication(subscriber)
-        self._publication_transition(publication, _SEND_ELEMENTS)
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
+        if state is None:
+            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
+        publication.state = state  # type: ignore[assignment]
         self._check_can_send()
         size = publication.element_size
         chunk: list[QueuedElement] | bytes
@@ -885,7 +916,10 @@ class Connection:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
         if not packed:
             return
-        self._publication_transition(publication, _SEND_ELEMENTS)
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
+        if state is None:
+            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
+        publication.state = state  # type: ignore[assignment]
         self._check_can_send()
         count = len(packed) // size
         if not publication.demand.take(count):

@@ -26,7 +26,7 @@ from rstreams.protocol import (
     Subscribed,
     encode,
 )
-from rstreams.protocol import _state
+from rstreams.protocol import _connection, _state
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 
@@ -138,7 +138,10 @@ def test_a_rule_removed_from_the_table_closes_the_onNext_hot_path(monkeypatch: p
     pair = opened()
     key = (_state.SubscriptionState.ACTIVE, _state.SubscriptionEvent.RECEIVE_ELEMENT)
     monkeypatch.delitem(_state.SUBSCRIPTION_TRANSITIONS, key)
-    subscriber = pair.open_stream(pair.client, initial_demand=5)  # entered ACTIVE under the changed table
+    # The hot path's flags are read off the table when the module is
+    # imported; rebuilt here, as a table changed in the source would be.
+    monkeypatch.setattr(_connection, "_TAKES_ELEMENTS", _connection.element_flags())
+    subscriber = pair.open_stream(pair.client, initial_demand=5)
     with pytest.raises(RemoteProtocolError):
         pair.deliver(pair.client, _pack([5, subscriber, b"x"]))
 
@@ -158,6 +161,11 @@ def test_a_rule_changed_in_the_table_changes_request_for_nothing(monkeypatch: py
     monkeypatch.setitem(_state.PUBLICATION_TRANSITIONS, key, _state.PublicationState.ACTIVE)
     assert pair.deliver(pair.server, _pack([2, subscriber, 0])) == []
     assert pair.server.is_publishing(subscriber)
+
+
+def test_the_hot_path_flags_are_the_tables() -> None:
+    assert _connection._TAKES_ELEMENTS == {state: _state.takes_elements(state) for state in _state.SubscriptionState}
+    assert [state for state, takes in _connection._TAKES_ELEMENTS.items() if takes] == [_state.SubscriptionState.ACTIVE]
 
 
 def test_the_tables_name_every_move_the_machine_makes() -> None:
