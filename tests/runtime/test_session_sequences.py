@@ -22,7 +22,7 @@ import msgpack
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import examples.demo as demo
@@ -222,6 +222,10 @@ async def feed_session(chunks: list[bytes], other_version: bool) -> None:
     goodbyes = [m for m in received if isinstance(m, Goodbye)]
     assert len(goodbyes) == 1 and received[-1] is goodbyes[0], received
     reason = goodbyes[0].reason
+    if reason == "goodbye":
+        event("stayed up and answered" if session.close_reason == "done" else "answered the peer's goodbye")
+    else:
+        event(reason.partition(":")[0])
     if reason == "goodbye":
         assert session.close_reason in ("done", "bye")  # the answer to the peer's goodbye
     elif other_version and reason.startswith("unsupported protocol version"):
