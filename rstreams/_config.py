@@ -28,10 +28,12 @@ class SessionConfig:
         max_queued_bytes: per publication, bytes queued but not yet written
             before ``sink.send`` waits: with demand, this bounds the memory a
             fast publisher can pin behind a slow connection.
-        max_unsent_control: bytes of control messages (subscribed and
-            onError answering the peer's subscribes, requests, cancels)
-            queued and not yet handed to the transport, above which the
-            reader stops reading until the writer has taken them: a peer
+        max_unsent_control: bytes of answers to what the peer sent (control
+            messages: subscribed and onError answering its subscribes, our
+            requests and cancels; and the elements of publishers that
+            answered a subscribe at once) queued and not yet handed to the
+            transport, above which the reader stops reading until the
+            writer has taken them: a peer
             that asks and never reads the answers cannot make the session
             buffer them without bound; its own sends block instead. (One
             read's answers may go past it, and the writer holds what it

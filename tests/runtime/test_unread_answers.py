@@ -30,9 +30,15 @@ LIMIT = 256 * 1024
 CONFIG = rstreams.SessionConfig(max_unsent_control=LIMIT)
 
 
+def burst(sink: rstreams.Sink) -> None:
+    """Answers at once with 256 elements of 8 bytes: 2 KiB for a subscribe
+    of about 20 bytes."""
+    sink.send_packed_nowait(bytes(8 * 256))
+
+
 @asynccontextmanager
 async def serving() -> AsyncIterator[tuple[rstreams.Server, int]]:
-    server = rstreams.Server(standard_app(), config=CONFIG)
+    server = rstreams.Server(standard_app(burst=rstreams.Route(burst, element_size=8)), config=CONFIG)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         yield server, rstreams.listener_port(listeners[0])
@@ -112,3 +118,38 @@ async def test_a_peer_that_reads_again_gets_every_answer() -> None:
                 assert errors == list(range(1, n + 1))
             assert not session.closed
             await trio.aclose_forcefully(stream)
+
+
+async def test_elements_answered_at_once_count_as_answers() -> None:
+    # A publisher that answers at once queues its elements in the reader's
+    # pass: a flood of small subscribes to it, never read, must stop too.
+    subscribes = 40_000  # 80 MB of answers for under 1 MB of subscribes
+    with trio.fail_after(30):
+        async with serving() as (server, port):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            session = await new_session(server)
+            sent = 0
+
+            async def flood() -> None:
+                nonlocal sent
+                await stream.send_all(_pack([0, 0, []]))
+                for subscriber in range(1, subscribes + 1):
+                    message = _pack([1, "burst", subscriber, 256])
+                    await stream.send_all(message)
+                    sent += 1
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(flood)
+                await wait_until_stuck([lambda: sent, lambda: session.statistics().bytes_received])
+                queued = sum(session._conn.queued_bytes(subscriber) for subscriber in range(1, sent + 1))
+                assert sent < subscribes // 2, sent
+                # The bound, plus what one read's subscribes queue (a read
+                # of up to read_size bytes, 2 KiB for each subscribe of
+                # about 20 bytes).
+                assert queued <= LIMIT + CONFIG.read_size // 20 * 2048, queued
+                assert not session.closed
+                async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as other:
+                    await fetch_range(other, 100)
+                nursery.cancel_scope.cancel()
+            await trio.aclose_forcefully(stream)
+            await session.wait_closed()
