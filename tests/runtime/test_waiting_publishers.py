@@ -104,7 +104,7 @@ async def test_opening_and_serving_waiting_streams_is_linear(monkeypatch: pytest
         opened, served = await open_then_serve(n, work)
     # Opening: nobody asked for anything, so nobody is woken, whatever n.
     assert opened.wake_ups == 0, opened
-    assert opened.queue_looks <= 2 * n, opened
+    assert opened.queue_looks <= 3 * n, opened  # (was 9 n at 300 streams, 32 n at 1,200)
     # Serving: each is woken once, by its request.
     assert served.wake_ups <= n, served
     assert served.queue_looks <= 6 * n, served
