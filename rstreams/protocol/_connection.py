@@ -97,7 +97,18 @@ _new_subscribed = prechecked(Subscribed)
 _new_subscribe = prechecked(Subscribe)
 _new_on_complete = prechecked(OnComplete)
 _CANCELLED = SubscriptionState.CANCELLED
-_PUBLISHING = PublicationState.ACTIVE
+
+
+def _queueing_state() -> PublicationState:
+    # The state in which a publication may queue elements, read off the
+    # table: the queries (publication_demand, is_publishing) compare by
+    # identity. A table that queued in two states would need them rewritten,
+    # and says so here at import rather than letting them drift apart.
+    (state,) = {state for (state, event) in PUBLICATION_TRANSITIONS if event is PublicationEvent.SEND_ELEMENTS}
+    return state
+
+
+_PUBLISHING = _queueing_state()
 _RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
 _RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
 _SUBSCRIPTION_ENDED = SubscriptionEvent.CONNECTION_ENDED
