@@ -28,6 +28,19 @@ class SessionConfig:
         max_queued_bytes: per publication, bytes queued but not yet written
             before ``sink.send`` waits: with demand, this bounds the memory a
             fast publisher can pin behind a slow connection.
+        max_unsent_control: bytes of answers to what the peer sent (control
+            messages: subscribed and onError answering its subscribes, our
+            requests and cancels; and the elements of publishers that
+            answered a subscribe at once) queued and not yet handed to the
+            transport, above which the reader stops reading until the
+            writer has taken them: a peer
+            that asks and never reads the answers cannot make the session
+            buffer them without bound; its own sends block instead. (One
+            read's answers may go past it, and the writer holds what it
+            took while the peer does not read: at most about twice this.)
+            A peer that sends more requests than this many bytes of answers
+            before it reads any blocks itself: generous, so that bursts of
+            thousands of subscribes written at once still get through.
         busy_poll: seconds the reader polls the socket before it sleeps
             when the peer's next message is due (a ``fetch`` waits for its
             answer; the peer's subscribes were just answered), as long as
@@ -44,13 +57,14 @@ class SessionConfig:
     read_size: int = 256 * KiB
     write_size: int = 256 * KiB
     max_queued_bytes: int = 256 * KiB
+    max_unsent_control: int = 4096 * KiB
     busy_poll: float = 200e-6
 
     def __post_init__(self) -> None:
         for name in ("handshake_timeout", "drain_timeout", "goodbye_timeout", "busy_poll"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
-        for name in ("read_size", "write_size", "max_queued_bytes"):
+        for name in ("read_size", "write_size", "max_queued_bytes", "max_unsent_control"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
 

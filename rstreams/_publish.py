@@ -219,12 +219,23 @@ class PublicationHandle:
         self._waiter: trio.Event | None = None
 
     async def wait_for_room(self) -> None:
+        # Wait for what is missing, and be woken only by what brings it.
+        # With room left in the queue, what is missing is demand (or the
+        # stream is ending): the subscriber's request wakes us, or stop().
+        # Only a full queue waits for the writer, which looks at its waiters
+        # on every write: publishers waiting for demand must not be among
+        # them, or each write would wake every one of them for nothing, and
+        # opening n waiting streams would cost n**2 (issue 18).
         waiter = self._waiter = trio.Event()
-        self.session._room_waiters.add(self)
+        session = self.session
+        if session._conn.queued_bytes(self.subscriber) < session.config.max_queued_bytes:
+            await waiter.wait()
+            return
+        session._room_waiters.add(self)
         try:
             await waiter.wait()
         finally:
-            self.session._room_waiters.discard(self)
+            session._room_waiters.discard(self)
 
     def wake(self) -> None:
         waiter = self._waiter

@@ -157,6 +157,15 @@ class Session(Peer):
         self._answered_subscribe = False
         self._due_wait = 0.0
         self._writer_parked = False
+        # Set (and replaced) each time the writer takes or sends bytes: the
+        # reader waits on it while the peer leaves our answers unread.
+        self._write_progress: trio.Event | None = None
+        # Elements queued by publishers that answered at once (within the
+        # reader's pass): stream Id -> bytes as queued, oldest first, and
+        # the sum of those: answers to what was read, like control (see
+        # _unsent_answers).
+        self._answered: dict[int, int] = {}
+        self._answered_bytes = 0
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
         # to subscribes, elements from publishers that answer at once) is
@@ -354,10 +363,13 @@ class Session(Peer):
         that now have room."""
         conn = self._conn
         data = conn.data_to_send(self.config.write_size)
+        self._note_write_progress()
         if data and self._room_waiters:
             # What was collected has left the queues: publishers may prepare
             # their next batch while this one is being sent. (A publication
             # then pins at most max_queued_bytes plus its share of one write.)
+            # Only publishers whose queue was full wait here; those waiting
+            # for demand are woken by the request that brings it.
             max_queued = self.config.max_queued_bytes
             for handle in list(self._room_waiters):
                 if conn.queued_bytes(handle.subscriber) < max_queued:
@@ -417,6 +429,7 @@ class Session(Peer):
                 self._writing = True
                 await stream.send_all(data)
                 self._writing = False
+                self._note_write_progress()
                 self._bytes_out += len(data)
                 bulk = len(data) >= write_size
         except _TRANSPORT_ERRORS as exc:
@@ -430,6 +443,7 @@ class Session(Peer):
         finally:
             self._writing = False
             self._writer_done.set()
+            self._note_write_progress()
             idle = self._writer_idle
             if idle is not None:
                 idle.set()
@@ -460,8 +474,65 @@ class Session(Peer):
         finally:
             self._reader_done.set()
 
+    def _note_write_progress(self) -> None:
+        progress = self._write_progress
+        if progress is not None:
+            self._write_progress = None
+            progress.set()
+
+    async def _wait_answers_taken(self) -> None:
+        """Read nothing more while the answers to what was read wait unsent.
+
+        Answers to subscribes and requests are control messages, which no
+        demand bounds, and the elements of publishers that answer at once
+        (see _unsent_answers): a peer that keeps asking and never reads
+        would make them pile up without end. So while more than
+        ``config.max_unsent_control`` bytes of them wait, the reader waits
+        for the writer to take them (which it does as soon as the transport
+        takes its last write); the peer's sends then block, which is TCP's
+        flow control reaching the peer. Elements that publisher tasks
+        queue are not counted: demand and ``max_queued_bytes`` bound them
+        already, and two peers streaming to each other must never both stop
+        reading (each would wait for the other to read first). Only a peer
+        that floods us with requests and reads nothing is stopped.
+        """
+        limit = self.config.max_unsent_control
+        while self._unsent_answers() > limit and not self._writer_done.is_set():
+            progress = self._write_progress = trio.Event()
+            self._wake_writer()
+            await progress.wait()
+
+    def _unsent_answers(self) -> int:
+        """Bytes of answers to what was read that are not written yet: the
+        control queue, and the elements of publishers that answered at once
+        (a subscribe of a few bytes may be answered with up to
+        ``max_queued_bytes`` of them).
+
+        Those elements are forgotten oldest first, once their publication
+        has nothing queued: the scheduler serves streams round-robin in the
+        order they got data, so this costs O(1) per publication, and what
+        it may still count of a stream already written behind an unfinished
+        one only makes the bound stricter. A reused Id clears its old entry
+        (see _start_publication), and nothing is counted once nothing at
+        all is queued, so a stale entry cannot hold the reader.
+        """
+        answered = self._answered
+        if answered:
+            conn = self._conn
+            if not conn.has_data_to_send:
+                answered.clear()  # everything queued has been taken
+                self._answered_bytes = 0
+            while answered:
+                oldest = next(iter(answered))
+                if conn.queued_bytes(oldest):
+                    break
+                self._answered_bytes -= answered.pop(oldest)
+        return self._conn.control_bytes + self._answered_bytes
+
     async def _receive_once(self) -> bool:
         """Receive and dispatch one read; False when reading is over."""
+        if self._unsent_answers() > self.config.max_unsent_control:
+            await self._wait_answers_taken()
         data: bytes | bytearray
         if self._busy_poll and (self._fetching or self._answered_subscribe):
             data = await self._receive_due()
@@ -567,6 +638,11 @@ class Session(Peer):
             return
         name = event.publisher
         subscriber = event.subscriber
+        if self._answered:
+            # The peer reuses an Id only once our terminal signal for it has
+            # been written, and so what came before it (a subscribe for an Id
+            # still queued is a protocol error): that answer is gone.
+            self._answered_bytes -= self._answered.pop(subscriber, 0)
         route: Route | None = None
         try:
             path, params = SubscribeRequest.parse_name(name)
@@ -596,6 +672,10 @@ class Session(Peer):
         if work is None:
             # A plain ``def`` publisher answered at once: no task at all.
             self._end_publication(handle, None)
+            queued = conn.queued_bytes(subscriber)
+            if queued:
+                self._answered[subscriber] = queued
+                self._answered_bytes += queued
             return
         assert self._nursery is not None
         handle.scope = trio.CancelScope()

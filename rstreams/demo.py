@@ -35,9 +35,13 @@ Any other name is answered with onError ``no such publisher: NAME`` by the
 router. Invalid parameters are answered with onError too: a publisher that
 raises ``ValueError`` fails its stream, not the session.
 
-Policy choices, all of them about speed: elements are cut from bytes built
-ahead of time and handed over in batches (``send_packed``, ``send_many``),
-never built byte by byte or sent one checkpoint per element.
+Policy choices about speed: elements are cut from bytes built ahead of time
+and handed over in batches (``send_packed``, ``send_many``), never built
+byte by byte or sent one checkpoint per element. And about memory, since a
+subscribe costs the peer a few bytes: nothing is built for a stream before
+its subscriber asks for something, and what is built is shared by every
+stream that can use it (``blob``'s pattern), so memory follows demand, not
+the number of subscribes.
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ from __future__ import annotations
 import random
 import struct
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
 
 import trio
 
@@ -91,6 +97,9 @@ MAX_BLOB_SIZE = 64 * 1024 * 1024
 BLOB_BATCH_BYTES = 1024 * 1024
 #: At most this many ``blob`` elements per batch.
 BLOB_BATCH_ELEMENTS = 4096
+#: How many element sizes of small ``blob`` elements are kept cut (each at
+#: most 256 elements of up to 4 KiB: 1 MiB), shared by the streams of a size.
+BLOB_CYCLES = 8
 #: The shortest ``ticker`` interval, and the longest (a day).
 MIN_INTERVAL = 0.001
 MAX_INTERVAL = 86400.0
@@ -148,15 +157,55 @@ def range_(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Awaitable
     return _send_range(sink, count)
 
 
-# 256 repeats of bytes 0..255 plus one: every element of up to 1 MiB is a
-# slice of it (element i starts at offset i % 256).
-_PATTERN = bytes(range(256)) * (BLOB_BATCH_BYTES // 256 + 1)
+class _SharedPattern:
+    """The bytes every ``blob`` element is a slice of, shared by all streams.
+
+    Element i of size S is the S bytes at offset i % 256 of a buffer of
+    bytes 0..255 repeated. One such buffer serves every stream whose
+    elements fit it, so memory does not grow with the number of streams: a
+    stream takes it only once it has demand (a peer that subscribes many
+    times and asks for nothing costs nothing), and it is dropped when the
+    last stream using it ends. The size it serves is rounded up to a power
+    of two, so streams of ever larger sizes hold at most a few generations
+    of it (all together about twice the largest).
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._users = 0
+
+    @contextmanager
+    def at_least(self, size: int) -> Iterator[bytes]:
+        if len(self._buffer) < size + 255:
+            # size rounded up to a power of two (at least 1 MiB, what small
+            # elements need), plus room for the largest offset.
+            length = max(BLOB_BATCH_BYTES, 1 << (size - 1).bit_length()) + 256
+            self._buffer = bytes(range(256)) * (length // 256)
+        self._users += 1
+        try:
+            yield self._buffer
+        finally:
+            self._users -= 1
+            if not self._users:
+                self._buffer = b""
+
+    @property
+    def size(self) -> int:
+        """Bytes held now (0 while no stream is sending)."""
+        return len(self._buffer)
 
 
-def _blob_pattern(size: int) -> bytes:
-    if size + 255 <= len(_PATTERN):
-        return _PATTERN
-    return bytes(range(256)) * (size // 256 + 1)  # one copy per large subscription
+_pattern = _SharedPattern()
+
+
+@lru_cache(maxsize=BLOB_CYCLES)
+def _blob_cycle(size: int, per_batch: int) -> tuple[bytes, ...]:
+    # Small elements: the stream repeats every 256 elements, so the distinct
+    # ones are cut once per size (shared by every stream of that size, a few
+    # sizes kept) and a batch is a slice of a tuple that cycles them.
+    with _pattern.at_least(size) as pattern:
+        distinct = tuple(pattern[offset : offset + size] for offset in range(256))
+    return distinct * (per_batch // 256 + 2)
 
 
 @app.publisher("blob")
@@ -164,29 +213,29 @@ async def blob(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
     """``count`` elements of ``size`` bytes; byte j of element i is (i + j) % 256."""
     count = request.int_param("count", 10, minimum=0)
     size = request.int_param("size", 1024, minimum=0, maximum=MAX_BLOB_SIZE)
-    pattern = _blob_pattern(size)
+    if not count:
+        return
+    # Nothing is built before the subscriber asks for something.
+    await sink.wait_demand()
     per_batch = max(1, min(BLOB_BATCH_ELEMENTS, BLOB_BATCH_BYTES // max(size, 1)))
+    sent = 0
     if per_batch >= 256:
-        # Small elements: the stream repeats every 256 elements, so cut the
-        # distinct ones once and hand out slices of a list that cycles them.
-        distinct = [pattern[offset : offset + size] for offset in range(256)]
-        cycle = distinct * (per_batch // 256 + 2)
-        sent = 0
+        cycle = _blob_cycle(size, per_batch)
         while sent < count:
             n = min(per_batch, count - sent)
             offset = sent % 256
             await sink.send_many(cycle[offset : offset + n])
             sent += n
         return
-    # Large elements: views of the pattern, not copies of it: the session
-    # writes each straight from the pattern.
-    view = memoryview(pattern)
-    sent = 0
-    while sent < count:
-        n = min(per_batch, count - sent)
-        batch = [view[i % 256 : i % 256 + size] for i in range(sent, sent + n)]
-        await sink.send_many(batch)
-        sent += n
+    # Large elements: views of the shared pattern, not copies of it: the
+    # session writes each straight from the pattern.
+    with _pattern.at_least(size) as pattern:
+        view = memoryview(pattern)
+        while sent < count:
+            n = min(per_batch, count - sent)
+            batch = [view[i % 256 : i % 256 + size] for i in range(sent, sent + n)]
+            await sink.send_many(batch)
+            sent += n
 
 
 @app.publisher("ticker", codec="msgpack")

@@ -71,6 +71,7 @@ from ._state import (
     PublicationState,
     SubscriptionEvent,
     SubscriptionState,
+    takes_elements,
 )
 
 __all__ = ["Connection", "DEFAULT_WRITE_SIZE"]
@@ -96,9 +97,25 @@ _new_subscribed = prechecked(Subscribed)
 _new_subscribe = prechecked(Subscribe)
 _new_on_complete = prechecked(OnComplete)
 _CANCELLED = SubscriptionState.CANCELLED
-_PUBLISHING = PublicationState.ACTIVE
+
+
+def _queueing_state() -> PublicationState:
+    # The state in which a publication may queue elements, read off the
+    # table: the queries (publication_demand, is_publishing) compare by
+    # identity. A table that queued in two states would need them rewritten,
+    # and says so here at import rather than letting them drift apart.
+    (state,) = {state for (state, event) in PUBLICATION_TRANSITIONS if event is PublicationEvent.SEND_ELEMENTS}
+    return state
+
+
+_PUBLISHING = _queueing_state()
 _RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
 _RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
+_SUBSCRIPTION_ENDED = SubscriptionEvent.CONNECTION_ENDED
+_PUBLICATION_ENDED = PublicationEvent.CONNECTION_ENDED
+_RECEIVE_INVALID_REQUEST = PublicationEvent.RECEIVE_INVALID_REQUEST
+_REQUEST_CODE = 2
+_CANCEL_CODE = 3
 _RECEIVE_REQUEST = PublicationEvent.RECEIVE_REQUEST
 _SEND_SUBSCRIBED = PublicationEvent.SEND_SUBSCRIBED
 _SEND_ELEMENTS = PublicationEvent.SEND_ELEMENTS
@@ -118,15 +135,33 @@ _new_elements = prechecked(Elements)
 class _Subscription:
     """Inbound state of one stream we subscribed to."""
 
-    __slots__ = ("subscriber", "publisher", "state", "demand", "element_size", "reassembler")
+    __slots__ = ("subscriber", "publisher", "state", "takes_elements", "demand", "element_size", "reassembler")
 
     def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
         self.subscriber = subscriber
         self.publisher = publisher
         self.state = _SUBSCRIBING
+        # What the table says of an element in this state, kept beside the
+        # state (see enter) so the per-element hot path needs no lookup.
+        self.takes_elements = _TAKES_ELEMENTS[_SUBSCRIBING]
         self.demand = Demand(demand)
         self.element_size = 0
         self.reassembler: Reassembler | None = None
+
+    def enter(self, state: SubscriptionState) -> None:
+        # The one way a subscription changes state after it is created (the
+        # one-step paths write the same two lines out).
+        self.state = state
+        self.takes_elements = _TAKES_ELEMENTS[state]
+
+
+def element_flags() -> dict[SubscriptionState, bool]:
+    """:func:`takes_elements` of every state, read off the table once, when
+    the module is imported (a test that changes the table rebuilds it)."""
+    return {state: takes_elements(state) for state in SubscriptionState}
+
+
+_TAKES_ELEMENTS = element_flags()
 
 
 def _remember(ids: dict[int, None], subscriber: int, limit: int) -> int | None:
@@ -164,6 +199,10 @@ class Connection:
         self._message_end = 0
         self._run_subscriber = 0
         self._deferred_error: RemoteProtocolError | None = None
+        # A request or cancel held back to the next events() call, because the
+        # subscribe it is about is in the batch being returned (see events).
+        self._held: tuple[Any, ...] | None = None
+        self._answer_pending: set[int] = set()
         self._subscriptions: dict[int, _Subscription] = {}
         self._next_id = 1
         self._cancelled: dict[int, None] = {}
@@ -226,6 +265,13 @@ class Connection:
                 call. An I/O layer uses it to act on the first answers of a
                 large read (write them) before it has parsed the whole read.
 
+        A batch never holds a subscribe together with a later cancel or
+        request(n <= 0) for the same Id: such a message ends the batch and is
+        applied on the next call. Answer every :class:`Subscribe` of a batch
+        (:meth:`accept` or :meth:`fail`) before calling again, and the
+        publication is always there to answer, even when the peer has
+        already ended it, or reused its Id, in the same read.
+
         Raises:
             RemoteProtocolError: the peer broke the protocol (raised after the
                 events before the offending message have been returned).
@@ -236,7 +282,11 @@ class Connection:
             error, self._deferred_error = self._deferred_error, None
             raise error
         events: list[Event] = []
-        if self._state in _DEAF_STATES or (self._fed == self._message_end and not self._waiting):
+        if self._answer_pending:
+            self._answer_pending.clear()  # the last batch's subscribes are answered
+        if self._state in _DEAF_STATES or (
+            self._fed == self._message_end and not self._waiting and self._held is None
+        ):
             # Deaf, or everything received so far has been parsed: the usual
             # answer to the I/O layer's last call per read, found without
             # touching the Unpacker.
@@ -260,18 +310,21 @@ class Connection:
         if hello_unsent:
             self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
         self._waiting.clear()
+        self._held = None
         if not self._goodbye_sent:
             self._goodbye_sent = True
             self._outbound.control += encode(Goodbye(reason=error.goodbye_reason[:_MAX_REASON]))
-        self._state = ConnectionState.ERROR
+        self._state = CONNECTION_TRANSITIONS[self._state, ConnectionEvent.PROTOCOL_ERROR]
 
     def _end_all_streams(self) -> int:
         dropped = 0
         for publication in self._publications.values():
             dropped += publication.discard()
-            publication.state = PublicationState.DONE
+            publication.state = PUBLICATION_TRANSITIONS[publication.state, _PUBLICATION_ENDED]
         self._publications.clear()
         self._outbound.ready.clear()
+        for sub in self._subscriptions.values():
+            sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, _SUBSCRIPTION_ENDED])
         self._subscriptions.clear()
         return dropped
 
@@ -295,12 +348,18 @@ class Connection:
         unpacker = self._unpacker
         tell = unpacker.tell
         subscriptions = self._subscriptions
+        answer_pending = self._answer_pending
         limits = self.limits
         at_once_paths = self._AT_ONCE
         run_subscription: _Subscription | None = None
         # Where the last complete message ended: msgpack's own offset also
         # moves through an incomplete message, so it cannot bound one.
         message_end = self._message_end
+        held = self._held
+        if held is not None:
+            self._held = None
+            if self._take_control(held, events) or len(events) >= max_events:
+                return
         while True:
             try:
                 for message in unpacker:
@@ -323,7 +382,7 @@ class Connection:
                         sub = run_subscription
                         if type(element) is not bytes:
                             raise RemoteProtocolError(f"onNext element must be bin, got {type(element).__name__}")
-                        if sub is None or sub.state is not _ACTIVE:
+                        if sub is None or not sub.takes_elements:
                             run_subscription = None
                             self._orphan(subscriber, "onNext")
                             continue
@@ -343,6 +402,20 @@ class Connection:
                     if run:
                         self._flush_run(events, run)
                     run_subscription = None
+                    if (
+                        answer_pending
+                        and type(message) is tuple
+                        and message
+                        and (message[0] == _CANCEL_CODE or message[0] == _REQUEST_CODE)
+                        and self._ends_pending_stream(message)
+                    ):
+                        # A cancel, or a request that is not for more, about
+                        # a subscribe in this very batch: the application
+                        # answers that subscribe before this message ends its
+                        # stream.
+                        self._held = message
+                        return
+                    # (_take_control, written out: this runs for every control message)
                     at_once = at_once_paths.get(message[0]) if type(message) is tuple and message else None
                     if at_once is None or type(message[0]) is not int or not at_once(self, message, events):
                         self._dispatch(message_from_wire(message, limits), events)
@@ -367,6 +440,37 @@ class Connection:
             except DecodeError as exc:  # pragma: no cover - feed only fails on BufferFull, prevented above
                 raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
             self._fed += len(chunk)
+
+    def _ends_pending_stream(self, message: Any) -> bool:
+        """Whether ``message`` is a cancel or request(n <= 0), or one that may
+        turn out to be an error, about a stream whose subscribe is in the
+        batch being parsed (``_answer_pending``): one that would end the
+        stream before the application has seen it, to find it gone when it
+        answers (and, worse, a reused Id in its place)."""
+        if type(message) is not tuple or len(message) < 2 or type(message[0]) is not int:
+            return False
+        code = message[0]
+        if code == _CANCEL_CODE:
+            pass
+        elif code == _REQUEST_CODE:
+            if len(message) == 3 and type(message[2]) is int and message[2] > 0:
+                return False  # more demand: the stream goes on
+        else:
+            return False
+        return type(message[1]) is int and message[1] in self._answer_pending
+
+    def _take_control(self, message: Any, events: list[Event]) -> bool:
+        """Apply one message other than a well-formed onNext: by its one-step
+        path if it has one and the usual case holds, else the general way.
+        True once the peer has said goodbye: parsing stops there."""
+        at_once = self._AT_ONCE.get(message[0]) if type(message) is tuple and message else None
+        if at_once is None or type(message[0]) is not int or not at_once(self, message, events):
+            self._dispatch(message_from_wire(message, self.limits), events)
+            if self._state in _PEER_DONE_STATES:
+                # Nothing the peer sends after its goodbye matters.
+                self._waiting.clear()
+                return True
+        return False
 
     def _orphan(self, subscriber: object, what: str) -> None:
         """A message for one of our subscriptions that is not active: late, or an error."""
@@ -394,7 +498,7 @@ class Connection:
             self._orphan(subscriber, what)
             return None
         try:
-            sub.state = SUBSCRIPTION_TRANSITIONS[sub.state, event]
+            sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, event])
         except KeyError:
             raise RemoteProtocolError(f"{what} not allowed on stream {subscriber} in state {sub.state.name}") from None
         return sub
@@ -440,6 +544,7 @@ class Connection:
             )
             return
         self._publications[subscriber] = Publication(subscriber, message.publisher, message.initial_demand)
+        self._answer_pending.add(subscriber)
         events.append(message)
 
     def _subscribed_to_at_once(self, message: tuple[Any, ...], events: list[Event]) -> bool:
@@ -455,6 +560,7 @@ class Connection:
             return False
         self._finished_publications.pop(subscriber, None)
         self._publications[subscriber] = Publication(subscriber, publisher, initial)
+        self._answer_pending.add(subscriber)
         events.append(_new_subscribe(publisher, subscriber, initial))
         return True
 
@@ -471,9 +577,9 @@ class Connection:
         if publication is None:
             return
         if message.demand <= 0:
-            if publication.state is PublicationState.TERMINATING:
+            self._publication_transition(publication, _RECEIVE_INVALID_REQUEST)
+            if publication.state is not PublicationState.DONE:
                 return  # already ending; its terminal signal is queued
-            publication.state = PublicationState.DONE
             self._forget_publication(publication)
             self._outbound.control += encode(
                 OnError(subscriber=subscriber, error=f"request({message.demand}): demand must be positive (rule 3.9)")
@@ -507,9 +613,15 @@ class Connection:
         if type(subscriber) is not int or type(size) is not int:
             return False
         sub = self._subscriptions.get(subscriber)
-        if sub is None or sub.state is not _SUBSCRIBING or not 0 <= size <= min(self.limits.max_message_size, MAX_ID):
+        if sub is None or not 0 <= size <= min(self.limits.max_message_size, MAX_ID):
             return False
-        sub.state = _ACTIVE
+        # The usual answer is the one the table gives a stream waiting for
+        # it; any other move (or none) is the general path's to decide.
+        state = SUBSCRIPTION_TRANSITIONS.get((sub.state, _RECEIVE_SUBSCRIBED))
+        if state is not _ACTIVE:
+            return False
+        sub.state = state
+        sub.takes_elements = _TAKES_ELEMENTS[state]
         sub.element_size = size
         events.append(_new_subscribed(subscriber, size))
         return True
@@ -521,9 +633,13 @@ class Connection:
         if type(subscriber) is not int:
             return False
         sub = self._subscriptions.get(subscriber)
-        if sub is None or sub.state is not _ACTIVE or (sub.reassembler is not None and sub.reassembler.in_progress):
+        if sub is None or (sub.reassembler is not None and sub.reassembler.in_progress):
             return False
-        sub.state = _DONE
+        state = SUBSCRIPTION_TRANSITIONS.get((sub.state, _RECEIVE_COMPLETE))
+        if state is not _DONE:
+            return False
+        sub.state = state
+        sub.takes_elements = _TAKES_ELEMENTS[state]
         del self._subscriptions[subscriber]
         events.append(_new_on_complete(subscriber))
         return True
@@ -670,7 +786,7 @@ class Connection:
         sub = self._subscriptions.get(subscriber)
         if sub is None or sub.state is _CANCELLED:
             return
-        sub.state = SUBSCRIPTION_TRANSITIONS[sub.state, SubscriptionEvent.SEND_CANCEL]
+        sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, SubscriptionEvent.SEND_CANCEL])
         del self._subscriptions[subscriber]
         evicted = _remember(self._cancelled, subscriber, self.limits.max_remembered_ids)
         if evicted is not None:
@@ -761,8 +877,10 @@ class Connection:
         if not count:
             return
         publication = self._publication(subscriber)
-        if publication.state is not _PUBLISHING:
-            self._publication_transition(publication, _SEND_ELEMENTS)
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
+        if state is None:
+            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
+        publication.state = state  # type: ignore[assignment]
         self._check_can_send()
         size = publication.element_size
         chunk: list[QueuedElement] | bytes
@@ -809,8 +927,10 @@ class Connection:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
         if not packed:
             return
-        if publication.state is not _PUBLISHING:
-            self._publication_transition(publication, _SEND_ELEMENTS)
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
+        if state is None:
+            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
+        publication.state = state  # type: ignore[assignment]
         self._check_can_send()
         count = len(packed) // size
         if not publication.demand.take(count):
@@ -865,6 +985,12 @@ class Connection:
     def goodbye_sent(self) -> bool:
         """True once our goodbye is queued."""
         return self._goodbye_sent
+
+    @property
+    def control_bytes(self) -> int:
+        """Bytes of control messages queued and not yet taken by
+        :meth:`data_to_send` (they always go before any element)."""
+        return len(self._outbound.control)
 
     @property
     def has_data_to_send(self) -> bool:

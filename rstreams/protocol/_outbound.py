@@ -37,7 +37,7 @@ from collections import deque
 from ._codec import bin_header, int_bytes
 from ._demand import Demand
 from ._messages import MessageType
-from ._state import PublicationState
+from ._state import PUBLICATION_TRANSITIONS, PublicationEvent, PublicationState
 
 __all__ = ["Publication", "Outbound"]
 
@@ -50,6 +50,7 @@ _MAX_CACHED_HEADERS = 64
 # _connection.py), and these are read for every publication.
 _REQUESTED = PublicationState.REQUESTED
 _DONE = PublicationState.DONE
+_TERMINAL_WRITTEN = PublicationEvent.TERMINAL_WRITTEN
 # Runs of elements up to this size are written with one join (which copies
 # each element twice, once into the joined bytes and once into the output):
 # cheaper than two appends per element while the copies are small.
@@ -200,7 +201,7 @@ class Outbound:
                 if pub.terminal is not None:
                     out += pub.terminal
                     pub.terminal = None
-                    pub.state = _DONE
+                    pub.state = PUBLICATION_TRANSITIONS[pub.state, _TERMINAL_WRITTEN]
                     self.finished.append(pub)
                 return
             chunk = pub.chunks[0]

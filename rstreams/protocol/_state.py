@@ -27,8 +27,15 @@ us). Either side may say goodbye first; the connection is CLOSED once both
 have. A protocol error moves it to ERROR from anywhere, and nothing more is
 accepted or sent but the goodbye that explains the error.
 
-The hot path (elements) checks ``state is ACTIVE`` inline instead of looking
-the table up per element; the tables govern every other transition.
+The tables are the only place that says which move is allowed and where it
+leads, for every path through the machine: the general handlers, the
+one-step paths that take the usual subscribe / subscribed / onComplete, the
+scheduler writing a terminal signal, goodbye and protocol errors ending
+every stream. A one-step path looks its move up like any other and leaves
+the message to the general path when the table says anything but the usual
+answer, so a rule changed here changes every path. The per-element hot path
+cannot afford a lookup per element: it reads a flag that each subscription
+sets from the table (:func:`takes_elements`) whenever its state changes.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ __all__ = [
     "CONNECTION_TRANSITIONS",
     "SUBSCRIPTION_TRANSITIONS",
     "PUBLICATION_TRANSITIONS",
+    "takes_elements",
 ]
 
 
@@ -68,6 +76,7 @@ class ConnectionEvent(_State):
     RECEIVE_HELLO = "receive hello"
     RECEIVE_GOODBYE = "receive goodbye"
     SEND_GOODBYE = "send goodbye"
+    PROTOCOL_ERROR = "protocol error"  # the peer broke the protocol
 
 
 _C, _CE = ConnectionState, ConnectionEvent
@@ -82,6 +91,11 @@ CONNECTION_TRANSITIONS: dict[tuple[ConnectionState, ConnectionEvent], Connection
     (_C.GOODBYE_SENT, _CE.RECEIVE_HELLO): _C.GOODBYE_SENT,
     (_C.GOODBYE_RECEIVED, _CE.SEND_GOODBYE): _C.CLOSED,
     (_C.ERROR, _CE.SEND_GOODBYE): _C.ERROR,
+    # A protocol error ends the connection from wherever the peer is still
+    # heard (after its goodbye, or after an error, nothing more is parsed).
+    (_C.HANDSHAKING, _CE.PROTOCOL_ERROR): _C.ERROR,
+    (_C.OPEN, _CE.PROTOCOL_ERROR): _C.ERROR,
+    (_C.GOODBYE_SENT, _CE.PROTOCOL_ERROR): _C.ERROR,
 }
 
 
@@ -98,6 +112,7 @@ class SubscriptionEvent(_State):
     RECEIVE_COMPLETE = "receive onComplete"
     RECEIVE_ERROR = "receive onError"
     SEND_CANCEL = "send cancel"
+    CONNECTION_ENDED = "connection ended"  # goodbye either way, or a protocol error
 
 
 _S, _SE = SubscriptionState, SubscriptionEvent
@@ -115,6 +130,10 @@ SUBSCRIPTION_TRANSITIONS: dict[tuple[SubscriptionState, SubscriptionEvent], Subs
     (_S.CANCELLED, _SE.RECEIVE_COMPLETE): _S.DONE,
     (_S.CANCELLED, _SE.RECEIVE_ERROR): _S.DONE,
     (_S.CANCELLED, _SE.SEND_CANCEL): _S.CANCELLED,
+    # Goodbye ends every stream (rule 10).
+    (_S.SUBSCRIBING, _SE.CONNECTION_ENDED): _S.DONE,
+    (_S.ACTIVE, _SE.CONNECTION_ENDED): _S.DONE,
+    (_S.CANCELLED, _SE.CONNECTION_ENDED): _S.DONE,
 }
 
 
@@ -133,6 +152,8 @@ class PublicationEvent(_State):
     TERMINAL_WRITTEN = "terminal written"
     RECEIVE_REQUEST = "receive request"
     RECEIVE_CANCEL = "receive cancel"
+    RECEIVE_INVALID_REQUEST = "receive request(n <= 0)"
+    CONNECTION_ENDED = "connection ended"  # goodbye either way, or a protocol error
 
 
 _P, _PE = PublicationState, PublicationEvent
@@ -150,4 +171,20 @@ PUBLICATION_TRANSITIONS: dict[tuple[PublicationState, PublicationEvent], Publica
     (_P.TERMINATING, _PE.TERMINAL_WRITTEN): _P.DONE,
     (_P.TERMINATING, _PE.RECEIVE_REQUEST): _P.TERMINATING,
     (_P.TERMINATING, _PE.RECEIVE_CANCEL): _P.DONE,
+    # Rule 5 / RS 3.9: request(n <= 0) fails the stream with onError, unless
+    # its terminal signal is already queued (then it stays as it is).
+    (_P.REQUESTED, _PE.RECEIVE_INVALID_REQUEST): _P.DONE,
+    (_P.ACTIVE, _PE.RECEIVE_INVALID_REQUEST): _P.DONE,
+    (_P.TERMINATING, _PE.RECEIVE_INVALID_REQUEST): _P.TERMINATING,
+    # Goodbye ends every stream (rule 10).
+    (_P.REQUESTED, _PE.CONNECTION_ENDED): _P.DONE,
+    (_P.ACTIVE, _PE.CONNECTION_ENDED): _P.DONE,
+    (_P.TERMINATING, _PE.CONNECTION_ENDED): _P.DONE,
 }
+
+
+def takes_elements(state: SubscriptionState) -> bool:
+    """Whether a subscription in ``state`` hands a received element to the
+    application: the table moves it to ACTIVE on an element (a cancelled
+    stream also accepts one, but drops it)."""
+    return SUBSCRIPTION_TRANSITIONS.get((state, SubscriptionEvent.RECEIVE_ELEMENT)) is SubscriptionState.ACTIVE

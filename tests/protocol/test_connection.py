@@ -675,7 +675,10 @@ def test_request_after_complete_is_a_no_op(pair: ConnectionPair) -> None:
 def test_ids_are_never_reused(pair: ConnectionPair) -> None:
     first = pair.client.subscribe("a")
     pair.client.cancel(first)
-    pair.send(pair.client)
+    # The cancel waits for the next events() call: the subscribe it ends is
+    # answered first (see test_at_once_paths / the session's dispatch).
+    assert pair.send(pair.client) == [Subscribe(publisher="a", subscriber=first)]
+    assert pair.server.events() == [Cancel(subscriber=first)]
     second = pair.open_stream(pair.client, initial_demand=1)
     pair.server.complete(second)
     pair.send(pair.server)
