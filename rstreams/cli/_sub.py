@@ -3,7 +3,9 @@
 Demand is managed here rather than by the subscription's automatic window, so
 that ``--count N`` never asks for more than N elements: the window is kept at
 ``--prefetch`` elements ahead of what was printed, topped up once half of it
-was used, and capped at the count.
+was used, and capped at the count. Without ``--prefetch`` the window adapts
+as a subscription's does (:class:`rstreams.protocol.AdaptiveDemand`),
+capped at the count in the same way.
 
 Time bounds: ``--timeout`` bounds the whole command, connecting included,
 and ``--idle-timeout`` the wait for each element. Either cancels the
@@ -29,8 +31,9 @@ import trio
 from .._connect import connect
 from .._errors import PublisherError, RStreamsError, SessionBroken, SessionClosed
 from .._registry import find_scheme, url_is_secure
-from .._subscribe import Subscription
+from .._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription
 from .._url import SCHEMES, url_scheme
+from ..protocol import AdaptiveDemand
 from ._common import (
     COMMAND_SUMMARIES,
     EXIT_CODES_HELP,
@@ -100,7 +103,6 @@ examples:
     + EXIT_CODES_HELP
 )
 
-DEFAULT_PREFETCH = 32
 
 
 def _non_negative_int(text: str) -> int:
@@ -159,8 +161,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--prefetch",
         metavar="N",
         type=_prefetch,
-        default=DEFAULT_PREFETCH,
-        help=f"elements kept requested ahead of printing (default: {DEFAULT_PREFETCH}; at least 1)",
+        default=None,
+        help="elements kept requested ahead of printing (at least 1; default: a window that adapts, "
+        f"starting at {ADAPTIVE_INITIAL} and growing while printing keeps up)",
     )
     parser.add_argument("--format", choices=[*FORMATS, "jsonl"], default="raw", help="how to print each element (default: raw)")
     parser.add_argument(
@@ -191,20 +194,44 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 class _Demand:
-    """Keeps ``prefetch`` elements requested ahead of printing, capped at ``limit``.
+    """Keeps a window of elements requested ahead of printing, capped at ``limit``.
 
     Top-up rule: once at least half the window has been printed, request
     exactly what was printed (or what is left up to the limit), so requests
-    are batched but the window never drops below half.
+    are batched but the window never drops below half. With ``prefetch``
+    None the window is an :class:`AdaptiveDemand`: it grows while printing
+    keeps up (the subscription ran dry: :meth:`starved`) and shrinks while
+    it lags.
     """
 
-    def __init__(self, prefetch: int, limit: int | None) -> None:
-        self.prefetch = prefetch
+    def __init__(self, prefetch: int | None, limit: int | None) -> None:
         self.limit = limit
         self.requested = 0
         self.printed = 0
+        #: Set by the printer: the subscription (for the adaptive window's
+        #: outstanding demand) and the size of the last element printed.
+        self.subscription: Subscription | None = None
+        self.last_size = 0
+        self._accounted = 0  # printed elements the adaptive window was told of
+        self.adaptive = (
+            AdaptiveDemand(self._probe, initial=ADAPTIVE_INITIAL, maximum=ADAPTIVE_MAXIMUM, byte_budget=ADAPTIVE_BYTE_BUDGET)
+            if prefetch is None
+            else None
+        )
+        self.prefetch = ADAPTIVE_INITIAL if prefetch is None else prefetch
+
+    def _probe(self) -> tuple[int, int]:
+        outstanding = self.subscription.statistics().outstanding_demand if self.subscription is not None else 0
+        return outstanding, self.last_size
+
+    def starved(self) -> None:
+        """Everything requested was printed and more is awaited."""
+        if self.adaptive is not None:
+            self.adaptive.starved()
 
     def more(self) -> int:
+        if self.adaptive is not None:
+            return self._more_adaptive()
         target = self.printed + self.prefetch
         if self.limit is not None:
             target = min(target, self.limit)
@@ -216,6 +243,22 @@ class _Demand:
             return deficit
         return 0
 
+    def _more_adaptive(self) -> int:
+        assert self.adaptive is not None
+        if self.requested == 0:
+            wanted = self.adaptive.initial
+        else:
+            wanted = self.adaptive.consumed(self.printed - self._accounted) if self.printed > self._accounted else 0
+            self._accounted = self.printed
+        target = self.requested + wanted
+        if self.limit is not None:
+            target = min(target, self.limit)
+        deficit = target - self.requested
+        if deficit <= 0:
+            return 0
+        self.requested = target
+        return deficit
+
 
 async def _print_elements(
     subscription: Subscription,
@@ -224,10 +267,14 @@ async def _print_elements(
     out: BinaryIO,
     on_batch: Callable[[], None],
 ) -> None:
+    demand.subscription = subscription
+
     def top_up() -> None:
         n = demand.more()
         if n:
             subscription.request(n)
+        if demand.printed and not subscription.statistics().buffered:
+            demand.starved()  # the next batch will be waited for
 
     top_up()
     if demand.limit == 0:
@@ -244,6 +291,8 @@ async def _print_elements(
                 _write_lines(out, lines)  # the good ones before it
                 raise DecodeError(f"element {demand.printed + len(lines)} is {exc}") from None
         _write_lines(out, lines)
+        if batch:
+            demand.last_size = len(batch[-1])
         demand.printed += len(batch)
         if demand.limit is not None and demand.printed >= demand.limit:
             return

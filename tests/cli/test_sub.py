@@ -8,6 +8,9 @@ import signal
 
 import pytest
 
+from rstreams import ADAPTIVE_INITIAL
+from rstreams.cli._sub import _Demand
+
 from ._support import OutputLines, ServeProcess, free_port, rstreams, start, stop
 
 
@@ -41,15 +44,18 @@ def test_msgpack_prints_ticks_as_json(demo_server: ServeProcess) -> None:
     assert all(isinstance(tick[1], float) and isinstance(tick[2], float) for tick in ticks)
 
 
-@pytest.mark.parametrize("prefetch", ["1", "3", "32"])
-def test_count_stops_after_n_elements(demo_server: ServeProcess, prefetch: str) -> None:
-    result = rstreams("sub", demo_server.url, "range?count=1000000", "--format", "hex", "--count", "7", "--prefetch", prefetch)
+@pytest.mark.parametrize("prefetch", ["1", "3", "32", None])
+def test_count_stops_after_n_elements(demo_server: ServeProcess, prefetch: str | None) -> None:
+    window = ["--prefetch", prefetch] if prefetch else []  # None: the adaptive window
+    result = rstreams("sub", demo_server.url, "range?count=1000000", "--format", "hex", "--count", "7", *window)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [b"%016x" % i for i in range(7)]
 
 
-def test_many_elements(demo_server: ServeProcess) -> None:
-    result = rstreams("sub", demo_server.url, "range?count=200000", "--format", "hex", "--prefetch", "5000")
+@pytest.mark.parametrize("prefetch", ["5000", None])
+def test_many_elements(demo_server: ServeProcess, prefetch: str | None) -> None:
+    window = ["--prefetch", prefetch] if prefetch else []  # None: the adaptive window
+    result = rstreams("sub", demo_server.url, "range?count=200000", "--format", "hex", *window)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 200000 and lines[-1] == b"%016x" % 199999
@@ -156,3 +162,28 @@ def test_ca_is_for_tls_only(demo_server: ServeProcess) -> None:
     result = rstreams("sub", demo_server.url, "range", "--ca", "ca.pem")
     assert result.returncode == 2
     assert b"--ca is for tls://" in result.stderr
+
+
+def test_the_adaptive_window_never_asks_past_the_count() -> None:
+    demand = _Demand(None, 7)
+    assert demand.more() == 7  # the first window, 16, capped at the count
+    demand.printed = 7
+    demand.starved()
+    assert demand.more() == 0
+
+
+def test_the_adaptive_window_grows_while_printing_keeps_up() -> None:
+    demand = _Demand(None, None)
+    requested = demand.more()
+    assert requested == ADAPTIVE_INITIAL
+    for _ in range(40):
+        # Print everything requested, then wait: starved each time.
+        demand.printed = requested
+        demand.starved()
+        requested += demand.more()
+    assert requested - demand.printed > 1000
+    fixed = _Demand(32, None)
+    assert fixed.more() == 32
+    fixed.printed = 32
+    fixed.starved()  # a fixed window ignores it
+    assert fixed.more() == 32
