@@ -108,9 +108,15 @@ from ._broker import (
     MicroMsg2AppServer,
     serve_broker,
 )
+from ._client import MicroMsg2Peer, connect_mm2_url, stream_error
+from ._bridge import BRIDGE
 
 __all__ = [
     # the trio adapter and the mapping
+    "BRIDGE",
+    "MicroMsg2Peer",
+    "connect_mm2_url",
+    "stream_error",
     "BROKER_SETTINGS",
     "BROKER_WINDOW",
     "Command",

@@ -88,14 +88,33 @@ async def serve_broker(
         PeerError, RemoteProtocolError, MicroMsg2ConnectionLost: the
             connection ended with an error.
     """
-    async with trio.open_nursery() as nursery:
-        publisher = TopicPublisher(session, nursery, protocol="MicroMsg2")
-        broker = _Broker(connection, session, nursery, max_subscriptions)
-        nursery.start_soon(broker.publish_sends, publisher)
+    async with trio.open_nursery() as topics:
+        publisher = TopicPublisher(session, topics, protocol="MicroMsg2")
         try:
-            await broker.obey_commands()
+            async with trio.open_nursery() as sending:
+                sending.start_soon(_publish_sends, connection, publisher)
+                async with trio.open_nursery() as streams:
+                    broker = _Broker(connection, session, streams, max_subscriptions)
+                    try:
+                        await broker.obey_commands()
+                    finally:
+                        streams.cancel_scope.cancel()
+                # The client left: what it sent before is still published.
         finally:
-            nursery.cancel_scope.cancel()
+            # What was taken (and acknowledged) goes into its topic before
+            # the streams into the topics end.
+            await publisher.aclose()
+
+
+async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublisher) -> None:
+    # Each SEND into its topic; acknowledged once the topic's stream took it.
+    while True:
+        try:
+            message = await connection.receive_send()
+        except (trio.EndOfChannel, MicroMsg2Error):
+            return  # the client left (or the connection failed: obey_commands raises why)
+        await publisher.publish(message.destination, wrap(message.properties, message.payload))
+        connection.acknowledge(1)
 
 
 class _Broker:
@@ -129,20 +148,6 @@ class _Broker:
                     continue
                 scope = self.scopes[command.destination] = trio.CancelScope()
                 self.nursery.start_soon(self.stream, command.destination, command.filter, scope)
-
-    async def publish_sends(self, publisher: TopicPublisher) -> None:
-        try:
-            while True:
-                try:
-                    message = await self.connection.receive_send()
-                except trio.EndOfChannel:
-                    return
-                await publisher.publish(message.destination, wrap(message.properties, message.payload))
-        except MicroMsg2Error:
-            return  # the connection ended; obey_commands raises why
-        finally:
-            with trio.CancelScope(shield=True):
-                await publisher.aclose()
 
     async def stream(self, destination: str, filter: Filter | None, scope: trio.CancelScope) -> None:
         try:

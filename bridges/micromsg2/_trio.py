@@ -14,11 +14,12 @@ frees m messages releases m, which is exactly a Reactive Streams
 ``request(m)``. Without an ack extension a sender is paced by the transport
 only (``max_write_buffer``).
 
-*Receiving*: a message counts as consumed when the application takes it
-(:meth:`MessageStream.receive`, :meth:`receive_send`), and taking it queues
-the ack at once (one ack frame per take, naming the last message taken; the
-writer coalesces them), so a peer that sent one message is never left
-waiting. Without acks, the reader reads only while someone waits for a
+*Receiving*: a client's message counts as consumed when the application
+takes it (:meth:`MessageStream.receive`), and taking it queues the ack at
+once (one ack frame per take, naming the last message taken; the writer
+coalesces them), so a peer that sent one message is never left waiting. A
+server acknowledges a SEND once it has handled it (:meth:`acknowledge`
+after :meth:`receive_send`: the broker, once the topic took it). Without acks, the reader reads only while someone waits for a
 message (the kit's :class:`~bridges.kit.InboundQueue`), and pauses before
 one read could carry the peer past ``max_pending_messages``.
 
@@ -181,12 +182,44 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         )
         super().__init__(stream, machine, settings)
         self.role = role
+        self._started = False
         self._window: SendWindow | None = None
         self._streams: dict[str, MessageStream] = {}
         self._sends: InboundQueue[MessageReceived] = InboundQueue(self)
         self._commands: InboundQueue[Command] = InboundQueue(self)
         self._all_acknowledged = trio.Event()
         self._all_acknowledged.set()
+
+    def _use_settings(self, settings: MicroMsg2Settings) -> None:
+        # Before the connection starts: handshake with these settings instead
+        # (a client that learns its window from its first subscriber's demand).
+        if self._started:
+            raise RuntimeError("the connection has started: its handshake is sent")
+        self.config = settings
+        self._machine = Connection(
+            self.role,
+            identity=settings.identity,
+            required=settings.required,
+            optional=settings.optional,
+            accept=settings.accept,
+            limits=settings.limits,
+        )
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._started = True
+        await super()._run(task_status=task_status)
+
+    async def aclose(self) -> None:
+        """Close the transport (MicroMsg2 has no goodbye); see ``BridgeConnection.aclose``.
+
+        A connection that never started (a peer that never subscribed) just
+        closes its transport. Always checkpoints.
+        """
+        if not self._started:
+            self._finish(self._closed_locally(), normal=True)
+            await trio.aclose_forcefully(self.stream)
+            return
+        await super().aclose()
 
     # ---- state ------------------------------------------------------------
 
@@ -416,7 +449,11 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
     # ---- receiving ------------------------------------------------------------------
 
     async def receive_send(self) -> MessageReceived:
-        """(server) The next SEND from the client; taking it acknowledges it.
+        """(server) The next SEND from the client.
+
+        Call :meth:`acknowledge` once it is handled (published, stored):
+        that frees the client's window, and without acks it still counts
+        against ``max_pending_messages`` until then.
 
         Raises:
             trio.EndOfChannel: the client closed the connection, nothing is left.
@@ -425,9 +462,17 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
 
         Cancellation: nothing is taken. Always checkpoints.
         """
-        message = await self._sends.take()
-        self._consumed(1)
-        return message
+        return await self._sends.take()
+
+    def acknowledge(self, count: int = 1) -> None:
+        """(server) ``count`` more SENDs taken with :meth:`receive_send` are handled: ack them now.
+
+        Never blocks (the ack is queued for the writer).
+
+        Raises:
+            LocalProtocolError: more than were taken and not acknowledged.
+        """
+        self._consumed(count)
 
     async def receive_command(self) -> Command:
         """(server) The next ``subscribe`` or ``unsubscribe`` from the client.
