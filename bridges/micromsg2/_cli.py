@@ -56,8 +56,8 @@ from ._state import Role
 from ._trio import MicroMsg2Connection
 
 # Reached through BRIDGE only (bridges.micromsg2._bridge), so that importing
-# bridges.micromsg2 never imports the command line.
-__all__: list[str] = []
+# bridges.micromsg2 never imports the command line; not re-exported.
+__all__ = ["add_parser", "add_serve_arguments", "error_status", "run"]
 
 #: The batch-ack window ``sub`` and ``send`` suggest by default (as ``rstreams sub --prefetch``).
 DEFAULT_WINDOW = 32
