@@ -14,9 +14,10 @@ the demand of the first subscriber when it first has some: ``rstreams sub
 first subscription: the TCP (or TLS) connection is made at once, so a host
 that does not answer fails ``connect``, but a broker that refuses the
 handshake fails the first subscription, with the typed MicroMsg2 error.
-Each message handed to a subscriber is acknowledged at once, and a
-subscriber that stops asking stops acknowledging, so the broker stops
-sending. One window serves every subscription of the connection (the
+A stream takes (and so acknowledges) a message when its subscriber has
+demand for it, plus one message ahead, so that ``completed`` is seen
+without demand, as onComplete is over TCP; a subscriber that stops asking
+stops the acks, so the broker stops sending. One window serves every subscription of the connection (the
 protocol has no other): a subscriber that never asks holds up to the window
 of its messages, and with them the others.
 
@@ -41,7 +42,6 @@ from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_br
 from ..kit import BridgePeer, open_bridge_peer, open_tcp_stream, start_connection
 from ._broker import UNKNOWN_PUBLISHER
 from ._errors import StreamError
-from ._events import MessageReceived
 from ._extensions import MAX_WINDOW, PUBSUB, ExtensionSpec
 from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings
 from ._state import Role
@@ -107,18 +107,20 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
         connection = await self._start(feed.demand)
         stream = await connection.subscribe(feed.name)
         try:
-            held: MessageReceived | None = None
-            if not announced:
-                try:
-                    held = await stream.receive()
-                finally:
-                    feed.subscribed()
             while True:
+                # The next message is taken (and acknowledged) before the
+                # subscriber asks for it, so that ``completed`` is seen
+                # without demand, as onComplete is over TCP: one message
+                # beyond the window's demand at most.
+                try:
+                    message = await stream.receive()
+                finally:
+                    if not announced:
+                        feed.subscribed()
+                        announced = True
                 await feed.wait_demand()
                 if feed.ended:
                     return
-                message = held if held is not None else await stream.receive()
-                held = None
                 feed.deliver([message.payload])
         except StreamError as exc:
             raise stream_error(feed.name, exc) from None
