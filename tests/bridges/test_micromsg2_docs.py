@@ -130,3 +130,57 @@ async def test_the_broker_speaks_the_documented_session_byte_for_byte(nursery: o
         await read_until(len(expected))
         assert bytes(received) == expected
         await stream.aclose()
+
+
+SEND_BLOCK = re.compile(r"<!-- bytes: send -->\n```text\n(.*?)\n```", re.S)
+
+
+def documented_send() -> list[tuple[str, bytes]]:
+    [block] = SEND_BLOCK.findall(DOC.read_text(encoding="utf-8"))
+    steps: list[tuple[str, bytes]] = []
+    for line in block.splitlines():
+        who, data = line[:1], bytes.fromhex(line[3:])
+        if who.strip():
+            steps.append((who, data))
+        else:
+            steps[-1] = (steps[-1][0], steps[-1][1] + data)
+    return steps
+
+
+async def test_the_broker_acknowledges_a_send_as_documented(nursery: object) -> None:
+    from functools import partial
+
+    import trio
+
+    import rstreams
+    from bridges.micromsg2 import ENVELOPE_MAGIC, MicroMsg2AppServer
+    from rstreams.support import listener_port
+
+    assert isinstance(nursery, trio.Nursery)
+    app = rstreams.Router()
+    chat = rstreams.Topic("chat")
+    chat.mount(app)
+    [listener] = await nursery.start(partial(MicroMsg2AppServer(app).serve_tcp, "127.0.0.1", 0))
+    (_, hello), (_, reply), (_, final), (_, send), (_, ack) = documented_send()
+    # The client's bytes are what our client machine sends.
+    client = Connection(Role.CLIENT, identity="hulk", optional=[ExtensionSpec.batch_ack(2)])
+    assert client.data_to_send() == hello
+    received = bytearray()
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", listener_port(listener))
+        await stream.send_all(hello)
+        while len(received) < len(reply):
+            received.extend(await stream.receive_some(65536))
+        client.receive_data(bytes(received))
+        client.events()
+        assert client.data_to_send() == final
+        client.send_message("chat", b"hi", properties={"room": "lobby"})
+        assert client.data_to_send() == send
+        await stream.send_all(final + send)
+        while len(received) < len(reply) + len(ack):
+            received.extend(await stream.receive_some(65536))
+        assert bytes(received) == reply + ack
+        await stream.aclose()
+        async with rstreams.open_local_session(app) as session:
+            [stored] = await session.fetch("chat?history=1", 1)
+    assert bytes(stored) == ENVELOPE_MAGIC + bytes.fromhex("00 0b") + b"room:Tlobby" + b"hi"
