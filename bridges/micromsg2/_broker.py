@@ -42,7 +42,7 @@ from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPu
 from ..kit import TopicPublisher, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
-from ._errors import MicroMsg2Error
+from ._errors import LocalProtocolError, MicroMsg2Error
 from ._events import Subscribe, Unsubscribe
 from ._extensions import PUBSUB, ExtensionSpec
 from ._filters import Filter
@@ -160,6 +160,9 @@ class _Broker:
                     await self.end(destination, message)
                 except SubscriptionError as exc:
                     await self.end(destination, str(exc) or type(exc).__name__)
+                except LocalProtocolError as exc:
+                    # An element MicroMsg2 cannot carry: that stream fails.
+                    await self.end(destination, f"cannot send an element of {destination}: {exc.message}")
                 else:
                     await self.end(destination, None)
         except MicroMsg2Error as exc:
