@@ -108,7 +108,7 @@ async def test_an_unknown_scheme_names_the_known_ones() -> None:
         async with rstreams.connect("nope://h:1"):
             pass  # pragma: no cover
     assert isinstance(caught.value, ValueError)
-    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps"):
+    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps", "mm2", "mm2s"):
         assert f" {scheme}" in str(caught.value) or f"{scheme}," in str(caught.value)
 
 

@@ -274,3 +274,18 @@ async def test_a_client_may_not_exceed_its_subscriptions(nursery: trio.Nursery) 
         events = [await client.next_event(), await client.next_event()]
         failed = [event for event in events if isinstance(event, StreamFailed)]
         assert failed == [StreamFailed(destination="range?count=3", message="too many subscriptions on one connection (at most 1)")]
+
+
+async def test_a_misbehaving_client_is_closed_and_nothing_else(served: Served) -> None:
+    with trio.fail_after(10):
+        async with open_micromsg2_connection("127.0.0.1", served.port, settings=CLIENT) as good:
+            gate = await good.subscribe("gate")
+            bad = await handshake(served)
+            await bad.subscribe("range?count=1000")
+            await bad.stream.send_all(b"\x02\x09\x02\x00\x01")  # an EXTENSION frame for index 9
+            rest = bytearray()
+            while chunk := await bad.stream.receive_some(65536):
+                rest.extend(chunk)
+            assert b"error;message=" in rest  # its ERROR frame, then the close
+            served.gate_open.set()
+            assert [message.payload async for message in gate] == [b"open"]
