@@ -95,7 +95,7 @@ from ._properties import (
 from ._state import ConnectionState, Role
 from ._text import url_decode, url_encode
 from ._windows import next_sequence
-from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings
+from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings, MicroMsg2Statistics
 from ._trio import Command, MessageStream, MicroMsg2Connection
 from ._connect import MicroMsg2Handler, MicroMsg2Server, connect_micromsg2, open_micromsg2_connection, open_micromsg2_stream
 from ._envelope import ENVELOPE_MAGIC, unwrap, wrap
@@ -131,6 +131,7 @@ __all__ = [
     "MicroMsg2Handler",
     "MicroMsg2Server",
     "MicroMsg2Settings",
+    "MicroMsg2Statistics",
     "MicroMsg2Timeout",
     "PUSH_BATCH",
     "StreamError",

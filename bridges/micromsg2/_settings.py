@@ -8,7 +8,7 @@ from ..kit import KiB, LinkSettings
 from ._codec import DEFAULT_LIMITS, Limits
 from ._extensions import ExtensionSpec
 
-__all__ = ["MicroMsg2Settings", "DEFAULT_SETTINGS", "SMALLEST_MESSAGE", "DEFAULT_PORT"]
+__all__ = ["MicroMsg2Settings", "MicroMsg2Statistics", "DEFAULT_SETTINGS", "SMALLEST_MESSAGE", "DEFAULT_PORT"]
 
 #: The fewest bytes a MESSAGE frame takes (flags, sequence, an empty
 #: destination, no properties, a 1-byte length, an empty payload): how many
@@ -58,3 +58,27 @@ class MicroMsg2Settings(LinkSettings):
 
 
 DEFAULT_SETTINGS = MicroMsg2Settings()
+
+
+@dataclass(frozen=True, slots=True)
+class MicroMsg2Statistics:
+    """A snapshot of a connection.
+
+    Attributes:
+        bytes_received / bytes_sent: transport bytes so far.
+        buffered_bytes: messages read and not yet taken by the application.
+        window: the negotiated ack window, or None (no acks).
+        unacknowledged: our messages the peer has not acknowledged.
+        pending_messages: received messages not yet acknowledged by us.
+        subscriptions: destinations subscribed on the connection.
+        reading: whether the reader is currently allowed to read.
+    """
+
+    bytes_received: int
+    bytes_sent: int
+    buffered_bytes: int
+    window: int | None
+    unacknowledged: int
+    pending_messages: int
+    subscriptions: int
+    reading: bool

@@ -67,7 +67,7 @@ from ._events import (
 from ._extensions import ExtensionSpec
 from ._filters import Filter
 from ._properties import FilterValue
-from ._settings import DEFAULT_SETTINGS, SMALLEST_MESSAGE, MicroMsg2Settings
+from ._settings import DEFAULT_SETTINGS, SMALLEST_MESSAGE, MicroMsg2Settings, MicroMsg2Statistics
 from ._state import ConnectionState, Role
 
 __all__ = ["MicroMsg2Connection", "MessageStream", "Command"]
@@ -256,6 +256,20 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
     def uses(self, name: str) -> bool:
         """Whether the extension ``name`` is used on this connection."""
         return self._machine.uses(name)
+
+    def statistics(self) -> MicroMsg2Statistics:
+        """A snapshot: bytes in and out, messages held, the window, whether reading is allowed."""
+        machine = self._machine
+        return MicroMsg2Statistics(
+            bytes_received=self.bytes_received,
+            bytes_sent=self.bytes_sent,
+            buffered_bytes=self.buffered_bytes,
+            window=machine.window,
+            unacknowledged=machine.unacknowledged,
+            pending_messages=machine.pending_messages,
+            subscriptions=len(machine.subscriptions),
+            reading=self._wants_input(),
+        )
 
     # ---- the kit's hooks ------------------------------------------------------
 

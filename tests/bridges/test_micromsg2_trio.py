@@ -228,3 +228,48 @@ async def test_without_acks_sending_does_not_wait_for_any(nursery: trio.Nursery)
             await mm2.wait_acknowledged()
             await done.wait()
     assert received == [str(n).encode() for n in range(50)]
+
+
+async def test_without_acks_a_stream_nobody_reads_pauses_the_reader_below_the_limit(nursery: trio.Nursery) -> None:
+    # No acks: the server pushes 3000 messages to each of two destinations,
+    # interleaved. The client reads "fast" to completion and never takes
+    # from "slow": the reader pauses before one more read could carry the
+    # pending messages past max_pending_messages (so our side never blames
+    # the peer for what we did not read), and dropping "slow" frees it.
+    async def push(connection: MicroMsg2Connection) -> None:
+        destinations = [await connection.receive_command(), await connection.receive_command()]
+        for n in range(3000):
+            for command in destinations:
+                await connection.send_message(command.destination, b"%d" % n)
+        for command in destinations:
+            if connection.is_subscribed(command.destination):
+                await connection.complete(command.destination)
+        with pytest.raises(trio.EndOfChannel):
+            while True:
+                await connection.receive_command()
+
+    server_settings = MicroMsg2Settings(optional=(ExtensionSpec(name="pubsub"),))
+    port = await start(nursery, MicroMsg2Server(push, settings=server_settings))
+    client_settings = MicroMsg2Settings(required=(PUBSUB,))
+    with trio.fail_after(20):
+        async with open_micromsg2_connection("127.0.0.1", port, settings=client_settings) as mm2:
+            assert mm2.window is None
+            fast = await mm2.subscribe("fast")
+            slow = await mm2.subscribe("slow")
+            got: list[bytes] = []
+
+            async def read_fast() -> None:
+                got.extend([message.payload async for message in fast])
+
+            async with trio.open_nursery() as readers:
+                readers.start_soon(read_fast)
+                while not mm2.ended:  # until the pending messages stop the reader
+                    stats = mm2.statistics()
+                    starving = len(fast._queue) == 0  # "fast" waits, with nothing held for it
+                    if starving and not stats.reading and stats.pending_messages >= 440:
+                        break
+                    await trio.sleep(0.01)
+                assert not mm2.ended, mm2.end_reason
+                assert stats.pending_messages <= 1024
+                slow.unsubscribe()
+            assert got == [b"%d" % n for n in range(3000)]
