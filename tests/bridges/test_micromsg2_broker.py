@@ -16,6 +16,7 @@ from functools import partial
 
 import pytest
 import trio
+import trio.testing
 from micromsg2_raw import PUBSUB, RawClient
 
 import examples.demo
@@ -51,6 +52,7 @@ class Served:
     port: int
     server: MicroMsg2AppServer
     chat: rstreams.Topic
+    counted: list[int]
     gate_open: trio.Event
     gate_cancelled: trio.Event
 
@@ -81,11 +83,20 @@ async def served(nursery: trio.Nursery) -> AsyncIterator[Served]:
     async def big(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         await sink.send(BIG)
 
+    counted: list[int] = []
+
+    @app.publisher("count")
+    async def count(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        # Records each element the broker's demand let it send.
+        for n in range(1000):
+            await sink.send(number(n))
+            counted.append(n)
+
     chat = rstreams.Topic("chat", capacity=64)
     chat.mount(app)
     server = MicroMsg2AppServer(app)
     [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
-    yield Served(listener_port(listener), server, chat, gate_open, gate_cancelled)
+    yield Served(listener_port(listener), server, chat, counted, gate_open, gate_cancelled)
 
 
 async def handshake(served: Served, **options: object) -> RawClient:
@@ -162,6 +173,22 @@ async def test_the_window_is_demand(served: Served) -> None:
             assert server_side.unacknowledged == 2
         await client.ack(2)
         assert await client.next_event() == Completed(destination="range?count=5")
+
+
+async def test_the_publisher_is_asked_for_what_the_window_has_room_for(served: Served) -> None:
+    # Window 3, no acks yet: the publisher sent the three in the window and
+    # one more, held by the broker (demand is one element behind the acks).
+    # An ack of 2 lets exactly two more through, and the publisher two more.
+    with trio.fail_after(10):
+        client = await handshake(served, window=3)
+        await client.subscribe("count")
+        assert [(await client.next_event()).sequence for _ in range(3)] == [1, 2, 3]  # type: ignore[union-attr]
+        await trio.testing.wait_all_tasks_blocked()
+        assert served.counted == [0, 1, 2, 3]
+        await client.ack(2)
+        assert [(await client.next_event()).payload for _ in range(2)] == [number(3), number(4)]  # type: ignore[union-attr]
+        await trio.testing.wait_all_tasks_blocked()
+        assert served.counted == [0, 1, 2, 3, 4, 5]
 
 
 async def test_without_acks_the_broker_pushes_and_tcp_paces_it(served: Served) -> None:
