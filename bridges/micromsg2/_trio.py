@@ -119,8 +119,10 @@ class MessageStream:
         try:
             item = await self._queue.take()
         except trio.EndOfChannel:
+            reason = self.connection.end_reason
+            by_peer = reason.by_peer if isinstance(reason, MicroMsg2Closed) else True
             raise MicroMsg2Closed(
-                f"the connection closed before {self.destination!r} completed", by_peer=True
+                f"the connection closed before {self.destination!r} completed", by_peer=by_peer
             ) from None
         if isinstance(item, MessageReceived):
             self.connection._consumed(1)

@@ -273,3 +273,20 @@ async def test_without_acks_a_stream_nobody_reads_pauses_the_reader_below_the_li
                 assert stats.pending_messages <= 1024
                 slow.unsubscribe()
             assert got == [b"%d" % n for n in range(3000)]
+
+
+async def test_closing_our_side_ends_open_streams_with_closed_by_us(nursery: trio.Nursery) -> None:
+    async def wait(connection: MicroMsg2Connection) -> None:
+        await connection.receive_command()
+        with pytest.raises(trio.EndOfChannel):
+            await connection.receive_command()
+
+    settings = MicroMsg2Settings(optional=(ExtensionSpec(name="pubsub"),))
+    port = await start(nursery, MicroMsg2Server(wait, settings=settings))
+    with trio.fail_after(10):
+        async with open_micromsg2_connection("127.0.0.1", port, settings=CLIENT) as mm2:
+            stream = await mm2.subscribe("anything")
+            await mm2.aclose()
+            with pytest.raises(MicroMsg2Closed) as caught:
+                await stream.receive()
+            assert not caught.value.by_peer
