@@ -24,12 +24,14 @@ import rstreams
 from bridges.micromsg2 import (
     ENVELOPE_MAGIC,
     Completed,
+    Connection,
     ExtensionSpec,
     HandshakeCompleted,
     MessageReceived,
     MicroMsg2AppServer,
     MicroMsg2Connection,
     MicroMsg2Settings,
+    Role,
     StreamError,
     StreamFailed,
     UnixTime,
@@ -316,3 +318,20 @@ async def test_a_misbehaving_client_is_closed_and_nothing_else(served: Served) -
             assert b"error;message=" in rest  # its ERROR frame, then the close
             served.gate_open.set()
             assert [message.payload async for message in gate] == [b"open"]
+
+
+async def test_ack_is_a_window_of_one(served: Served) -> None:
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", served.port)
+        machine = Connection(Role.CLIENT, required=[PUBSUB, ExtensionSpec(name="ack")], accept=())
+        client = RawClient(stream, machine)
+        await client.flush()
+        event = await client.next_event()
+        assert isinstance(event, HandshakeCompleted) and event.window == 1
+        await client.subscribe("range?count=3")
+        for n in range(3):
+            message = await client.next_event()  # a second unacknowledged one would be refused
+            assert isinstance(message, MessageReceived) and message.payload == number(n)
+            assert served.connection().send_credit == 0
+            await client.ack(1)
+        assert await client.next_event() == Completed(destination="range?count=3")
