@@ -37,7 +37,6 @@ from bridges.micromsg2 import (
     UnixTime,
     open_micromsg2_connection,
     unwrap,
-    wrap,
 )
 from rstreams.support import listener_port
 
@@ -264,14 +263,6 @@ async def test_a_send_without_properties_is_stored_as_sent(served: Served) -> No
                 assert bytes(await plain.__anext__()) == b"bare"
                 stored = bytes(await plain.__anext__())
                 assert unwrap(stored) == ((), ENVELOPE_MAGIC + b"looks like one")
-
-
-def test_envelopes_round_trip() -> None:
-    assert wrap((), b"x") == b"x"
-    properties = (("price", 12), ("name", "a b"))
-    assert unwrap(wrap(properties, b"payload")) == (properties, b"payload")
-    assert unwrap(ENVELOPE_MAGIC + b"\xff\xff") == ((), ENVELOPE_MAGIC + b"\xff\xff")  # too short: bare
-    assert unwrap(ENVELOPE_MAGIC + b"\x00\x03a:Q") == ((), ENVELOPE_MAGIC + b"\x00\x03a:Q")  # bad properties: bare
 
 
 async def test_a_3_mib_element_goes_end_to_end_both_ways(served: Served) -> None:
