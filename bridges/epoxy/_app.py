@@ -46,15 +46,12 @@ as a TCP subscriber's.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import trio
 
-from rstreams import Router, Session, SubscriptionError, UnknownPublisher, open_stream_session, publish_to_topic
-from rstreams.support import memory_stream_pair
+from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publish_to_topic
 
-from ..kit import ResponseTooLarge, collect_elements
+from ..kit import ResponseTooLarge, collect_elements, open_app_session
 from . import bond
 from ._errors import EpoxyError
 from ._serve import EpoxyServer
@@ -187,20 +184,6 @@ class Publishers:
         """End the publishing streams; they finish once what they took is in the topics."""
         for feed in list(self._feeds.values()):
             await feed.aclose()
-
-
-@asynccontextmanager
-async def open_app_session(app: Router) -> AsyncIterator[Session]:
-    """A session to ``app`` in this process that can also publish into its topics.
-
-    :func:`rstreams.open_local_session` with one difference: the client side
-    serves a router of its own (empty), which :func:`rstreams.publish_to_topic`
-    needs (the app subscribes back to it for the elements).
-    """
-    client_stream, server_stream = memory_stream_pair()
-    async with open_stream_session(server_stream, app=app):
-        async with open_stream_session(client_stream, app=Router()) as session:
-            yield session
 
 
 class EpoxyAppServer(EpoxyServer):

@@ -22,6 +22,8 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 * :class:`BridgePeer`, :func:`open_bridge_peer`: a bridge's client as an
   :class:`rstreams.Peer`, what ``rstreams.connect(url)`` returns;
 * :func:`collect_elements`: an app's stream as one response;
+* :func:`open_app_session`, :class:`TopicPublisher`: an app in this
+  process, and values published into its topics;
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
 
@@ -35,6 +37,7 @@ from ._inbound import ITEM_COST, InboundQueue
 from ._net import open_connection, open_tcp_stream, start_connection
 from ._server import BridgeServer, ListenerService
 from ._slots import RequestSlots
+from ._topics import TopicPublisher, open_app_session
 from ._window import SendWindow
 
 __all__ = [
@@ -54,8 +57,10 @@ __all__ = [
     "ResponseTooLarge",
     "SansIOMachine",
     "SendWindow",
+    "TopicPublisher",
     "collect_elements",
     "copy_error",
+    "open_app_session",
     "open_bridge_peer",
     "pace_calls",
     "open_connection",

@@ -47,6 +47,24 @@ class InboundQueue(Generic[ItemT]):
         """True while more tasks wait than items are held: the reader should read."""
         return self._waiters > len(self._items)
 
+    def detach(self) -> list[ItemT]:
+        """Stop reading for this queue; return what it held (no longer counted).
+
+        For queues that live shorter than their connection (one per
+        subscription): the reader forgets the queue, and what it held is
+        released from ``max_read_ahead`` and handed back for the caller to
+        dispose of (a protocol may have to acknowledge it).
+        """
+        connection = self._connection
+        if self in connection._inbound_queues:
+            connection._inbound_queues.remove(self)
+        items = [item for item, _ in self._items]
+        released = sum(cost for _, cost in self._items)
+        self._items.clear()
+        if released:
+            connection._release(released)
+        return items
+
     def put(self, item: ItemT, size: int) -> None:
         """Hold ``item`` (``size`` bytes of it count against max_read_ahead)."""
         cost = ITEM_COST + size

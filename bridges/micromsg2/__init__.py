@@ -1,12 +1,23 @@
-"""MicroMsg2 for rstreams: the sans-I/O half.
+"""MicroMsg2 for rstreams.
 
-Frames and handshakes as values (``_frames``), a bounded codec
+Sans-I/O: frames and handshakes as values (``_frames``), a bounded codec
 (:func:`encode_frame`, :func:`encode_handshake`, :class:`Decoder`),
 properties and filters (``_properties``, ``_filters``), the handshake
 negotiation (``_handshake``), the ack windows (``_windows``) and the
 connection state machine (:class:`Connection`) for ``specs/micromsg2.md``
 with the ``ack``, ``batch-ack``, ``json``, ``dotnet`` and ``pubsub``
 extensions. No trio, no sockets, no logging.
+
+On trio, on the bridge kit: :class:`MicroMsg2Connection` and its
+:class:`MessageStream` (``_trio``), :func:`open_micromsg2_connection`,
+:func:`open_micromsg2_stream`, :func:`connect_micromsg2` and
+:class:`MicroMsg2Server` (``_connect``), TCP and TLS.
+
+The mapping onto rstreams: :class:`MicroMsg2AppServer`, a broker for an
+app (``rstreams serve --micromsg2``, ``_broker``; topic elements carry
+properties as ``_envelope`` says), and :class:`MicroMsg2Peer`
+(``rstreams.connect("mm2://HOST:PORT")``, ``_client``); :data:`BRIDGE`,
+its entry in the bridge registry.
 
 Every decision on what the spec leaves open is in
 ``docs/bridges/micromsg2.md``.
@@ -16,6 +27,10 @@ from ._codec import DEFAULT_LIMITS, MIB, Decoder, Limits, encode_frame, encode_h
 from ._connection import SERVER_IDENTITY, SPLIT_SIZE, Connection
 from ._errors import (
     FilterError,
+    MicroMsg2Closed,
+    MicroMsg2ConnectionLost,
+    MicroMsg2Timeout,
+    StreamError,
     FrameTooLargeError,
     LocalProtocolError,
     MalformedTextError,
@@ -80,8 +95,54 @@ from ._properties import (
 from ._state import ConnectionState, Role
 from ._text import url_decode, url_encode
 from ._windows import next_sequence
+from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings, MicroMsg2Statistics
+from ._trio import Command, MessageStream, MicroMsg2Connection
+from ._connect import MicroMsg2Handler, MicroMsg2Server, connect_micromsg2, open_micromsg2_connection, open_micromsg2_stream
+from ._envelope import ENVELOPE_MAGIC, unwrap, wrap
+from ._broker import (
+    BROKER_SETTINGS,
+    BROKER_WINDOW,
+    DEFAULT_MAX_SUBSCRIPTIONS,
+    PUSH_BATCH,
+    UNKNOWN_PUBLISHER,
+    MicroMsg2AppServer,
+    serve_broker,
+)
+from ._client import MicroMsg2Peer, connect_mm2_url, stream_error
+from ._bridge import BRIDGE
 
 __all__ = [
+    # the trio adapter and the mapping
+    "BRIDGE",
+    "MicroMsg2Peer",
+    "connect_mm2_url",
+    "stream_error",
+    "BROKER_SETTINGS",
+    "BROKER_WINDOW",
+    "Command",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "DEFAULT_SETTINGS",
+    "ENVELOPE_MAGIC",
+    "MessageStream",
+    "MicroMsg2AppServer",
+    "MicroMsg2Closed",
+    "MicroMsg2Connection",
+    "MicroMsg2ConnectionLost",
+    "MicroMsg2Handler",
+    "MicroMsg2Server",
+    "MicroMsg2Settings",
+    "MicroMsg2Statistics",
+    "MicroMsg2Timeout",
+    "PUSH_BATCH",
+    "StreamError",
+    "UNKNOWN_PUBLISHER",
+    "connect_micromsg2",
+    "open_micromsg2_connection",
+    "open_micromsg2_stream",
+    "serve_broker",
+    "unwrap",
+    "wrap",
+    # sans-I/O
     "ACK",
     "BATCH_ACK",
     "DEFAULT_BATCH_SIZE",

@@ -35,6 +35,10 @@ __all__ = [
     "MalformedTextError",
     "FilterError",
     "PeerError",
+    "MicroMsg2Closed",
+    "MicroMsg2ConnectionLost",
+    "MicroMsg2Timeout",
+    "StreamError",
 ]
 
 
@@ -134,3 +138,36 @@ class PeerError(MicroMsg2Error):
     :class:`~bridges.micromsg2.ConnectionFailed`): it is what the I/O layer
     raises in every waiter once that event arrived.
     """
+
+
+class MicroMsg2Closed(MicroMsg2Error):
+    """The connection ended without an error: MicroMsg2 has no goodbye, so
+    closing the transport is its normal end.
+
+    Attributes:
+        by_peer: True if the peer closed it, False if this side did.
+    """
+
+    def __init__(self, message: str, *, by_peer: bool) -> None:
+        super().__init__(message)
+        self.by_peer = by_peer
+
+
+class MicroMsg2ConnectionLost(MicroMsg2Error):
+    """The transport failed (reset, TLS error) under the connection."""
+
+
+class MicroMsg2Timeout(MicroMsg2Error):
+    """The peer's side of the handshake did not arrive in time."""
+
+
+class StreamError(MicroMsg2Error):
+    """The server's ERROR ``error;destination=D,message=M``: one stream failed.
+
+    Attributes:
+        destination: the stream's destination.
+    """
+
+    def __init__(self, destination: str, message: str) -> None:
+        super().__init__(message)
+        self.destination = destination

@@ -1,7 +1,7 @@
-"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws:// and emp://.
+"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws://, emp:// and mm2://.
 
-The demo app is served three ways at once (reactive-streams-io over TCP and
-WebSocket, and the EMP bridge), and the very same function reads it through
+The demo app is served four ways at once (reactive-streams-io over TCP and
+WebSocket, the EMP bridge and the MicroMsg2 broker), and the very same function reads it through
 each URL: the elements, an unknown publisher, a failing one, and ``fetch``.
 """
 
@@ -16,6 +16,7 @@ import trio
 import examples.demo
 import rstreams
 from bridges.emp import EmpAppServer, EmpClosed
+from bridges.micromsg2 import MicroMsg2AppServer
 from rstreams.support import listener_url
 
 EXPECTED = [n.to_bytes(8, "big") for n in range(3)]
@@ -28,10 +29,12 @@ async def urls(nursery: trio.Nursery) -> AsyncIterator[dict[str, str]]:
     [tcp] = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
     [websocket] = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
     [emp_listener] = await nursery.start(partial(emp.serve_tcp, "127.0.0.1", 0))
+    [mm2_listener] = await nursery.start(partial(MicroMsg2AppServer(examples.demo.app).serve_tcp, "127.0.0.1", 0))
     yield {
         "tcp": listener_url(tcp, "tcp"),
         "ws": listener_url(websocket, "ws", "/"),
         "emp": listener_url(emp_listener, "emp"),
+        "mm2": listener_url(mm2_listener, "mm2"),
     }
 
 
@@ -43,7 +46,7 @@ async def read(url: str, name: str, *, prefetch: int = 32) -> list[bytes]:
             return [bytes(element) async for element in elements]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
 @pytest.mark.parametrize("prefetch", [0, 1, 32])
 async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str], scheme: str, prefetch: int) -> None:
     with trio.fail_after(10):
@@ -59,7 +62,7 @@ async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str],
             assert got == EXPECTED
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
 async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         async with rstreams.connect(urls[scheme]) as peer:
@@ -67,7 +70,7 @@ async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], sc
             assert [int.from_bytes(x, "big") for x in await peer.fetch("range?count=4", 10)] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
 async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.UnknownPublisher) as caught:
@@ -75,7 +78,7 @@ async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str
         assert caught.value.name == "nothing-here"
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
 async def test_a_failing_publisher_is_a_publisher_error(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.PublisherError):
@@ -105,12 +108,19 @@ async def test_an_unknown_scheme_names_the_known_ones() -> None:
         async with rstreams.connect("nope://h:1"):
             pass  # pragma: no cover
     assert isinstance(caught.value, ValueError)
-    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps"):
+    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps", "mm2", "mm2s"):
         assert f" {scheme}" in str(caught.value) or f"{scheme}," in str(caught.value)
 
 
 async def test_emp_urls_are_checked() -> None:
     for url in ("emp://127.0.0.1:1?framing=other", "emp://127.0.0.1:1?nope=1", "emp://127.0.0.1:1/path", "emp://127.0.0.1"):
+        with pytest.raises(ValueError):
+            async with rstreams.connect(url):
+                pass  # pragma: no cover
+
+
+async def test_mm2_urls_are_checked() -> None:
+    for url in ("mm2://127.0.0.1:1?window=0", "mm2://127.0.0.1:1?window=x", "mm2://127.0.0.1:1?nope=1", "mm2://127.0.0.1:1/path", "mm2://127.0.0.1"):
         with pytest.raises(ValueError):
             async with rstreams.connect(url):
                 pass  # pragma: no cover

@@ -398,6 +398,25 @@ async def test_read_ahead_bound_stops_reading_even_with_a_waiter() -> None:
             assert not connection.ended
 
 
+async def test_a_detached_queue_hands_back_what_it_held_and_is_read_for_no_more() -> None:
+    connection, peer = line_pair(settings(receive_size=16))
+    with trio.fail_after(5):
+        await peer.send("HELLO", "DATA 0000")  # one read of 16 bytes holds both
+        async with open_connection(connection):
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.buffered_bytes == ITEM_COST + 4
+            assert connection.data.detach() == ["0000"]
+            assert connection.buffered_bytes == 0 and len(connection.data) == 0
+            assert connection.data.detach() == []  # twice is harmless
+            await peer.send("DATA 0001")
+            async with trio.open_nursery() as nursery:
+                # A taker of a detached queue does not make the reader read.
+                nursery.start_soon(connection.take)
+                await trio.testing.wait_all_tasks_blocked()
+                assert connection.bytes_received == 16
+                nursery.cancel_scope.cancel()
+
+
 # ---- the writer --------------------------------------------------------------------
 
 

@@ -1,0 +1,101 @@
+"""Publishing into an app's topics from a bridge: one publishing stream per topic.
+
+A bridge whose protocol can publish (Epoxy's ``Publish`` event, MicroMsg2's
+SEND frames) puts each value into the app's :class:`rstreams.Topic` the way
+a TCP client does: through the router, by the route every mounted topic
+serves for publishers (:func:`rstreams.publish_to_topic`). So no second
+registry of topics is kept in step with the app, and the elements are
+stored as sent.
+
+:class:`TopicPublisher` keeps one such stream per topic, fed from a channel
+without a buffer: the first value for a topic opens its stream, the next
+ones go down the same stream in order, and :meth:`TopicPublisher.publish`
+returns once the topic's stream took the value, that is once the topic had
+room. A topic held back by a slow ``block`` subscriber holds the publisher
+back, and with it the bridge's connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from rstreams import Router, Session, SubscriptionError, open_stream_session, publish_to_topic
+from rstreams.support import memory_stream_pair
+
+__all__ = ["open_app_session", "TopicPublisher"]
+
+logger = logging.getLogger("rstreams.bridges")
+
+
+@asynccontextmanager
+async def open_app_session(app: Router) -> AsyncIterator[Session]:
+    """A session to ``app`` in this process that can also publish into its topics.
+
+    :func:`rstreams.open_local_session` with one difference: the client side
+    serves a router of its own (empty), which :func:`rstreams.publish_to_topic`
+    needs (the app subscribes back to it for the elements).
+    """
+    client_stream, server_stream = memory_stream_pair()
+    async with open_stream_session(server_stream, app=app):
+        async with open_stream_session(client_stream, app=Router()) as session:
+            yield session
+
+
+class TopicPublisher:
+    """Values into an app's topics, one publishing stream per topic (see the module docstring).
+
+    Args:
+        session: a session opened with an app of its own (:func:`open_app_session`).
+        nursery: where each topic's stream runs.
+        protocol: the bridge's name, for log lines.
+
+    A value for a name that is not a topic (or a topic that refuses) is
+    logged and dropped: the stream into it fails at once and is removed.
+    Bounded by the app's topics: one stream per topic being published into.
+    """
+
+    def __init__(self, session: Session, nursery: trio.Nursery, *, protocol: str = "bridge") -> None:
+        self.session = session
+        self.protocol = protocol
+        self._nursery = nursery
+        self._feeds: dict[str, trio.MemorySendChannel[bytes]] = {}
+
+    async def publish(self, topic: str, value: bytes) -> None:
+        """Hand ``value`` to ``topic``'s stream; return once it was taken.
+
+        Cancellation: the value may or may not have been taken. Always checkpoints.
+        """
+        if not topic or "?" in topic:
+            await trio.lowlevel.checkpoint()
+            logger.warning("%s: dropped a value for %r: not a topic name", self.protocol, topic)
+            return
+        feed = self._feeds.get(topic)
+        if feed is None:
+            feed, values = trio.open_memory_channel[bytes](0)
+            self._feeds[topic] = feed
+            self._nursery.start_soon(self._publish, topic, feed, values)
+        try:
+            await feed.send(value)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the stream into the topic ended, and said why
+
+    async def _publish(
+        self, topic: str, feed: trio.MemorySendChannel[bytes], values: trio.MemoryReceiveChannel[bytes]
+    ) -> None:
+        try:
+            with values:
+                await publish_to_topic(self.session, topic, values)
+        except SubscriptionError as exc:
+            logger.warning("%s: dropped values for topic %r: %s", self.protocol, topic, exc)
+        finally:
+            if self._feeds.get(topic) is feed:
+                del self._feeds[topic]
+
+    async def aclose(self) -> None:
+        """End the publishing streams; they finish once what they took is in the topics."""
+        for feed in list(self._feeds.values()):
+            await feed.aclose()

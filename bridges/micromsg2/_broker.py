@@ -1,0 +1,234 @@
+"""An rstreams app as a MicroMsg2 broker: ``rstreams serve --micromsg2``.
+
+The mapping (``docs/bridges/micromsg2.md`` has a whole session byte for byte):
+
+* ``subscribe;destination=D[,filter=F]`` subscribes to the app's publisher
+  ``D``, its query included (``range?count=5``), or to its topic ``D``
+  (a topic is a publisher too, ``chat?history=10``), and sends each element
+  as a MESSAGE with destination ``D``. When the stream completes the broker
+  sends ``completed;destination=D``; when it fails, or there is no such
+  publisher, the ERROR ``error;destination=D,message=M`` (the connection
+  stays; ``M`` starts with ``no such publisher:`` for the latter).
+* The ack window is the demand: the broker asks the publisher only for what
+  the window has room for (each subscription at most its share of the
+  window, ``window // subscriptions``, and at least 1), and sends within the
+  window, so an ack that frees m messages is, one element behind, a
+  ``request(m)`` upstream. Without acks it asks for
+  :data:`PUSH_BATCH` at a time and the transport paces it.
+* A filter keeps the messages whose properties match; the others are taken
+  from the publisher and dropped (they use no window).
+* A SEND with destination ``D`` is published into the app's topic ``D``
+  (:class:`~bridges.kit.TopicPublisher`), with its properties
+  (``_envelope``: a topic element carries them). A topic subscriber
+  therefore sees the properties each message was sent with, and its filter
+  applies to them. A SEND to something that is not a topic is logged and
+  dropped (after its ack: MicroMsg2 has no per-message refusal).
+* ``unsubscribe;destination=D`` cancels that stream; several subscriptions
+  may be open on one connection, at most ``max_subscriptions``.
+
+Each connection gets its own in-process session to the app
+(:func:`~bridges.kit.open_app_session`), so a MicroMsg2 subscriber goes
+through the same router, demand and topics as a TCP one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
+
+from ..kit import TopicPublisher, open_app_session
+from ._connect import MicroMsg2Server
+from ._envelope import unwrap, wrap
+from ._errors import LocalProtocolError, MicroMsg2Error
+from ._events import Subscribe, Unsubscribe
+from ._extensions import PUBSUB, ExtensionSpec
+from ._filters import Filter
+from ._settings import MicroMsg2Settings
+from ._trio import MicroMsg2Connection
+
+__all__ = [
+    "BROKER_SETTINGS",
+    "BROKER_WINDOW",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "PUSH_BATCH",
+    "UNKNOWN_PUBLISHER",
+    "MicroMsg2AppServer",
+    "serve_broker",
+]
+
+logger = logging.getLogger("rstreams.micromsg2")
+
+#: The batch-ack window the broker suggests.
+BROKER_WINDOW = 64
+#: The broker's settings: identity ``rstreams``, suggesting
+#: ``batch-ack:max-count=64`` and ``pubsub``.
+BROKER_SETTINGS = MicroMsg2Settings(
+    identity="rstreams", optional=(ExtensionSpec.batch_ack(BROKER_WINDOW), ExtensionSpec(name=PUBSUB))
+)
+#: Elements asked of a publisher at a time when no ack extension is used.
+PUSH_BATCH = 16
+#: Subscriptions one connection may hold open at once; one more is refused
+#: with its stream ERROR (each holds a task and up to its window share).
+DEFAULT_MAX_SUBSCRIPTIONS = 64
+#: How a stream ERROR for an unknown publisher starts.
+UNKNOWN_PUBLISHER = "no such publisher:"
+
+
+async def serve_broker(
+    connection: MicroMsg2Connection, session: Session, *, max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+) -> None:
+    """Be the broker for ``session``'s app on ``connection`` until the client leaves.
+
+    Returns when the client closed the connection.
+
+    Raises:
+        PeerError, RemoteProtocolError, MicroMsg2ConnectionLost: the
+            connection ended with an error.
+    """
+    async with trio.open_nursery() as topics:
+        publisher = TopicPublisher(session, topics, protocol="MicroMsg2")
+        try:
+            async with trio.open_nursery() as sending:
+                sending.start_soon(_publish_sends, connection, publisher)
+                async with trio.open_nursery() as streams:
+                    broker = _Broker(connection, session, streams, max_subscriptions)
+                    try:
+                        await broker.obey_commands()
+                    finally:
+                        streams.cancel_scope.cancel()
+                # The client left: what it sent before is still published.
+        finally:
+            # What was taken (and acknowledged) goes into its topic before
+            # the streams into the topics end.
+            await publisher.aclose()
+
+
+async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublisher) -> None:
+    # Each SEND into its topic; acknowledged once the topic's stream took it.
+    while True:
+        try:
+            message = await connection.receive_send()
+        except (trio.EndOfChannel, MicroMsg2Error):
+            return  # the client left (or the connection failed: obey_commands raises why)
+        await publisher.publish(message.destination, wrap(message.properties, message.payload))
+        connection.acknowledge(1)
+
+
+class _Broker:
+    # One connection's subscriptions: a task each, under a cancel scope that
+    # unsubscribe cancels.
+    def __init__(
+        self, connection: MicroMsg2Connection, session: Session, nursery: trio.Nursery, max_subscriptions: int
+    ) -> None:
+        self.connection = connection
+        self.session = session
+        self.nursery = nursery
+        self.max_subscriptions = max_subscriptions
+        self.scopes: dict[str, trio.CancelScope] = {}
+
+    async def obey_commands(self) -> None:
+        connection = self.connection
+        while True:
+            try:
+                command = await connection.receive_command()
+            except trio.EndOfChannel:
+                return
+            if isinstance(command, Unsubscribe):
+                scope = self.scopes.pop(command.destination, None)
+                if scope is not None:
+                    scope.cancel()
+            elif isinstance(command, Subscribe):
+                if len(self.scopes) >= self.max_subscriptions:
+                    await connection.fail_stream(
+                        command.destination, f"too many subscriptions on one connection (at most {self.max_subscriptions})"
+                    )
+                    continue
+                scope = self.scopes[command.destination] = trio.CancelScope()
+                self.nursery.start_soon(self.stream, command.destination, command.filter, scope)
+
+    async def stream(self, destination: str, filter: Filter | None, scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                try:
+                    async with self.session.subscribe(destination, prefetch=0) as upstream:
+                        await self.pump(upstream, destination, filter)
+                except UnknownPublisher as exc:
+                    message = exc.message if exc.message.startswith(UNKNOWN_PUBLISHER) else f"{UNKNOWN_PUBLISHER} {destination}"
+                    await self.end(destination, message)
+                except SubscriptionError as exc:
+                    await self.end(destination, str(exc) or type(exc).__name__)
+                except LocalProtocolError as exc:
+                    # An element MicroMsg2 cannot carry: that stream fails.
+                    await self.end(destination, f"cannot send an element of {destination}: {exc.message}")
+                else:
+                    await self.end(destination, None)
+        except MicroMsg2Error as exc:
+            logger.debug("MicroMsg2 stream %r ended with the connection: %r", destination, exc)
+        finally:
+            if self.scopes.get(destination) is scope:
+                del self.scopes[destination]
+
+    async def end(self, destination: str, error: str | None) -> None:
+        if not self.connection.is_subscribed(destination):
+            return  # unsubscribed meanwhile: nothing to say
+        if error is None:
+            await self.connection.complete(destination)
+        else:
+            await self.connection.fail_stream(destination, error)
+
+    def demand(self) -> int:
+        # What one subscription asks its publisher for when it has nothing
+        # in hand: its share of the window's free room, at least 1.
+        window = self.connection.window
+        if window is None:
+            return PUSH_BATCH
+        share = max(1, window // max(1, len(self.scopes)))
+        return max(1, min(share, self.connection.send_credit or 0))
+
+    async def pump(self, upstream: Subscription, destination: str, filter: Filter | None) -> None:
+        outstanding = 0  # asked of the publisher, not yet received
+        batches = upstream.batches()
+        while True:
+            if outstanding == 0:
+                outstanding = self.demand()
+                upstream.request(outstanding)
+            try:
+                batch = await batches.__anext__()
+            except StopAsyncIteration:
+                return
+            outstanding -= len(batch)
+            for element in batch:
+                properties, payload = unwrap(bytes(element))
+                if filter is not None and not filter.matches(properties):
+                    continue
+                await self.connection.send_message(destination, payload, properties=properties)
+
+
+class MicroMsg2AppServer(MicroMsg2Server):
+    """A :class:`MicroMsg2Server` that is a broker for ``app`` (see the module docstring).
+
+    Args:
+        app: the router whose publishers and topics are served.
+        settings: each connection's settings (default :data:`BROKER_SETTINGS`).
+        max_connections: as :class:`MicroMsg2Server`.
+        max_subscriptions: subscriptions open at once per connection.
+    """
+
+    def __init__(
+        self,
+        app: Router,
+        *,
+        settings: MicroMsg2Settings = BROKER_SETTINGS,
+        max_connections: int | None = None,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+    ) -> None:
+        super().__init__(self._serve_connection, settings=settings, max_connections=max_connections)
+        self.app = app
+        self.max_subscriptions = max_subscriptions
+
+    async def _serve_connection(self, connection: MicroMsg2Connection) -> None:
+        async with open_app_session(self.app) as session:
+            await serve_broker(connection, session, max_subscriptions=self.max_subscriptions)

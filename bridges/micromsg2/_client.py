@@ -1,0 +1,164 @@
+"""``mm2://HOST:PORT``: a MicroMsg2 broker as an :class:`rstreams.Peer`.
+
+What ``rstreams.connect("mm2://...")`` and ``rstreams sub mm2://...`` use.
+A subscription is ``subscribe;destination=NAME``; its MESSAGEs are its
+elements (their payloads), ``completed`` completes it and the stream ERROR
+fails it (:class:`rstreams.UnknownPublisher` when the message starts with
+``no such publisher:``, else :class:`rstreams.PublisherError`).
+
+The window is the demand. The peer requires ``pubsub`` and suggests
+``batch-ack:max-count=W``, where W is the URL's ``window`` or, by default,
+the demand of the first subscriber when it first has some: ``rstreams sub
+--prefetch N`` asks for N, so it subscribes with a window of N (capped at
+``max_pending_messages``, 1024). That is why the handshake waits for the
+first subscription: the TCP (or TLS) connection is made at once, so a host
+that does not answer fails ``connect``, but a broker that refuses the
+handshake fails the first subscription, with the typed MicroMsg2 error.
+A stream takes (and so acknowledges) a message when its subscriber has
+demand for it, plus one message ahead, so that ``completed`` is seen
+without demand, as onComplete is over TCP; a subscriber that stops asking
+stops the acks, so the broker stops sending. One window serves every subscription of the connection (the
+protocol has no other): a subscriber that never asks holds up to the window
+of its messages, and with them the others.
+
+A subscription opened with demand counts as subscribed when its first
+message, ``completed`` or ERROR arrives, so an unknown publisher is raised
+by entering the ``async with``, as over TCP; one opened with no demand
+(``prefetch=0``) counts as subscribed at once.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+import trio
+
+from rstreams import PublisherError, UnknownPublisher
+from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url
+
+from ..kit import BridgePeer, open_bridge_peer, open_tcp_stream, start_connection
+from ._broker import UNKNOWN_PUBLISHER
+from ._errors import StreamError
+from ._extensions import MAX_WINDOW, PUBSUB, ExtensionSpec
+from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings
+from ._state import Role
+from ._trio import MicroMsg2Connection
+
+__all__ = ["MicroMsg2Peer", "connect_mm2_url", "stream_error"]
+
+
+def stream_error(name: str, error: StreamError) -> PublisherError:
+    """The rstreams error for a stream ERROR of the broker's."""
+    if error.message.startswith(UNKNOWN_PUBLISHER):
+        return UnknownPublisher(name, error.message)
+    return PublisherError(error.message)
+
+
+class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
+    """A MicroMsg2 broker (``rstreams serve --micromsg2``), read as an rstreams peer.
+
+    Args:
+        connection: a client connection not started yet.
+        nursery: where the connection's tasks will run.
+        window: the batch-ack window; None: the first subscriber's demand.
+        settings: the rest of the connection's settings.
+    """
+
+    def __init__(
+        self,
+        connection: MicroMsg2Connection,
+        nursery: trio.Nursery,
+        *,
+        window: int | None = None,
+        settings: MicroMsg2Settings = DEFAULT_SETTINGS,
+    ) -> None:
+        super().__init__(connection)
+        self.window = window
+        self.settings = settings
+        self._connection_nursery = nursery
+        self._start_lock = trio.Lock()
+        self._started = False
+
+    async def _start(self, demand: int) -> MicroMsg2Connection:
+        # The handshake, once, with the window of the first demand.
+        async with self._start_lock:
+            if not self._started:
+                window = self.window or max(1, min(demand, self.settings.limits.max_pending_messages, MAX_WINDOW))
+                settings = replace(
+                    self.settings,
+                    required=(ExtensionSpec(name=PUBSUB),),
+                    optional=(ExtensionSpec.batch_ack(window),),
+                )
+                self.connection._use_settings(settings)
+                self._started = True
+                await start_connection(self.connection, self._connection_nursery)
+        return self.connection
+
+    async def run_stream(self, feed: StreamFeed) -> None:
+        announced = feed.demand <= 0
+        if announced:
+            feed.subscribed()
+            await feed.wait_demand()
+            if feed.ended:
+                return
+        connection = await self._start(feed.demand)
+        stream = await connection.subscribe(feed.name)
+        try:
+            while True:
+                # The next message is taken (and acknowledged) before the
+                # subscriber asks for it, so that ``completed`` is seen
+                # without demand, as onComplete is over TCP: one message
+                # beyond the window's demand at most.
+                try:
+                    message = await stream.receive()
+                finally:
+                    if not announced:
+                        feed.subscribed()
+                        announced = True
+                await feed.wait_demand()
+                if feed.ended:
+                    return
+                feed.deliver([message.payload])
+        except StreamError as exc:
+            raise stream_error(feed.name, exc) from None
+        except trio.EndOfChannel:
+            return  # completed
+        finally:
+            stream.unsubscribe()
+
+
+@asynccontextmanager
+async def connect_mm2_url(url: str, *, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[MicroMsg2Peer]:
+    """Open ``mm2://HOST:PORT`` (``mm2s://`` for TLS) as a peer; ``?window=N`` fixes the window.
+
+    Raises:
+        ValueError: a malformed URL (no port, a path, an unknown query
+            parameter, a window that is not in [1, 65535]).
+        OSError: the connection could not be made.
+    """
+    secure = url.lower().startswith("mm2s:")
+    parsed = parse_bridge_url(url, secure=secure, allowed_query=frozenset({"window"}))
+    if parsed.path:
+        raise ValueError(f"URL {url!r} has a path; name the destination separately")
+    window: int | None = None
+    if "window" in parsed.query:
+        text = parsed.query["window"]
+        if not text.isdigit() or not 1 <= int(text) <= MAX_WINDOW:
+            raise ValueError(f"URL {url!r}: window must be an integer in [1, {MAX_WINDOW}]")
+        window = int(text)
+    if secure and ssl_context is None:
+        ssl_context = ssl.create_default_context()
+    elif not secure and ssl_context is not None:
+        raise ValueError("ssl_context given for an mm2:// URL; use mm2s://")
+    stream = await open_tcp_stream(parsed.host, parsed.port, ssl_context=ssl_context)
+    connection = MicroMsg2Connection(stream, Role.CLIENT, DEFAULT_SETTINGS)
+    with caller_sees_its_own_exception():
+        async with trio.open_nursery() as nursery:
+            try:
+                async with open_bridge_peer(MicroMsg2Peer(connection, nursery, window=window)) as peer:
+                    yield peer
+            finally:
+                nursery.cancel_scope.cancel()

@@ -1,0 +1,84 @@
+"""Settings of the trio adapter: the kit's timeouts and bounds plus MicroMsg2's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kit import KiB, LinkSettings
+from ._codec import DEFAULT_LIMITS, Limits
+from ._extensions import ExtensionSpec
+
+__all__ = ["MicroMsg2Settings", "MicroMsg2Statistics", "DEFAULT_SETTINGS", "SMALLEST_MESSAGE", "DEFAULT_PORT"]
+
+#: The fewest bytes a MESSAGE frame takes (flags, sequence, an empty
+#: destination, no properties, a 1-byte length, an empty payload): how many
+#: messages one read can carry at most is ``receive_size // SMALLEST_MESSAGE``.
+SMALLEST_MESSAGE = 7
+#: MicroMsg2 names no port; URLs and commands need one.
+DEFAULT_PORT: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MicroMsg2Settings(LinkSettings):
+    """Settings of one MicroMsg2 connection.
+
+    Attributes:
+        identity: our handshake identity (None: ``rstreams`` for a server,
+            empty for a client).
+        required: extensions the peer must implement.
+        optional: extensions we suggest.
+        accept: (client) which of the server's suggestions to take; None for
+            every one we implement.
+        limits: what the peer may make us hold (frame, message, pending
+            messages).
+        receive_size: the most bytes read at once. 4 KiB by default, so
+            that one read cannot carry a peer that pushes without acks past
+            ``limits.max_pending_messages`` (the reader pauses before a read
+            could): ``receive_size // 7`` must stay under that limit.
+        keepalive_interval: None, always: MicroMsg2 has no ping.
+    """
+
+    identity: str | None = None
+    required: tuple[ExtensionSpec, ...] = ()
+    optional: tuple[ExtensionSpec, ...] = ()
+    accept: frozenset[str] | None = None
+    limits: Limits = DEFAULT_LIMITS
+    receive_size: int = 4 * KiB
+    keepalive_interval: float | None = None
+
+    def __post_init__(self) -> None:
+        LinkSettings.__post_init__(self)
+        if self.keepalive_interval is not None:
+            raise ValueError("MicroMsg2 has no ping: keepalive_interval must be None")
+        if self.receive_size // SMALLEST_MESSAGE >= self.limits.max_pending_messages:
+            raise ValueError(
+                f"receive_size {self.receive_size} could carry more than max_pending_messages"
+                f" ({self.limits.max_pending_messages}) messages in one read"
+            )
+
+
+DEFAULT_SETTINGS = MicroMsg2Settings()
+
+
+@dataclass(frozen=True, slots=True)
+class MicroMsg2Statistics:
+    """A snapshot of a connection.
+
+    Attributes:
+        bytes_received / bytes_sent: transport bytes so far.
+        buffered_bytes: messages read and not yet taken by the application.
+        window: the negotiated ack window, or None (no acks).
+        unacknowledged: our messages the peer has not acknowledged.
+        pending_messages: received messages not yet acknowledged by us.
+        subscriptions: destinations subscribed on the connection.
+        reading: whether the reader is currently allowed to read.
+    """
+
+    bytes_received: int
+    bytes_sent: int
+    buffered_bytes: int
+    window: int | None
+    unacknowledged: int
+    pending_messages: int
+    subscriptions: int
+    reading: bool

@@ -1,0 +1,498 @@
+"""The trio adapter: one MicroMsg2 connection over any trio stream (TCP, TLS, memory).
+
+Built on the bridge kit's :class:`~bridges.kit.BridgeConnection` (reader,
+writer, handshake timeout, how it ends; its docstring has the theory of
+operation). What is MicroMsg2's own is here: what the reader reads for,
+what each event means, and the ack window as demand.
+
+Windows, both ways
+------------------
+*Sending*: with ``ack`` or ``batch-ack:max-count=N`` negotiated, a
+:class:`~bridges.kit.SendWindow` of 1 or N holds :meth:`send_message` back
+while that many messages are unacknowledged; an ``Acknowledged`` event that
+frees m messages releases m, which is exactly a Reactive Streams
+``request(m)``. Without an ack extension a sender is paced by the transport
+only (``max_write_buffer``).
+
+*Receiving*: a client's message counts as consumed when the application
+takes it (:meth:`MessageStream.receive`), and taking it queues the ack at
+once (one ack frame per take, naming the last message taken; the writer
+coalesces them), so a peer that sent one message is never left waiting. A
+server acknowledges a SEND once it has handled it (:meth:`acknowledge`
+after :meth:`receive_send`: the broker, once the topic took it). Without acks, the reader reads only while someone waits for a
+message (the kit's :class:`~bridges.kit.InboundQueue`), and pauses before
+one read could carry the peer past ``max_pending_messages``.
+
+Who reads what
+--------------
+A client's messages go to the :class:`MessageStream` of their destination
+(:meth:`subscribe`), with that destination's ``completed`` or stream ERROR
+after them; a message for a destination with no stream (one just
+unsubscribed: it crossed the unsubscribe) is dropped and acknowledged. A
+server's inbound SENDs go to one queue (:meth:`receive_send`) and the pubsub
+commands to another (:meth:`receive_command`).
+
+How it ends
+-----------
+MicroMsg2 has no goodbye: closing the transport is the normal end
+(:class:`MicroMsg2Closed`, and inbound queues end with
+``trio.EndOfChannel`` once drained). The peer's ERROR ``error;message=M``
+ends everything with :class:`PeerError`; a violation by the peer with the
+machine's ``RemoteProtocolError`` (after its ERROR frame went out); a
+missing handshake with :class:`MicroMsg2Timeout` (an ERROR frame sent
+first); a failing transport with :class:`MicroMsg2ConnectionLost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Union
+
+import trio
+
+from ..kit import BridgeConnection, InboundQueue, SendWindow
+from ._connection import Connection
+from ._errors import MicroMsg2Closed, MicroMsg2ConnectionLost, MicroMsg2Timeout, PeerError, StreamError
+from ._events import (
+    Acknowledged,
+    Completed,
+    ConnectionClosed,
+    ConnectionFailed,
+    HandshakeCompleted,
+    MessageReceived,
+    StreamFailed,
+    Subscribe,
+    Unsubscribe,
+)
+from ._extensions import ExtensionSpec
+from ._filters import Filter
+from ._properties import FilterValue
+from ._settings import DEFAULT_SETTINGS, SMALLEST_MESSAGE, MicroMsg2Settings, MicroMsg2Statistics
+from ._state import ConnectionState, Role
+
+__all__ = ["MicroMsg2Connection", "MessageStream", "Command"]
+
+#: A pubsub command from a client, as a server receives it.
+Command = Union[Subscribe, Unsubscribe]
+_StreamItem = Union[MessageReceived, Completed, StreamFailed]
+_OPEN_OR_HANDSHAKING = (
+    ConnectionState.AWAITING_HELLO,
+    ConnectionState.AWAITING_REPLY,
+    ConnectionState.AWAITING_FINAL,
+    ConnectionState.OPEN,
+)
+
+
+class MessageStream:
+    """A client's subscription to one destination: its messages, then its end.
+
+    Made by :meth:`MicroMsg2Connection.subscribe`. Each message taken is
+    acknowledged at once (that is the demand the server sees).
+    """
+
+    def __init__(self, connection: MicroMsg2Connection, destination: str) -> None:
+        self.connection = connection
+        self.destination = destination
+        self._queue: InboundQueue[_StreamItem] = InboundQueue(connection)
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        """True once ``completed`` or the stream's ERROR was taken, or it was unsubscribed."""
+        return self._ended
+
+    async def receive(self) -> MessageReceived:
+        """The next message for this destination.
+
+        Raises:
+            trio.EndOfChannel: the server sent ``completed``.
+            StreamError: the server sent ``error;destination=D,message=M``.
+            MicroMsg2Closed: the connection ended (closed) before either.
+            PeerError, RemoteProtocolError, MicroMsg2ConnectionLost: it ended
+                with an error.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if self._ended:
+            await trio.lowlevel.checkpoint()
+            raise trio.EndOfChannel
+        try:
+            item = await self._queue.take()
+        except trio.EndOfChannel:
+            reason = self.connection.end_reason
+            by_peer = reason.by_peer if isinstance(reason, MicroMsg2Closed) else True
+            raise MicroMsg2Closed(
+                f"the connection closed before {self.destination!r} completed", by_peer=by_peer
+            ) from None
+        if isinstance(item, MessageReceived):
+            self.connection._consumed(1)
+            return item
+        self._end()
+        if isinstance(item, StreamFailed):
+            raise StreamError(self.destination, item.message)
+        raise trio.EndOfChannel
+
+    def __aiter__(self) -> MessageStream:
+        return self
+
+    async def __anext__(self) -> MessageReceived:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def unsubscribe(self) -> None:
+        """Send ``unsubscribe`` (if the stream is still open) and stop reading for it.
+
+        Messages held for it are dropped and acknowledged. Never blocks, so
+        it is safe in a ``finally`` of a cancelled task.
+        """
+        if self._ended:
+            return
+        self._end()
+        self.connection._unsubscribe(self.destination)
+
+    def _end(self) -> None:
+        self._ended = True
+        self.connection._streams.pop(self.destination, None)
+        dropped = self._queue.detach()
+        self.connection._consumed(sum(isinstance(item, MessageReceived) for item in dropped))
+
+
+class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
+    """An open MicroMsg2 connection, handshake done (either role).
+
+    Create one with :func:`open_micromsg2_connection`,
+    :func:`open_micromsg2_stream` or a :class:`MicroMsg2Server`.
+
+    Args:
+        stream: the transport; the connection owns it.
+        role: ``Role.CLIENT`` (we send the first handshake) or ``Role.SERVER``.
+        settings: identity, extensions, timeouts, bounds and limits.
+    """
+
+    def __init__(
+        self, stream: trio.abc.Stream, role: Role = Role.CLIENT, settings: MicroMsg2Settings = DEFAULT_SETTINGS
+    ) -> None:
+        machine = Connection(
+            role,
+            identity=settings.identity,
+            required=settings.required,
+            optional=settings.optional,
+            accept=settings.accept,
+            limits=settings.limits,
+        )
+        super().__init__(stream, machine, settings)
+        self.role = role
+        self._started = False
+        self._window: SendWindow | None = None
+        self._streams: dict[str, MessageStream] = {}
+        self._sends: InboundQueue[MessageReceived] = InboundQueue(self)
+        self._commands: InboundQueue[Command] = InboundQueue(self)
+        self._all_acknowledged = trio.Event()
+        self._all_acknowledged.set()
+
+    def _use_settings(self, settings: MicroMsg2Settings) -> None:
+        # Before the connection starts: handshake with these settings instead
+        # (a client that learns its window from its first subscriber's demand).
+        if self._started:
+            raise RuntimeError("the connection has started: its handshake is sent")
+        self.config = settings
+        self._machine = Connection(
+            self.role,
+            identity=settings.identity,
+            required=settings.required,
+            optional=settings.optional,
+            accept=settings.accept,
+            limits=settings.limits,
+        )
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._started = True
+        await super()._run(task_status=task_status)
+
+    async def aclose(self) -> None:
+        """Close the transport (MicroMsg2 has no goodbye); see ``BridgeConnection.aclose``.
+
+        A connection that never started (a peer that never subscribed) just
+        closes its transport. Always checkpoints.
+        """
+        if not self._started:
+            self._finish(self._closed_locally(), normal=True)
+            await trio.aclose_forcefully(self.stream)
+            return
+        await super().aclose()
+
+    # ---- state ------------------------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        """The sans-I/O machine's state."""
+        return self._machine.state
+
+    @property
+    def peer_identity(self) -> str | None:
+        """The identity in the peer's handshake."""
+        return self._machine.peer_identity
+
+    @property
+    def extensions(self) -> tuple[ExtensionSpec, ...]:
+        """The extensions in use, in index order (empty before the handshake)."""
+        return self._machine.extensions
+
+    @property
+    def window(self) -> int | None:
+        """The negotiated ack window (1 for ``ack``, N for ``batch-ack``), or None."""
+        return self._machine.window
+
+    @property
+    def send_credit(self) -> int | None:
+        """How many messages we may send now without waiting; None for unlimited (no acks)."""
+        return self._machine.send_credit
+
+    @property
+    def unacknowledged(self) -> int:
+        """Our messages the peer has not acknowledged yet."""
+        return self._machine.unacknowledged
+
+    def uses(self, name: str) -> bool:
+        """Whether the extension ``name`` is used on this connection."""
+        return self._machine.uses(name)
+
+    def statistics(self) -> MicroMsg2Statistics:
+        """A snapshot: bytes in and out, messages held, the window, whether reading is allowed."""
+        machine = self._machine
+        return MicroMsg2Statistics(
+            bytes_received=self.bytes_received,
+            bytes_sent=self.bytes_sent,
+            buffered_bytes=self.buffered_bytes,
+            window=machine.window,
+            unacknowledged=machine.unacknowledged,
+            pending_messages=machine.pending_messages,
+            subscriptions=len(machine.subscriptions),
+            reading=self._wants_input(),
+        )
+
+    # ---- the kit's hooks ------------------------------------------------------
+
+    def _wants_more_input(self) -> bool:
+        # Acks for what we sent; and a server always listens for commands
+        # while a subscription streams (an unsubscribe must get through).
+        return self._machine.unacknowledged > 0
+
+    def _read_paused_by_protocol(self) -> bool:
+        if self._machine.window is not None:
+            return False  # the window bounds the peer already
+        per_read = self.config.receive_size // SMALLEST_MESSAGE
+        return self._machine.pending_messages + per_read > self.config.limits.max_pending_messages
+
+    def _say_goodbye(self) -> None:
+        if self._machine.state in _OPEN_OR_HANDSHAKING:
+            self._machine.close()
+
+    def _closed_locally(self) -> BaseException:
+        return MicroMsg2Closed("connection closed by this side", by_peer=False)
+
+    def _lost(self, message: str) -> BaseException:
+        return MicroMsg2ConnectionLost(message)
+
+    def _handshake_timed_out(self) -> BaseException:
+        message = f"no handshake within {self.config.handshake_timeout} s"
+        if self._machine.state in _OPEN_OR_HANDSHAKING:
+            self._machine.send_error(message)
+        return MicroMsg2Timeout(message)
+
+    def _on_finish(self, error: BaseException) -> None:
+        if self._window is not None:
+            self._window.close(error)
+        self._all_acknowledged.set()
+
+    def _dispatch(self, event: object) -> None:
+        if isinstance(event, MessageReceived):
+            if self.role is Role.SERVER:
+                self._sends.put(event, len(event.payload))
+            else:
+                stream = self._streams.get(event.destination)
+                if stream is None:
+                    self._consumed(1)  # crossed our unsubscribe: nobody will take it
+                else:
+                    stream._queue.put(event, len(event.payload))
+        elif isinstance(event, Acknowledged):
+            if self._window is not None:
+                self._window.release(min(event.count, self._window.in_flight))
+            if self._machine.unacknowledged == 0:
+                self._all_acknowledged.set()
+        elif isinstance(event, (Subscribe, Unsubscribe)):
+            self._commands.put(event, 0)
+        elif isinstance(event, (Completed, StreamFailed)):
+            stream = self._streams.get(event.destination)
+            if stream is not None:
+                stream._queue.put(event, 0)
+        elif isinstance(event, HandshakeCompleted):
+            if event.window is not None:
+                self._window = SendWindow(event.window)
+            self._handshake_complete()
+        elif isinstance(event, ConnectionFailed):
+            self._finish(PeerError(event.message or "the peer sent an ERROR frame"))
+        elif isinstance(event, ConnectionClosed):
+            self._finish(MicroMsg2Closed("the peer closed the connection", by_peer=True), normal=True)
+
+    def _consumed(self, count: int) -> None:
+        # The application took ``count`` messages: acknowledge them now.
+        if count and self._machine.state is ConnectionState.OPEN:
+            self._machine.acknowledge(count)
+            self._take_output()
+
+    # ---- sending ----------------------------------------------------------------
+
+    async def send_message(
+        self,
+        destination: str,
+        payload: bytes,
+        *,
+        properties: Mapping[str, FilterValue] | Iterable[tuple[str, FilterValue]] = (),
+        dotnet_type: str | None = None,
+    ) -> int:
+        """Send a MESSAGE (server) or SEND (client); return its sequence number.
+
+        Waits while the ack window is full (that is the peer's demand), then
+        while more than ``max_write_buffer`` bytes are unwritten. A payload
+        over 1 MiB goes as CONTINUED frames and counts once.
+
+        Raises:
+            LocalProtocolError: a bad destination or property, or a dotnet
+                type without the dotnet extension.
+            MicroMsg2Closed and the other end errors: the connection ended.
+
+        Cancellation: while waiting for the window, nothing was sent; once
+        queued, the message may still go out. Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        window = self._window
+        if window is not None:
+            await window.acquire(1)
+        try:
+            self._check_open()
+            sequence = self._machine.send_message(
+                destination, payload, properties=properties, dotnet_type=dotnet_type
+            )
+        except BaseException:
+            if window is not None and window.in_flight:
+                window.release(1)
+            raise
+        if self._machine.unacknowledged and self._all_acknowledged.is_set():
+            self._all_acknowledged = trio.Event()
+        self._wake_reader()  # the ack will need reading
+        await self._send_queued()
+        return sequence
+
+    async def wait_acknowledged(self) -> None:
+        """Wait until the peer has acknowledged every message we sent (at once without acks).
+
+        Raises:
+            the connection's end error, if it ended with messages unacknowledged.
+        """
+        await self._all_acknowledged.wait()
+        if self._machine.unacknowledged:
+            self._check_open()
+        await self._wait_written(self._queued + self.config.max_write_buffer)
+
+    async def subscribe(self, destination: str, filter: Filter | str | None = None) -> MessageStream:
+        """(client) Send ``subscribe;destination=D[,filter=F]``; return the stream of its messages.
+
+        Raises:
+            LocalProtocolError: not a client, no pubsub, already subscribed,
+                or a filter that does not parse.
+            MicroMsg2Closed and the other end errors: the connection ended.
+
+        Cancellation: the subscribe may still go out; the stream is then
+        unsubscribed. Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.subscribe(destination, filter)
+        stream = self._streams[destination] = MessageStream(self, destination)
+        try:
+            await self._send_queued()
+        except BaseException:
+            stream.unsubscribe()
+            raise
+        return stream
+
+    def _unsubscribe(self, destination: str) -> None:
+        if self._machine.state is ConnectionState.OPEN and destination in self._machine.subscriptions:
+            self._machine.unsubscribe(destination)
+            self._take_output()
+
+    async def complete(self, destination: str) -> None:
+        """(server) Send ``completed;destination=D``: the stream ended.
+
+        Raises:
+            LocalProtocolError: not a server, no pubsub, or not subscribed.
+            MicroMsg2Closed and the other end errors: the connection ended.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.complete(destination)
+        await self._send_queued()
+
+    async def fail_stream(self, destination: str, message: str) -> None:
+        """(server) Send ERROR ``error;destination=D,message=M``; the connection stays.
+
+        Raises as :meth:`complete`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.fail_stream(destination, message)
+        await self._send_queued()
+
+    def is_subscribed(self, destination: str) -> bool:
+        """(server) Whether ``destination`` is an open subscription of the client's."""
+        return destination in self._machine.subscriptions
+
+    async def send_error(self, message: str) -> None:
+        """Send ERROR ``error;message=M`` and close, as the spec requires.
+
+        Raises:
+            MicroMsg2Closed and the other end errors: the connection had ended.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.send_error(message)
+        await self._close_with(MicroMsg2Closed(f"connection closed by this side with an error: {message}", by_peer=False))
+
+    # ---- receiving ------------------------------------------------------------------
+
+    async def receive_send(self) -> MessageReceived:
+        """(server) The next SEND from the client.
+
+        Call :meth:`acknowledge` once it is handled (published, stored):
+        that frees the client's window, and without acks it still counts
+        against ``max_pending_messages`` until then.
+
+        Raises:
+            trio.EndOfChannel: the client closed the connection, nothing is left.
+            PeerError, RemoteProtocolError, MicroMsg2ConnectionLost: it ended
+                with an error.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        return await self._sends.take()
+
+    def acknowledge(self, count: int = 1) -> None:
+        """(server) ``count`` more SENDs taken with :meth:`receive_send` are handled: ack them now.
+
+        Never blocks (the ack is queued for the writer).
+
+        Raises:
+            LocalProtocolError: more than were taken and not acknowledged.
+        """
+        self._consumed(count)
+
+    async def receive_command(self) -> Command:
+        """(server) The next ``subscribe`` or ``unsubscribe`` from the client.
+
+        Raises and cancellation as :meth:`receive_send`.
+        """
+        return await self._commands.take()

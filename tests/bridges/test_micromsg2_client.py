@@ -1,0 +1,118 @@
+"""``mm2://`` as an :class:`rstreams.Peer`: the window from the first demand, early exits, refusals."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import trio
+
+import examples.demo
+import rstreams
+from bridges.micromsg2 import (
+    ExtensionSpec,
+    MicroMsg2AppServer,
+    MicroMsg2Connection,
+    MicroMsg2Server,
+    MicroMsg2Settings,
+    PeerError,
+    Subscribe,
+    Unsubscribe,
+)
+from rstreams.support import listener_url
+
+BROKERISH = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(64), ExtensionSpec(name="pubsub")))
+
+
+async def serve(nursery: trio.Nursery, server: MicroMsg2Server) -> str:
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    return listener_url(listener, "mm2")
+
+
+async def test_the_window_is_the_first_subscriber_s_demand(nursery: trio.Nursery) -> None:
+    windows: list[int | None] = []
+
+    async def record(connection: MicroMsg2Connection) -> None:
+        windows.append(connection.window)
+        command = await connection.receive_command()
+        assert isinstance(command, Subscribe)
+        await connection.complete(command.destination)
+
+    url = await serve(nursery, MicroMsg2Server(record, settings=BROKERISH))
+    with trio.fail_after(10):
+        async with rstreams.connect(url) as peer:
+            async with peer.subscribe("x", prefetch=5) as stream:
+                assert [element async for element in stream] == []
+        async with rstreams.connect(url + "?window=3") as peer:
+            async with peer.subscribe("x", prefetch=5) as stream:
+                assert [element async for element in stream] == []
+    assert windows == [5, 3]
+
+
+async def test_leaving_early_unsubscribes(nursery: trio.Nursery) -> None:
+    commands: list[object] = []
+    done = trio.Event()
+
+    async def stream_forever(connection: MicroMsg2Connection) -> None:
+        command = await connection.receive_command()
+        assert isinstance(command, Subscribe)
+        commands.append(command)
+        async with trio.open_nursery() as inner:
+
+            async def send() -> None:
+                n = 0
+                while True:
+                    await connection.send_message(command.destination, str(n).encode())
+                    n += 1
+
+            inner.start_soon(send)
+            commands.append(await connection.receive_command())
+            inner.cancel_scope.cancel()
+        done.set()
+
+    url = await serve(nursery, MicroMsg2Server(stream_forever, settings=BROKERISH))
+    with trio.fail_after(10):
+        async with rstreams.connect(url) as peer:
+            async with peer.subscribe("numbers", prefetch=4) as stream:
+                got = [bytes(await stream.__anext__()) for _ in range(3)]
+            await done.wait()
+    assert got == [b"0", b"1", b"2"]
+    assert commands == [Subscribe(destination="numbers"), Unsubscribe(destination="numbers")]
+
+
+async def test_a_peer_that_never_subscribes_just_closes(nursery: trio.Nursery) -> None:
+    url = await serve(nursery, MicroMsg2AppServer(examples.demo.app))
+    with trio.fail_after(10):
+        async with rstreams.connect(url):
+            pass
+
+
+async def test_a_refused_handshake_fails_the_first_subscription(nursery: trio.Nursery) -> None:
+    held = trio.Event()
+
+    async def hold(connection: MicroMsg2Connection) -> None:
+        await held.wait()
+
+    url = await serve(nursery, MicroMsg2Server(hold, settings=BROKERISH, max_connections=1))
+    with trio.fail_after(10):
+        # The first peer's connection takes the server's only slot (its
+        # handshake waits for a demand that never comes); the second peer's
+        # handshake is refused, and its first subscription says so.
+        async with rstreams.connect(url) as first:
+            async with first.subscribe("x", prefetch=0):
+                async with rstreams.connect(url) as second:
+                    with pytest.raises(PeerError) as caught:
+                        await second.fetch("x", 1)
+                    assert caught.value.message == "server busy"
+            held.set()
+
+
+async def test_an_unreachable_broker_fails_connect(nursery: trio.Nursery) -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    with trio.fail_after(10):
+        with pytest.raises(OSError):
+            async with rstreams.connect(f"mm2://127.0.0.1:{port}"):
+                pass  # pragma: no cover
