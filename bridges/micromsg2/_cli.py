@@ -73,7 +73,7 @@ with its query ('range?count=5') or a topic ('chat').
 
 EPILOG = """\
 examples:
-  rstreams serve examples.demo:app --micromsg2 127.0.0.1:7010
+  rstreams serve rstreams.demo:app --micromsg2 127.0.0.1:7010
   rstreams mm2 sub 127.0.0.1:7010 'range?count=3' --format hex
   rstreams mm2 sub 127.0.0.1:7010 chat --filter 'room=Tlobby;level>=N2' --properties
   rstreams mm2 send 127.0.0.1:7010 chat hello there --property room:Tlobby --property level:N3
