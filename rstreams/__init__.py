@@ -12,6 +12,7 @@ from ._config import SessionConfig
 from ._connect import connect, open_local_session, open_session
 from ._errors import (
     HandshakeError,
+    InvalidParameter,
     LocalProtocolError,
     ProtocolError,
     PublisherError,
@@ -35,6 +36,7 @@ from ._version import __version__
 from .protocol import ElementBatch, ProtocolLimits
 
 __all__ = [
+    "InvalidParameter",
     "ADAPTIVE_BYTE_BUDGET",
     "ADAPTIVE_INITIAL",
     "ADAPTIVE_MAXIMUM",

@@ -38,6 +38,7 @@ from wsproto.events import AcceptConnection
 from wsproto.events import Request as WebSocketRequest
 from wsproto.utilities import ProtocolError as WebSocketProtocolError
 
+from ._logs import logger, peer_address
 from ._websocket import SUBPROTOCOL, WebSocketStream
 
 __all__ = [
@@ -303,6 +304,8 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
             # The listing is only needed for files (a thread hop: skip it for upgrades).
             files = [] if is_upgrade(request) else await trio.to_thread.run_sync(_static_files, site.static_dir)
             route = route_request(request, files, site.origins)
+            if route.status == 403 and is_upgrade(request):
+                _log_refused_origin(stream, request)
             if route.kind is RouteKind.UPGRADE:
                 return await _upgrade(stream, connection, request, site)
             await _answer(stream, connection, route, site.static_dir)
@@ -315,6 +318,13 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise
+
+
+def _log_refused_origin(stream: trio.abc.Stream, request: h11.Request) -> None:
+    peer = peer_address(stream)
+    origin = b", ".join(_header(request, b"origin")).decode("latin-1")
+    fields = {"event": "origin_refused", "peer": peer, "origin": origin, "reason": "origin not allowed"}
+    logger.info("WebSocket upgrade refused: %s from origin %s", peer, origin, extra=fields)
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:

@@ -51,6 +51,7 @@ import trio
 
 from ._codecs import Codec, CodecLike, resolve_codec
 from ._config import SessionConfig
+from ._errors import InvalidParameter
 from ._peer import Peer
 from .protocol import Connection
 
@@ -113,8 +114,9 @@ class SubscribeRequest:
         """A query parameter as an int, with bounds.
 
         Raises:
-            ValueError: not an int, or out of bounds; a publisher that lets
-                this escape answers the subscriber with onError.
+            InvalidParameter: (a ValueError) not an int, or out of bounds; a
+                publisher that lets this escape answers the subscriber with
+                onError, and the server logs one line, no traceback.
         """
         raw = self.params.get(key)
         if raw is None:
@@ -122,11 +124,11 @@ class SubscribeRequest:
         try:
             value = int(raw)
         except ValueError:
-            raise ValueError(f"parameter {key}={raw!r} is not an integer") from None
+            raise InvalidParameter(f"parameter {key}={raw!r} is not an integer") from None
         if minimum is not None and value < minimum:
-            raise ValueError(f"parameter {key}={value} is below the minimum {minimum}")
+            raise InvalidParameter(f"parameter {key}={value} is below the minimum {minimum}")
         if maximum is not None and value > maximum:
-            raise ValueError(f"parameter {key}={value} is above the maximum {maximum}")
+            raise InvalidParameter(f"parameter {key}={value} is above the maximum {maximum}")
         return value
 
     def float_param(self, key: str, default: float, *, minimum: float | None = None) -> float:
@@ -137,9 +139,9 @@ class SubscribeRequest:
         try:
             value = float(raw)
         except ValueError:
-            raise ValueError(f"parameter {key}={raw!r} is not a number") from None
+            raise InvalidParameter(f"parameter {key}={raw!r} is not a number") from None
         if value != value or (minimum is not None and value < minimum):
-            raise ValueError(f"parameter {key}={raw!r} is out of range")
+            raise InvalidParameter(f"parameter {key}={raw!r} is out of range")
         return value
 
 

@@ -20,6 +20,7 @@ import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
+from ._logs import peer_address, transport_name
 from ._publish import Router
 from ._session import Session, open_stream_session
 from ._websocket import websocket_config
@@ -90,13 +91,20 @@ class Server:
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
             return
         self._active += 1
+        transport = transport_name(stream)
         try:
             async with open_stream_session(stream, app=self.app, config=config) as session:
                 self._sessions.add(session)
+                peer = session.peer_address
+                fields = {"event": "session_open", "peer": peer, "transport": transport}
+                logger.info("session open: %s over %s", peer, transport, extra=fields)
                 try:
                     await session.wait_closed()
                 finally:
                     self._sessions.discard(session)
+                    reason = session.close_reason or "session cancelled"
+                    fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
+                    logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
@@ -225,6 +233,9 @@ def listener_url(listener: Listener, scheme: str, path: str = "") -> str:
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
     # Say hello and goodbye (the protocol's way to refuse), then close.
+    peer, transport = peer_address(stream), transport_name(stream)
+    fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
+    logger.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
     connection = Connection()
     connection.send_goodbye(reason)
     with trio.move_on_after(1):

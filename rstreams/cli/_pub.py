@@ -112,7 +112,7 @@ class LinePublisher:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     lines = LineReader(STDIN_FD)
     publisher = LinePublisher(lines)
     if not args.name:

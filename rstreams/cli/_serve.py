@@ -136,7 +136,7 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     if args.allow_origin and not args.ws:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)

@@ -340,7 +340,7 @@ def _silence_stdout() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     try:
         secure = url_is_secure(args.url)
     except ValueError as exc:  # UnsupportedScheme included: it names the known schemes
