@@ -210,7 +210,7 @@ class PublicationHandle:
     answers at once never needs one.
     """
 
-    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "_waiter")
+    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "sink", "name", "_waiter")
 
     def __init__(self, session: PublishingSession, subscriber: int, element_size: int) -> None:
         self.session = session
@@ -218,6 +218,9 @@ class PublicationHandle:
         self.element_size = element_size
         self.scope: trio.CancelScope | None = None
         self.closed = False
+        # The publication's sink, for statistics (its count of elements sent).
+        self.sink: Sink | None = None
+        self.name = ""  # the publisher name the subscriber asked for
         self._waiter: trio.Event | None = None
 
     async def wait_for_room(self) -> None:

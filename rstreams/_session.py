@@ -179,6 +179,9 @@ class Session(Peer):
         self._bytes_in = 0
         self._bytes_out = 0
         self._dropped = 0
+        # Elements sent by publications that have ended (live ones count in
+        # their sinks): counted once per stream, never per element.
+        self._elements_published = 0
 
     # ---- life cycle --------------------------------------------------
 
@@ -616,7 +619,8 @@ class Session(Peer):
         self._publications[subscriber] = handle
         conn.accept(subscriber, route.element_size)
         request = new_request(name, path, params, self, subscriber)
-        sink = Sink(handle, route.resolved_codec)
+        sink = handle.sink = Sink(handle, route.resolved_codec)
+        handle.name = name
         try:
             work = route.start(sink, request)
         except Exception as exc:
@@ -638,6 +642,9 @@ class Session(Peer):
         the stream already ended, and forget the publication."""
         conn = self._conn
         subscriber = handle.subscriber
+        if handle.sink is not None:
+            self._elements_published += handle.sink._sent
+            handle.sink = None
         if self._publications.get(subscriber) is handle:
             del self._publications[subscriber]
             if answer and conn.is_publishing(subscriber):

@@ -201,6 +201,15 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         f"before sleeping, while such subscribes come that quickly (plain TCP; default: {DEFAULT_CONFIG.busy_poll:g}; "
         "0: never, to spare the CPU)",
     )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        default=[],
+        help="serve /healthz, /stats and /metrics (Prometheus) over HTTP on this address "
+        "(a --ws listener answers them too); repeatable",
+    )
     add_log_level_argument(parser)
 
 
@@ -294,6 +303,7 @@ async def serve_until_stopped(
     websocket_addresses: Sequence[tuple[str | None, int]] = (),
     allowed_origins: Sequence[str] = (),
     services: Sequence[BridgeService] = (),
+    metrics_addresses: Sequence[tuple[str | None, int]] = (),
 ) -> int:
     """Serve on every address until SIGINT / SIGTERM (or ``stop``), then shut down.
 
@@ -301,10 +311,13 @@ async def serve_until_stopped(
     ``websocket_addresses`` WebSocket ones (``wss://`` with ``ssl_context``;
     ``allowed_origins`` as for ``Server.serve_websocket``), all serving the
     same ``server``; ``services`` are the bridges' (``--emp``), whose
-    connections are closed together with the sessions on shutdown.
+    connections are closed together with the sessions on shutdown;
+    ``metrics_addresses`` are HTTP listeners of ``/healthz``, ``/stats``
+    and ``/metrics`` (``Server.serve_metrics``).
 
     Prints ``rstreams: serving LABEL on URL`` on stdout per listener once all
-    listen, and ``rstreams: shut down`` at the end. A second signal during the
+    listen (then ``rstreams: metrics on http://HOST:PORT/metrics`` per metrics
+    listener), and ``rstreams: shut down`` at the end. A second signal during the
     shutdown closes the remaining sessions at once.
 
     Returns:
@@ -340,6 +353,10 @@ async def serve_until_stopped(
                         raise CommandError(str(exc.strerror or exc)) from None
                     for url in urls:
                         print(f"rstreams: serving {label} on {url}", flush=True)
+                for host, port in metrics_addresses:
+                    serve = partial(server.serve_metrics, host, port)
+                    for listener in await _listen(listening, serve, host, port):
+                        print(f"rstreams: metrics on {listener_url(listener, 'http', '/metrics')}", flush=True)
                 await _wait_for_stop(signals, stop)
                 listening.cancel_scope.cancel()
             # Not accepting any more: say goodbye to every session. A second

@@ -128,7 +128,12 @@ def run(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lines.run)
             status = await serve_until_stopped(
-                server, args.tcp, ssl_context, f"stdin as {args.name}", stop=publisher.finished
+                server,
+                args.tcp,
+                ssl_context,
+                f"stdin as {args.name}",
+                stop=publisher.finished,
+                metrics_addresses=args.metrics,
             )
             nursery.cancel_scope.cancel()
         return status
