@@ -67,6 +67,7 @@ __all__ = [
     "PublishingSession",
     "PublicationHandle",
     "new_request",
+    "RESERVED_PREFIX",
 ]
 
 
@@ -524,6 +525,11 @@ def _takes_request(function: Callable[..., Any]) -> bool:
 
 RouteLike = Union[Route, PublisherFunction]
 
+#: Publisher names starting with this belong to the server (``$stats``):
+#: no app can register one, so a client asking for ``$stats`` always gets
+#: the server's statistics, whatever the app.
+RESERVED_PREFIX = "$"
+
 
 class Router:
     """Maps publisher names (``range?count=10``) to publishers, by path.
@@ -546,9 +552,16 @@ class Router:
             self.add(path, route)
 
     def add(self, path: str, publisher: RouteLike, *, element_size: int = 0, codec: CodecLike = None) -> None:
-        """Serve ``publisher`` at ``path``."""
+        """Serve ``publisher`` at ``path``.
+
+        Raises:
+            ValueError: ``path`` has a query, or starts with ``$`` (names the
+                server keeps for itself, such as ``$stats``).
+        """
         if "?" in path:
             raise ValueError(f"a route path has no query: {path!r}")
+        if path.startswith(RESERVED_PREFIX):
+            raise ValueError(f"route paths starting with {RESERVED_PREFIX!r} are the server's own ($stats): {path!r}")
         if isinstance(publisher, Route):
             route = publisher
         else:

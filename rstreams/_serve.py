@@ -24,6 +24,7 @@ from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener
 from ._endpoints import operator_endpoints
 from ._logs import peer_address, transport_name
 from ._stats import ServerTotals, StatisticsSource, server_statistics
+from ._stats_publisher import STATS_PUBLISHER, ServerRoutes, stats_route
 from ._publish import Router
 from ._session import Session, open_stream_session
 from ._websocket import websocket_config
@@ -47,6 +48,9 @@ class Server:
             ...
             await server.aclose()       # goodbye to every session
             nursery.cancel_scope.cancel()
+
+    Besides the app's publishers, every server publishes ``$stats``: its
+    :meth:`statistics` as a JSON record once a second (see docs/operating.md).
 
     Args:
         app: the publishers to serve.
@@ -75,6 +79,8 @@ class Server:
         self._described: dict[Session, tuple[str, float]] = {}
         self._totals = ServerTotals()
         self._bridges: dict[str, Sequence[StatisticsSource]] = {}
+        # What sessions resolve names with: $stats, then self.app.
+        self._routes = ServerRoutes(lambda: self.app, {STATS_PUBLISHER: stats_route(self.statistics)})
 
     @property
     def sessions(self) -> frozenset[Session]:
@@ -104,7 +110,7 @@ class Server:
         transport = transport_name(stream)
         opened: Session | None = None
         try:
-            async with open_stream_session(stream, app=self.app, config=config) as session:
+            async with open_stream_session(stream, app=self._routes, config=config) as session:
                 self._sessions.add(session)
                 opened = session
                 self._described[session] = (transport, time.monotonic())

@@ -1,4 +1,4 @@
-"""The ``rstreams`` command line: ``serve``, ``sub`` and ``pub``, and each bridge's own.
+"""The ``rstreams`` command line: ``serve``, ``sub``, ``pub`` and ``stats``, and each bridge's own.
 
 Each command lives in its own module (``_serve``, ``_sub``, ``_pub``) with
 its parser, its help and examples, and a ``run(args) -> exit status``; what
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from .._registry import registered_bridges
 from .._version import __version__
-from . import _pub, _serve, _sub
+from . import _pub, _serve, _stats, _sub
 from ._common import (
     EXIT_CODES_HELP,
     EXIT_CONNECTION,
@@ -75,6 +75,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9001 numbers
   rstreams serve examples.demo:app --emp 127.0.0.1:7000
   rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex    # the same, over EMP
+  rstreams stats tcp://127.0.0.1:9000                               # the server's statistics, live
 
 Run `rstreams COMMAND --help` for each command's options and examples.
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve.add_parser(subparsers)
     _sub.add_parser(subparsers)
     _pub.add_parser(subparsers)
+    _stats.add_parser(subparsers)
     for bridge in registered_bridges():
         if bridge.add_commands is not None:
             bridge.add_commands(subparsers)

@@ -61,6 +61,7 @@ formats:
   msgpack  the element decoded as MessagePack, printed as compact JSON (bytes
            inside it as hex strings; what JSON cannot hold, as Python repr)
   json     the element decoded as JSON, printed as compact JSON
+  jsonl    the same as json, by its JSON Lines name (rstreams sub URL '$stats' --format jsonl)
 
 Leaving early (--count reached, Ctrl-C, stdout closed) cancels the stream and
 says goodbye.
@@ -179,6 +180,7 @@ FORMATS: dict[str, Callable[[bytes], bytes]] = {
     "hex": _format_hex,
     "msgpack": _format_msgpack,
     "json": _format_json,
+    "jsonl": _format_json,  # JSON Lines: one compact JSON document per line, as json
 }
 
 
