@@ -41,6 +41,7 @@ from ._common import (
     configure_logging,
     run_command,
 )
+from ._progress import Progress
 
 __all__ = ["add_parser", "FORMATS"]
 
@@ -78,6 +79,8 @@ examples:
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'range?count=1000000' --format hex | head -3
   rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex   # over EMP
+  rstreams sub tcp://127.0.0.1:9000 'range?count=100000000' --format hex --stats > /dev/null
+  rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl      # the server's statistics
 
 """
     + EXIT_CODES_HELP
@@ -123,6 +126,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--format", choices=FORMATS, default="raw", help="how to print each element (default: raw)")
     parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
+    parser.add_argument(
+        "--stats", action="store_true", help="print a progress line on stderr every second: elements, rate, bytes"
+    )
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
@@ -214,7 +220,13 @@ class _Demand:
         return 0
 
 
-async def _print_elements(subscription: Subscription, demand: _Demand, format_element: Callable[[bytes], bytes], out: BinaryIO) -> None:
+async def _print_elements(
+    subscription: Subscription,
+    demand: _Demand,
+    format_element: Callable[[bytes], bytes],
+    out: BinaryIO,
+    progress: Progress | None = None,
+) -> None:
     def top_up() -> None:
         n = demand.more()
         if n:
@@ -235,6 +247,8 @@ async def _print_elements(subscription: Subscription, demand: _Demand, format_el
                 raise DecodeError(f"element {demand.printed + len(lines)} is {exc}") from None
         _write_lines(out, lines)
         demand.printed += len(batch)
+        if progress is not None:
+            progress.add(len(batch), sum(map(len, batch)))
         if demand.limit is not None and demand.printed >= demand.limit:
             return
         top_up()
@@ -272,9 +286,10 @@ async def _subscribe(args: argparse.Namespace, ssl_context: ssl.SSLContext | Non
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(on_signal)
+                progress = Progress(sys.stderr) if args.stats else None
                 try:
                     async with peer.subscribe(args.name, prefetch=0) as subscription:
-                        await _print_elements(subscription, demand, format_element, out)
+                        await _print_elements(subscription, demand, format_element, out, progress)
                 except PublisherError as exc:
                     status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
                 except SessionClosed as exc:
@@ -285,6 +300,9 @@ async def _subscribe(args: argparse.Namespace, ssl_context: ssl.SSLContext | Non
                     _silence_stdout()
                 except RStreamsError as exc:
                     status = _bridge_error(args.url, exc)
+                finally:
+                    if progress is not None:
+                        progress.finish()  # also after Ctrl-C: the totals of the run
                 nursery.cancel_scope.cancel()
     return status
 
