@@ -106,15 +106,15 @@ def session_statistics(session: Session, transport: str, opened_at: float, now: 
             {"stream": subscriber, "direction": "publish", "name": handle.name, "elements": sent, "demand_outstanding": outstanding}
         )
     for subscriber, receiver in list(session._subscriptions.items()):
-        outstanding = session._outstanding_demand(subscriber) if subscriber in session._subscriptions else 0
-        received = getattr(receiver, "_received", 0)
+        # Our own subscriptions to the peer (a publisher subscribing back):
+        # listed, but their demand is the peer's to serve, not in the totals.
         streams.append(
             {
                 "stream": subscriber,
                 "direction": "subscribe",
                 "name": receiver.name,
-                "elements": received,
-                "demand_outstanding": min(outstanding, UNBOUNDED - 1),
+                "elements": getattr(receiver, "_received", 0),
+                "demand_outstanding": session._outstanding_demand(subscriber),
             }
         )
     return {

@@ -165,3 +165,25 @@ async def test_bridge_services_with_statistics_are_summed_per_bridge() -> None:
     server = rstreams.Server(standard_app())
     server.add_bridge_services("emp", [Service(2), Service(3), object()])
     assert server.statistics()["bridges"] == {"emp": {"connections": 5, "bytes_sent": 50}}
+
+
+async def test_a_publisher_subscribing_back_lists_that_stream_too() -> None:
+    pulled = trio.Event()
+
+    async def pull(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        async with request.session.subscribe("range?count=100", prefetch=0) as numbers:
+            numbers.request(3)
+            await numbers.__anext__()
+            pulled.set()
+            await trio.sleep_forever()
+
+    server = rstreams.Server(standard_app(pull=pull))
+    with trio.fail_after(TIMEOUT):
+        async with serving(server) as url, rstreams.open_session(url, app=standard_app()) as client:
+            async with client.subscribe("pull"):
+                await pulled.wait()
+                await wait_for(lambda: len(only_session(server.statistics())["open_streams"]) == 2)
+                streams = only_session(server.statistics())["open_streams"]
+    [back] = [stream for stream in streams if stream["direction"] == "subscribe"]
+    assert back["name"] == "range?count=100" and back["elements"] >= 1
+    assert back["elements"] + back["demand_outstanding"] == 3
