@@ -20,7 +20,8 @@ fields rather than a sentence to parse:
 
 A peer's mistake (a protocol error, a bad parameter) is the peer's problem,
 not the server's: it is one ``info`` line naming the peer, never a traceback.
-Nothing is logged per element.
+Nothing is logged per element. Whether a session logs its streams (debug) is
+decided when it opens, so that a subscribe costs no level check.
 
 :class:`JsonFormatter` writes each record as one JSON object per line
 (``rstreams serve --log-format json``).

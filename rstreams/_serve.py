@@ -68,7 +68,8 @@ class Server:
     ) -> None:
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
-        self.app = app
+        # What sessions resolve names with: self.app, then $stats.
+        self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
         self.config = config
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
@@ -79,8 +80,15 @@ class Server:
         self._described: dict[Session, tuple[str, float]] = {}
         self._totals = ServerTotals()
         self._bridges: dict[str, Sequence[StatisticsSource]] = {}
-        # What sessions resolve names with: $stats, then self.app.
-        self._routes = ServerRoutes(lambda: self.app, {STATS_PUBLISHER: stats_route(self.statistics)})
+
+    @property
+    def app(self) -> Router:
+        """The publishers served; assign another router to serve it from the next subscribe on."""
+        return self._routes._app
+
+    @app.setter
+    def app(self, app: Router) -> None:
+        self._routes.serve(app)
 
     @property
     def sessions(self) -> frozenset[Session]:

@@ -134,6 +134,10 @@ class Session(Peer):
         self._stream = stream
         #: ``host:port`` of the peer (``-`` without a socket), for log records.
         self.peer_address = peer_address(stream)
+        # Whether each stream's subscribe, cancel and end are logged (debug):
+        # looked up once per session rather than on every subscribe, which
+        # a request-response peer sends tens of thousands of times a second.
+        self._log_streams = logger.isEnabledFor(logging.DEBUG)
         self._conn = Connection(limits=config.limits)
         self._nursery: trio.Nursery | None = None
         self._subscriptions: dict[int, StreamReceiver] = {}
@@ -551,7 +555,7 @@ class Session(Peer):
                 handle = self._publications.pop(event.subscriber, None)
                 if handle is not None:
                     handle.stop()
-                    if logger.isEnabledFor(logging.DEBUG):
+                    if self._log_streams:
                         self._log_stream("stream_cancel", event.subscriber, "cancelled by the subscriber")
             elif type(event) is Goodbye:
                 self._request_close(_CloseKind.PEER_GOODBYE, event.reason or "goodbye")
@@ -598,7 +602,7 @@ class Session(Peer):
         name = event.publisher
         subscriber = event.subscriber
         route: Route | None = None
-        if logger.isEnabledFor(logging.DEBUG):
+        if self._log_streams:
             self._log_stream("stream_subscribe", subscriber, "subscribe %r", name, publisher=name)
         try:
             path, params = SubscribeRequest.parse_name(name)
@@ -612,7 +616,7 @@ class Session(Peer):
             route = self.app.resolve(path)
         if route is None:
             conn.fail(subscriber, f"no such publisher: {name}")
-            if logger.isEnabledFor(logging.DEBUG):
+            if self._log_streams:
                 self._log_stream("stream_error", subscriber, "no such publisher %r", name, reason="no such publisher")
             return
         handle = PublicationHandle(self, subscriber, route.element_size)
@@ -652,7 +656,7 @@ class Session(Peer):
                     conn.complete(subscriber)
                 else:
                     conn.fail(subscriber, error)
-                if logger.isEnabledFor(logging.DEBUG):
+                if self._log_streams:
                     if error is None:
                         self._log_stream("stream_complete", subscriber, "completed")
                     else:

@@ -14,8 +14,8 @@ the subscriber asks, or ``count`` records (default: no end)::
 Names starting with ``$`` belong to the server: ``Router.add`` refuses them,
 so no app can shadow ``$stats``. The server's sessions see the app through
 :class:`ServerRoutes`, which answers the ``$`` names itself and hands every
-other name to the app (the server's current one: ``server.app`` may be
-replaced while it runs).
+other name to the app (the server's current one: assigning ``server.app``
+switches it).
 
 Demand paces it like any stream: a subscriber that stops asking stops
 getting records, and nothing is built for it meanwhile.
@@ -64,29 +64,37 @@ def stats_route(statistics: Callable[[], dict[str, Any]]) -> Route:
 
 
 class ServerRoutes(Router):
-    """What a server's sessions resolve names with: its ``$`` routes, then the app.
+    """What a server's sessions resolve names with: the app, then its ``$`` routes.
 
     Args:
-        app: returns the app to hand other names to (looked up per subscribe).
+        app: the app to serve (:meth:`serve` switches to another).
         own: the server's routes, each name starting with ``$``.
     """
 
-    def __init__(self, app: Callable[[], Router], own: Mapping[str, Route]) -> None:
+    def __init__(self, app: Router, own: Mapping[str, Route]) -> None:
         super().__init__()
-        self._app = app
         self._own = dict(own)
+        self.serve(app)
+
+    def serve(self, app: Router) -> None:
+        """Resolve names with ``app`` from now on."""
+        self._app = app
+        # The app's own table, read directly: a subscribe then costs one
+        # dict lookup here, as with the app itself (Router.resolve).
+        self._app_routes = app._routes
 
     def add(self, path: str, publisher: RouteLike, *, element_size: int = 0, codec: CodecLike = None) -> None:
         """Add to the app (``$`` names are refused there)."""
-        self._app().add(path, publisher, element_size=element_size, codec=codec)
+        self._app.add(path, publisher, element_size=element_size, codec=codec)
 
     def resolve(self, path: str) -> Route | None:
-        """The server's own route for a ``$`` name, else the app's."""
-        if path.startswith(RESERVED_PREFIX):
+        """The app's route, else the server's own for a ``$`` name."""
+        route = self._app_routes.get(path)
+        if route is None and path[:1] == RESERVED_PREFIX:
             return self._own.get(path)
-        return self._app().resolve(path)
+        return route
 
     @property
     def paths(self) -> list[str]:
         """The app's paths and the server's, sorted."""
-        return sorted([*self._app().paths, *self._own])
+        return sorted([*self._app.paths, *self._own])
