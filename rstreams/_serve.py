@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
-from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
+from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
 from ._endpoints import operator_endpoints
 from ._logs import peer_address, transport_name
 from ._stats import ServerTotals, StatisticsSource, server_statistics
@@ -84,7 +84,7 @@ class Server:
     @property
     def app(self) -> Router:
         """The publishers served; assign another router to serve it from the next subscribe on."""
-        return self._routes._app
+        return self._routes.app
 
     @app.setter
     def app(self, app: Router) -> None:
@@ -163,7 +163,7 @@ class Server:
         """
         self._bridges[name] = list(services)
 
-    def operator_endpoints(self) -> dict[str, Any]:
+    def operator_endpoints(self) -> dict[str, Endpoint]:
         """``/healthz``, ``/stats`` and ``/metrics`` for an HTTP listener (see ``_endpoints``)."""
         return operator_endpoints(self.statistics, lambda: not self._closing)
 

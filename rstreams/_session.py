@@ -47,8 +47,8 @@ from ._errors import (
     SessionBroken,
     SessionClosed,
     UnknownPublisher,
+    InvalidParameter,
 )
-from ._errors import InvalidParameter
 from ._groups import caller_sees_its_own_exception
 from ._logs import peer_address
 from ._peer import DEFAULT_PREFETCH, Peer

@@ -76,6 +76,11 @@ class ServerRoutes(Router):
         self._own = dict(own)
         self.serve(app)
 
+    @property
+    def app(self) -> Router:
+        """The app other names go to."""
+        return self._app
+
     def serve(self, app: Router) -> None:
         """Resolve names with ``app`` from now on."""
         self._app = app
