@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from pathlib import Path
 
-from ._support import COMMAND_TIMEOUT, OutputLines, rstreams, start, stop
+from ._support import COMMAND_TIMEOUT, OutputLines, ServeProcess, rstreams, start, stop
 
 
 def fetch(url: str) -> tuple[int, str, bytes]:
@@ -50,3 +51,13 @@ def test_serve_with_metrics_reports_tcp_and_bridge_figures(tmp_path: Path) -> No
         process.wait()
         assert process.stdout is not None
         process.stdout.close()
+
+
+def test_pub_takes_metrics_too(tmp_path: Path) -> None:
+    args = ["pub", "lines", "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]
+    with ServeProcess.start(args, tmp_path / "log", stdin=subprocess.PIPE) as server:
+        line = server.output.readline().decode()
+        assert line.startswith("rstreams: metrics on http://127.0.0.1:"), line
+        base = line.rsplit(" ", 1)[1].removesuffix("/metrics")
+        assert fetch(base + "/healthz")[::2] == (200, b"ok\n")
+        assert json.loads(fetch(base + "/stats")[2])["totals"]["sessions"] == 0
