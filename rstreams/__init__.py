@@ -24,6 +24,7 @@ if _TYPE_CHECKING:
     from ._connect import connect, open_local_session, open_session
     from ._errors import (
         HandshakeError,
+        InvalidParameter,
         LocalProtocolError,
         ProtocolError,
         PublisherError,
@@ -46,6 +47,7 @@ if _TYPE_CHECKING:
     from .protocol import ElementBatch, ProtocolLimits
 
 __all__ = [
+    "InvalidParameter",
     "ADAPTIVE_BYTE_BUDGET",
     "ADAPTIVE_INITIAL",
     "ADAPTIVE_MAXIMUM",
@@ -114,6 +116,7 @@ _LAZY_NAMES: dict[str, str] = {
     "open_local_session": "._connect",
     "open_session": "._connect",
     "HandshakeError": "._errors",
+    "InvalidParameter": "._errors",
     "LocalProtocolError": "._errors",
     "ProtocolError": "._errors",
     "PublisherError": "._errors",

@@ -18,6 +18,9 @@ stays up.
     └── SubscriptionError           one stream failed; the session stays up
         ├── PublisherError          the peer's publisher sent onError: .message
         └── UnknownPublisher        the peer has no such publisher: .name
+
+    ValueError
+    └── InvalidParameter            a subscriber's query parameter is unusable
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "SubscriptionError",
     "PublisherError",
     "UnknownPublisher",
+    "InvalidParameter",
     "describe_error",
 ]
 
@@ -88,6 +92,15 @@ class UnknownPublisher(PublisherError):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class InvalidParameter(ValueError):
+    """A subscriber's query parameter is missing its form or bounds.
+
+    Raised by ``SubscribeRequest.int_param`` / ``float_param``. It is the
+    subscriber's mistake, not the publisher's: escaping a publisher, it
+    becomes onError and one log line naming the peer, never a traceback.
+    """
 
 
 def describe_error(error: BaseException) -> str:

@@ -13,6 +13,9 @@ and :func:`route_request` (pure, no I/O) decides what it gets:
   file directly in the static directory: the file, with a content type from
   :data:`CONTENT_TYPES`. Names are looked up in the directory's listing, so
   no request can reach outside it (no path is ever joined from user input);
+* ``GET`` / ``HEAD`` of one of the site's *endpoints* (``/healthz``,
+  ``/stats``, ``/metrics``: see ``_endpoints``): what its function answers,
+  computed when asked;
 * anything else: 404, 405 (other methods), 403 (a refused origin) or 400,
   and the connection is closed (``Connection: close``: one request each).
 
@@ -26,8 +29,8 @@ import enum
 import ipaddress
 import os
 from http import HTTPStatus
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -38,6 +41,7 @@ from wsproto.events import AcceptConnection
 from wsproto.events import Request as WebSocketRequest
 from wsproto.utilities import ProtocolError as WebSocketProtocolError
 
+from ._logs import logger, peer_address
 from ._websocket import SUBPROTOCOL, WebSocketStream
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "OriginPolicy",
     "Route",
     "RouteKind",
+    "Endpoint",
     "route_request",
     "is_upgrade",
     "normalize_origin",
@@ -186,7 +191,12 @@ class OriginPolicy:
 class RouteKind(enum.Enum):
     UPGRADE = "upgrade"
     FILE = "file"
+    ENDPOINT = "endpoint"
     ERROR = "error"
+
+
+#: An endpoint's answer, made when a request asks: (status, content type, body).
+Endpoint = Callable[[], tuple[int, str, bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +219,22 @@ def is_upgrade(request: h11.Request) -> bool:
     return any(b"websocket" in value.lower() for value in _header(request, b"upgrade"))
 
 
-def route_request(request: h11.Request, files: Iterable[str], origins: OriginPolicy) -> Route:
-    """Decide what a request gets. ``files``: the names in the static directory."""
+def route_request(
+    request: h11.Request,
+    files: Iterable[str],
+    origins: OriginPolicy,
+    endpoints: Collection[str] = (),
+    *,
+    upgrades: bool = True,
+) -> Route:
+    """Decide what a request gets.
+
+    Args:
+        files: the names in the static directory.
+        endpoints: paths answered by an endpoint (``/metrics``); they take
+            precedence over files.
+        upgrades: False for a listener without WebSocket (404 to upgrades).
+    """
     # Every answer to HEAD is headers only, errors included.
     head_only = request.method == b"HEAD"
     target = request.target
@@ -218,6 +242,8 @@ def route_request(request: h11.Request, files: Iterable[str], origins: OriginPol
         return Route(RouteKind.ERROR, status=400, message="bad request target", head_only=head_only)
     path = target.split(b"?", 1)[0].decode("ascii", "replace")
     if is_upgrade(request):
+        if not upgrades:
+            return Route(RouteKind.ERROR, status=404, message="no WebSocket endpoint on this listener", head_only=head_only)
         if request.method != b"GET":
             return Route(RouteKind.ERROR, status=405, message="a WebSocket upgrade must be a GET", head_only=head_only)
         if path != "/":
@@ -236,6 +262,8 @@ def route_request(request: h11.Request, files: Iterable[str], origins: OriginPol
         return Route(RouteKind.UPGRADE)
     if request.method not in (b"GET", b"HEAD"):
         return Route(RouteKind.ERROR, status=405, message="only GET and HEAD (and WebSocket upgrades at /)", head_only=head_only)
+    if path in endpoints:
+        return Route(RouteKind.ENDPOINT, name=path, head_only=head_only)
     name = unquote(path[1:], errors="replace") or "index.html"
     # Only a name listed in the directory: never a path built from the request.
     if name in set(files):
@@ -274,10 +302,12 @@ def _read_static(directory: Path, name: str) -> bytes | None:
 class Site:
     """Everything a listener's HTTP front needs to answer a request."""
 
-    static_dir: Path
+    static_dir: Path | None
     origins: OriginPolicy
     max_message_size: int
     head_timeout: float = REQUEST_HEAD_TIMEOUT
+    endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
+    upgrades: bool = True
 
 
 async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | None:
@@ -300,12 +330,18 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
                 status = request.error_status_hint
                 await _answer(stream, connection, Route(RouteKind.ERROR, status=status, message=str(request)))
                 return None
-            # The listing is only needed for files (a thread hop: skip it for upgrades).
-            files = [] if is_upgrade(request) else await trio.to_thread.run_sync(_static_files, site.static_dir)
-            route = route_request(request, files, site.origins)
+            # The listing is only needed for files (a thread hop: skip it otherwise).
+            static_dir = site.static_dir
+            path = request.target.split(b"?", 1)[0].decode("ascii", "replace")
+            files: list[str] = []
+            if static_dir is not None and not is_upgrade(request) and path not in site.endpoints:
+                files = await trio.to_thread.run_sync(_static_files, static_dir)
+            route = route_request(request, files, site.origins, site.endpoints, upgrades=site.upgrades)
+            if route.status == 403 and is_upgrade(request):
+                _log_refused_origin(stream, request)
             if route.kind is RouteKind.UPGRADE:
                 return await _upgrade(stream, connection, request, site)
-            await _answer(stream, connection, route, site.static_dir)
+            await _answer(stream, connection, route, static_dir, site.endpoints)
             return None
         await trio.aclose_forcefully(stream)
         return None
@@ -315,6 +351,13 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise
+
+
+def _log_refused_origin(stream: trio.abc.Stream, request: h11.Request) -> None:
+    peer = peer_address(stream)
+    origin = b", ".join(_header(request, b"origin")).decode("latin-1")
+    fields = {"event": "origin_refused", "peer": peer, "origin": origin, "reason": "origin not allowed"}
+    logger.info("WebSocket upgrade refused: %s from origin %s", peer, origin, extra=fields)
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:
@@ -367,9 +410,18 @@ async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request:
     )
 
 
-async def _answer(stream: trio.abc.Stream, connection: h11.Connection, route: Route, static_dir: Path | None = None) -> None:
+async def _answer(
+    stream: trio.abc.Stream,
+    connection: h11.Connection,
+    route: Route,
+    static_dir: Path | None = None,
+    endpoints: Mapping[str, Endpoint] | None = None,
+) -> None:
     status, body, kind = route.status, (route.message + "\n").encode(), "text/plain; charset=utf-8"
     headers = [("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"), ("Connection", "close")]
+    if route.kind is RouteKind.ENDPOINT:
+        assert endpoints is not None
+        status, kind, body = endpoints[route.name]()
     if route.kind is RouteKind.FILE:
         assert static_dir is not None
         content = await trio.to_thread.run_sync(_read_static, static_dir, route.name)

@@ -51,6 +51,7 @@ import trio
 
 from ._codecs import Codec, CodecLike, resolve_codec
 from ._config import SessionConfig
+from ._errors import InvalidParameter
 from ._peer import Peer
 from .protocol import Connection
 
@@ -66,6 +67,7 @@ __all__ = [
     "PublishingSession",
     "PublicationHandle",
     "new_request",
+    "RESERVED_PREFIX",
 ]
 
 
@@ -113,8 +115,9 @@ class SubscribeRequest:
         """A query parameter as an int, with bounds.
 
         Raises:
-            ValueError: not an int, or out of bounds; a publisher that lets
-                this escape answers the subscriber with onError.
+            InvalidParameter: (a ValueError) not an int, or out of bounds; a
+                publisher that lets this escape answers the subscriber with
+                onError, and the server logs one line, no traceback.
         """
         raw = self.params.get(key)
         if raw is None:
@@ -122,11 +125,11 @@ class SubscribeRequest:
         try:
             value = int(raw)
         except ValueError:
-            raise ValueError(f"parameter {key}={raw!r} is not an integer") from None
+            raise InvalidParameter(f"parameter {key}={raw!r} is not an integer") from None
         if minimum is not None and value < minimum:
-            raise ValueError(f"parameter {key}={value} is below the minimum {minimum}")
+            raise InvalidParameter(f"parameter {key}={value} is below the minimum {minimum}")
         if maximum is not None and value > maximum:
-            raise ValueError(f"parameter {key}={value} is above the maximum {maximum}")
+            raise InvalidParameter(f"parameter {key}={value} is above the maximum {maximum}")
         return value
 
     def float_param(self, key: str, default: float, *, minimum: float | None = None) -> float:
@@ -137,9 +140,9 @@ class SubscribeRequest:
         try:
             value = float(raw)
         except ValueError:
-            raise ValueError(f"parameter {key}={raw!r} is not a number") from None
+            raise InvalidParameter(f"parameter {key}={raw!r} is not a number") from None
         if value != value or (minimum is not None and value < minimum):
-            raise ValueError(f"parameter {key}={raw!r} is out of range")
+            raise InvalidParameter(f"parameter {key}={raw!r} is out of range")
         return value
 
 
@@ -208,7 +211,7 @@ class PublicationHandle:
     answers at once never needs one.
     """
 
-    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "_waiter")
+    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "sink", "name", "_waiter")
 
     def __init__(self, session: PublishingSession, subscriber: int, element_size: int) -> None:
         self.session = session
@@ -216,6 +219,9 @@ class PublicationHandle:
         self.element_size = element_size
         self.scope: trio.CancelScope | None = None
         self.closed = False
+        # The publication's sink, for statistics (its count of elements sent).
+        self.sink: Sink | None = None
+        self.name = ""  # the publisher name the subscriber asked for
         self._waiter: trio.Event | None = None
 
     async def wait_for_room(self) -> None:
@@ -530,6 +536,11 @@ def _takes_request(function: Callable[..., Any]) -> bool:
 
 RouteLike = Union[Route, PublisherFunction]
 
+#: Publisher names starting with this belong to the server (``$stats``):
+#: no app can register one, so a client asking for ``$stats`` always gets
+#: the server's statistics, whatever the app.
+RESERVED_PREFIX = "$"
+
 
 class Router:
     """Maps publisher names (``range?count=10``) to publishers, by path.
@@ -552,9 +563,16 @@ class Router:
             self.add(path, route)
 
     def add(self, path: str, publisher: RouteLike, *, element_size: int = 0, codec: CodecLike = None) -> None:
-        """Serve ``publisher`` at ``path``."""
+        """Serve ``publisher`` at ``path``.
+
+        Raises:
+            ValueError: ``path`` has a query, or starts with ``$`` (names the
+                server keeps for itself, such as ``$stats``).
+        """
         if "?" in path:
             raise ValueError(f"a route path has no query: {path!r}")
+        if path.startswith(RESERVED_PREFIX):
+            raise ValueError(f"route paths starting with {RESERVED_PREFIX!r} are the server's own ($stats): {path!r}")
         if isinstance(publisher, Route):
             route = publisher
         else:

@@ -11,15 +11,20 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
-from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
+from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
+from ._endpoints import operator_endpoints
+from ._logs import peer_address, transport_name
+from ._stats import ServerTotals, StatisticsSource, server_statistics
+from ._stats_publisher import STATS_PUBLISHER, ServerRoutes, stats_route
 from ._publish import Router
 from ._session import Session, open_stream_session
 from ._websocket import websocket_config
@@ -44,6 +49,9 @@ class Server:
             await server.aclose()       # goodbye to every session
             nursery.cancel_scope.cancel()
 
+    Besides the app's publishers, every server publishes ``$stats``: its
+    :meth:`statistics` as a JSON record once a second (see docs/operating.md).
+
     Args:
         app: the publishers to serve.
         config: settings of each session (None: the defaults, ``SessionConfig()``).
@@ -60,12 +68,27 @@ class Server:
     ) -> None:
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
-        self.app = app
+        # What sessions resolve names with: self.app, then $stats.
+        self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
         self.config = DEFAULT_CONFIG if config is None else config
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens
         self._closing = False
+        # For statistics: each open session's transport and opening time,
+        # what ended sessions counted, and the bridges' services.
+        self._described: dict[Session, tuple[str, float]] = {}
+        self._totals = ServerTotals()
+        self._bridges: dict[str, Sequence[StatisticsSource]] = {}
+
+    @property
+    def app(self) -> Router:
+        """The publishers served; assign another router to serve it from the next subscribe on."""
+        return self._routes.app
+
+    @app.setter
+    def app(self, app: Router) -> None:
+        self._routes.serve(app)
 
     @property
     def sessions(self) -> frozenset[Session]:
@@ -82,25 +105,94 @@ class Server:
 
     async def _serve_session(self, stream: trio.abc.Stream, config: SessionConfig) -> None:
         if self._closing:
+            self._totals.connection_refused()
             await _refuse(stream, "server shutting down")
             return
         # Reserve the slot before the first await, so that connections
         # arriving together cannot all pass the check.
         if self.max_connections is not None and self._active >= self.max_connections:
+            self._totals.connection_refused()
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
             return
         self._active += 1
+        transport = transport_name(stream)
+        opened: Session | None = None
         try:
-            async with open_stream_session(stream, app=self.app, config=config) as session:
+            async with open_stream_session(stream, app=self._routes, config=config) as session:
                 self._sessions.add(session)
+                opened = session
+                self._described[session] = (transport, time.monotonic())
+                self._totals.session_opened(transport)
+                peer = session.peer_address
+                fields = {"event": "session_open", "peer": peer, "transport": transport}
+                logger.info("session open: %s over %s", peer, transport, extra=fields)
                 try:
                     await session.wait_closed()
                 finally:
                     self._sessions.discard(session)
+                    reason = session.close_reason or "session cancelled"
+                    fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
+                    logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
             self._active -= 1
+            if opened is not None:
+                # Once its tasks have all ended, so that every publication's
+                # elements are counted: then its figures move to the totals.
+                del self._described[opened]
+                self._totals.session_ended(opened, transport)
+
+    def statistics(self) -> dict[str, Any]:
+        """A snapshot of the whole server, as plain data (what ``/stats`` answers).
+
+        Sessions, streams, outstanding demand, bytes and elements, in total,
+        per transport and per session; the topics mounted on the app (lag
+        and drops); the bridges added with :meth:`add_bridge_services`. The
+        keys are listed in docs/operating.md. Costs one pass over the open
+        sessions and streams; nothing is counted per element for it.
+        """
+        sessions = [(session, *described) for session, described in self._described.items()]
+        return server_statistics(sessions, self._totals, self.app, accepting=not self._closing, bridges=self._bridges)
+
+    def add_bridge_services(self, name: str, services: Sequence[StatisticsSource]) -> None:
+        """Report a bridge's services (``rstreams serve --emp``) in :meth:`statistics`.
+
+        Each service with a ``statistics()`` method answering a mapping of
+        counts (connections, bytes_received, ...) adds them under ``name``.
+        """
+        self._bridges[name] = list(services)
+
+    def operator_endpoints(self) -> dict[str, Endpoint]:
+        """``/healthz``, ``/stats`` and ``/metrics`` for an HTTP listener (see ``_endpoints``)."""
+        return operator_endpoints(self.statistics, lambda: not self._closing)
+
+    async def serve_metrics(
+        self,
+        host: str | None,
+        port: int,
+        *,
+        task_status: trio.TaskStatus[list[Listener]] = trio.TASK_STATUS_IGNORED,
+    ) -> NoReturn:
+        """Serve ``/healthz``, ``/stats`` and ``/metrics`` over HTTP until cancelled.
+
+        For servers without a WebSocket listener (whose HTTP front answers
+        the same paths): a listener with nothing else, no files, no upgrades.
+        Use ``await nursery.start(server.serve_metrics, "127.0.0.1", 0)``.
+        """
+        site = Site(
+            static_dir=None,
+            origins=OriginPolicy(),
+            max_message_size=self.config.limits.max_message_size,
+            endpoints=self.operator_endpoints(),
+            upgrades=False,
+        )
+        listeners: list[Listener] = list(await trio.open_tcp_listeners(port, host=host))
+
+        async def answer(stream: trio.abc.Stream) -> None:
+            await accept_http(stream, site)  # never an upgrade: upgrades=False
+
+        await trio.serve_listeners(answer, listeners, task_status=task_status)
 
     async def serve_tcp(
         self,
@@ -169,6 +261,7 @@ class Server:
             static_dir=DEFAULT_STATIC_DIR if static_dir is None else Path(static_dir),
             origins=OriginPolicy(own, policy_extra),
             max_message_size=self.config.limits.max_message_size,
+            endpoints=self.operator_endpoints(),
         )
         listeners = with_tls(tcp_listeners, ssl_context)
         handler = partial(self._serve_http, site)
@@ -225,6 +318,9 @@ def listener_url(listener: Listener, scheme: str, path: str = "") -> str:
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
     # Say hello and goodbye (the protocol's way to refuse), then close.
+    peer, transport = peer_address(stream), transport_name(stream)
+    fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
+    logger.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
     connection = Connection()
     connection.send_goodbye(reason)
     with trio.move_on_after(1):

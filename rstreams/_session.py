@@ -47,8 +47,10 @@ from ._errors import (
     SessionBroken,
     SessionClosed,
     UnknownPublisher,
+    InvalidParameter,
 )
 from ._groups import caller_sees_its_own_exception
+from ._logs import peer_address
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request
 from ._subscribe import StreamReceiver, Subscription, _Fetch
@@ -130,6 +132,12 @@ class Session(Peer):
         self.config = config
         self.app = app
         self._stream = stream
+        #: ``host:port`` of the peer (``-`` without a socket), for log records.
+        self.peer_address = peer_address(stream)
+        # Whether each stream's subscribe, cancel and end are logged (debug):
+        # looked up once per session rather than on every subscribe, which
+        # a request-response peer sends tens of thousands of times a second.
+        self._log_streams = logger.isEnabledFor(logging.DEBUG)
         self._conn = Connection(limits=config.limits)
         self._nursery: trio.Nursery | None = None
         self._subscriptions: dict[int, StreamReceiver] = {}
@@ -184,6 +192,9 @@ class Session(Peer):
         self._bytes_in = 0
         self._bytes_out = 0
         self._dropped = 0
+        # Elements sent by publications that have ended (live ones count in
+        # their sinks): counted once per stream, never per element.
+        self._elements_published = 0
 
     # ---- life cycle --------------------------------------------------
 
@@ -469,7 +480,7 @@ class Session(Peer):
             # Raised by a transport that frames the protocol itself (WebSocket:
             # a text message); the close sequence queues the goodbye.
             if self._close_kind is None:
-                logger.warning("closing the session: %s", exc.goodbye_reason)
+                self._log_bad_input(exc.goodbye_reason)
                 self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
         finally:
             self._reader_done.set()
@@ -563,7 +574,7 @@ class Session(Peer):
                     self._send_queued()
                     await trio.lowlevel.checkpoint()
         except RemoteProtocolError as exc:
-            logger.warning("closing the session: %s", exc.goodbye_reason)
+            self._log_bad_input(exc.goodbye_reason)
             self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
             self._wake_writer()
             return False
@@ -615,10 +626,33 @@ class Session(Peer):
                 handle = self._publications.pop(event.subscriber, None)
                 if handle is not None:
                     handle.stop()
+                    if self._log_streams:
+                        self._log_stream("stream_cancel", event.subscriber, "cancelled by the subscriber")
             elif type(event) is Goodbye:
                 self._request_close(_CloseKind.PEER_GOODBYE, event.reason or "goodbye")
             elif type(event) is Hello:
                 pass
+
+    def _log_bad_input(self, reason: str) -> None:
+        # The peer's mistake, not ours: one line naming it, no traceback.
+        peer = self.peer_address
+        extra = {"event": "bad_input", "peer": peer, "reason": reason}
+        logger.info("closing the session with %s: %s", peer, reason, extra=extra)
+
+    def _log_stream(self, event: str, subscriber: int, message: str, *args: object, **fields: str) -> None:
+        # Per stream, never per element; the caller checks the level first.
+        extra = {"event": event, "peer": self.peer_address, "stream": subscriber, **fields}
+        logger.debug("%s stream %d: " + message, self.peer_address, subscriber, *args, extra=extra)
+
+    def _log_publisher_failure(self, name: str, exc: Exception, handle: PublicationHandle) -> None:
+        if isinstance(exc, InvalidParameter):
+            # A subscriber's bad parameter: its onError says why; the log
+            # gets one line with the peer, not the publisher's traceback.
+            peer = self.peer_address
+            extra = {"event": "bad_input", "peer": peer, "stream": handle.subscriber, "publisher": name, "reason": str(exc)}
+            logger.info("%s asked publisher %r with a bad parameter: %s", peer, name, exc, extra=extra)
+        else:
+            logger.warning("publisher %r failed; sending onError", name, exc_info=True)
 
     @staticmethod
     def _publisher_error(subscription: StreamReceiver, message: str) -> PublisherError:
@@ -644,6 +678,8 @@ class Session(Peer):
             # still queued is a protocol error): that answer is gone.
             self._answered_bytes -= self._answered.pop(subscriber, 0)
         route: Route | None = None
+        if self._log_streams:
+            self._log_stream("stream_subscribe", subscriber, "subscribe %r", name, publisher=name)
         try:
             path, params = SubscribeRequest.parse_name(name)
         except ValueError:
@@ -656,17 +692,20 @@ class Session(Peer):
             route = self.app.resolve(path)
         if route is None:
             conn.fail(subscriber, f"no such publisher: {name}")
+            if self._log_streams:
+                self._log_stream("stream_error", subscriber, "no such publisher %r", name, reason="no such publisher")
             return
         handle = PublicationHandle(self, subscriber, route.element_size)
         self._publications[subscriber] = handle
         conn.accept(subscriber, route.element_size)
         request = new_request(name, path, params, self, subscriber)
-        sink = Sink(handle, route.resolved_codec)
+        sink = handle.sink = Sink(handle, route.resolved_codec)
+        handle.name = name
         try:
             work = route.start(sink, request)
         except Exception as exc:
             # A plain ``def`` publisher failed while answering at once.
-            logger.warning("publisher %r failed; sending onError", name, exc_info=True)
+            self._log_publisher_failure(name, exc, handle)
             self._end_publication(handle, str(exc) or type(exc).__name__)
             return
         if work is None:
@@ -687,6 +726,9 @@ class Session(Peer):
         the stream already ended, and forget the publication."""
         conn = self._conn
         subscriber = handle.subscriber
+        if handle.sink is not None:
+            self._elements_published += handle.sink._sent
+            handle.sink = None
         if self._publications.get(subscriber) is handle:
             del self._publications[subscriber]
             if answer and conn.is_publishing(subscriber):
@@ -694,6 +736,11 @@ class Session(Peer):
                     conn.complete(subscriber)
                 else:
                     conn.fail(subscriber, error)
+                if self._log_streams:
+                    if error is None:
+                        self._log_stream("stream_complete", subscriber, "completed")
+                    else:
+                        self._log_stream("stream_error", subscriber, "onError %s", error, reason=error)
         handle.closed = True
         self._wake_writer()
 
@@ -706,7 +753,7 @@ class Session(Peer):
                 await work
                 answer = True
             except Exception as exc:
-                logger.warning("publisher %r failed; sending onError", request.name, exc_info=True)
+                self._log_publisher_failure(request.name, exc, handle)
                 answer, error = True, str(exc) or type(exc).__name__
             finally:
                 self._end_publication(handle, error, answer=answer)

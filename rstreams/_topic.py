@@ -45,6 +45,7 @@ from typing import Any
 import trio
 
 from ._codecs import CodecLike, resolve_codec
+from ._errors import InvalidParameter
 from ._publish import Router, Sink, SubscribeRequest
 from ._session import Session
 from ._topic_core import Cursor, CursorPolicy, RetentionError, TopicLog, encode_sequenced
@@ -264,7 +265,7 @@ class Topic:
         try:
             policy = CursorPolicy(policy_name)
         except ValueError:
-            raise ValueError(f"parameter policy={policy_name!r}: use block, drop or latest") from None
+            raise InvalidParameter(f"parameter policy={policy_name!r}: use block, drop or latest") from None
         raw_from = request.params.get("from")
         sequenced = raw_from is not None
         start: int | None = None
@@ -274,14 +275,14 @@ class Topic:
             start = request.int_param("from", 0, minimum=0)
         if "history" in request.params:
             if sequenced:
-                raise ValueError("parameters from and history exclude each other")
+                raise InvalidParameter("parameters from and history exclude each other")
             history = request.int_param("history", 0, minimum=0)
             start = max(self._log.first_sequence, self._log.next_sequence - history)
         until: int | None = None
         if request.params.get("until") == "now":
             until = self._log.next_sequence
         elif "until" in request.params:
-            raise ValueError("parameter until: only until=now is understood")
+            raise InvalidParameter("parameter until: only until=now is understood")
         try:
             cursor = self._log.attach(policy, start)
         except RetentionError as error:

@@ -182,3 +182,12 @@ class ListenerService:
     async def aclose(self) -> None:
         """Say goodbye on every connection (each bounded by its close timeout)."""
         await self.server.aclose()
+
+    def statistics(self) -> dict[str, int]:
+        """Open connections and their transport bytes so far, for ``rstreams serve``'s ``/stats``."""
+        connections = self.server.connections
+        return {
+            "connections": len(connections),
+            "bytes_received": sum(connection.bytes_received for connection in connections),
+            "bytes_sent": sum(connection.bytes_sent for connection in connections),
+        }

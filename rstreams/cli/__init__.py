@@ -1,4 +1,4 @@
-"""The ``rstreams`` command line: ``demo``, ``serve``, ``sub`` and ``pub``, and each bridge's own.
+"""The ``rstreams`` command line: ``demo``, ``serve``, ``sub``, ``pub`` and ``stats``, and each bridge's own.
 
 Each command lives in its own module (``_demo``, ``_serve``, ``_sub``,
 ``_pub``) with its parser, its help and examples, and a ``run(args) -> exit
@@ -88,6 +88,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9001 numbers
   rstreams serve rstreams.demo:app --emp 127.0.0.1:7000
   rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex    # the same, over EMP
+  rstreams stats tcp://127.0.0.1:9000                               # the server's statistics, live
 
 Run `rstreams COMMAND --help` for each command's options and examples.
 
@@ -98,7 +99,7 @@ the statuses of sub.
 
 
 #: The runtime's own commands and the modules that implement them.
-COMMAND_MODULES = {"demo": "._demo", "serve": "._serve", "sub": "._sub", "pub": "._pub"}
+COMMAND_MODULES = {"demo": "._demo", "serve": "._serve", "sub": "._sub", "pub": "._pub", "stats": "._stats"}
 
 
 def _command_module(name: str) -> ModuleType:

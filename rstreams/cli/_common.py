@@ -74,9 +74,11 @@ COMMAND_SUMMARIES = {
     "serve": "serve an app's publishers",
     "sub": "print a publisher's elements",
     "pub": "serve the lines of stdin as a publisher",
+    "stats": "show a server's statistics, refreshed every second",
 }
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("text", "json")
 
 
 class CommandError(Exception):
@@ -95,8 +97,17 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, max_help_position=32)
 
 
+# Set by configure_logging(..., "json"): then warn() writes JSON lines too,
+# so that stderr stays one JSON object per line.
+_json_formatter: logging.Formatter | None = None
+
+
 def warn(message: str) -> None:
-    """Print ``rstreams: MESSAGE`` on stderr."""
+    """Print ``rstreams: MESSAGE`` on stderr (a JSON object under ``--log-format json``)."""
+    if _json_formatter is not None:
+        record = logging.LogRecord("rstreams.cli", logging.WARNING, __file__, 0, message, None, None)
+        print(_json_formatter.format(record), file=sys.stderr, flush=True)
+        return
     print(f"rstreams: {message}", file=sys.stderr, flush=True)
 
 
@@ -137,11 +148,20 @@ def _non_negative_seconds(text: str) -> float:
 
 
 def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` and ``--log-format``, for ``configure_logging``."""
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default="warning",
-        help="what the runtime logs on stderr (default: warning)",
+        help="what the runtime logs on stderr (default: warning; info: sessions opened and closed, "
+        "refusals, peers' bad input; debug: also each stream's subscribe, cancel and end)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines, or json: one JSON object per line with the record's fields "
+        "(event, peer, transport, reason, ...) (default: text)",
     )
 
 
@@ -179,6 +199,15 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         f"before sleeping, while such subscribes come that quickly (plain TCP; default: {DEFAULT_CONFIG.busy_poll:g}; "
         "0: never, to spare the CPU)",
     )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        default=[],
+        help="serve /healthz, /stats and /metrics (Prometheus) over HTTP on this address "
+        "(a --ws listener answers them too); repeatable",
+    )
     add_log_level_argument(parser)
 
 
@@ -190,12 +219,18 @@ def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     return Server(app, max_connections=args.max_connections, config=SessionConfig(busy_poll=args.busy_poll))
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Log to stderr at ``level``, as text lines or (``json``) one JSON object per line."""
+    global _json_formatter
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        from .._logs import JsonFormatter
+
+        _json_formatter = JsonFormatter()
+        handler.setFormatter(_json_formatter)
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
 
 
 def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:

@@ -115,7 +115,7 @@ class LinePublisher:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     lines = LineReader(STDIN_FD)
     publisher = LinePublisher(lines)
     if not args.name:
@@ -131,7 +131,12 @@ def run(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lines.run)
             status = await serve_until_stopped(
-                server, args.tcp, ssl_context, f"stdin as {args.name}", stop=publisher.finished
+                server,
+                args.tcp,
+                ssl_context,
+                f"stdin as {args.name}",
+                stop=publisher.finished,
+                metrics_addresses=args.metrics,
             )
             nursery.cancel_scope.cancel()
         return status

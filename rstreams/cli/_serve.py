@@ -60,6 +60,7 @@ examples:
   rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
   rstreams serve rstreams.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
   rstreams serve rstreams.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --metrics 127.0.0.1:9100 --log-level info
 """
 
 
@@ -137,24 +138,25 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     if args.allow_origin and not args.ws:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
     context = ServeContext(app=app, ssl_context=ssl_context, max_connections=args.max_connections, label=args.app)
-    services = [
-        service
-        for bridge in registered_bridges()
-        if bridge.services is not None
-        for service in bridge.services(context, args)
-    ]
+    services_by_bridge = {
+        bridge.name: list(bridge.services(context, args)) for bridge in registered_bridges() if bridge.services is not None
+    }
+    services = [service for bridge_services in services_by_bridge.values() for service in bridge_services]
     if not args.tcp and not args.ws and not services:
         bridges = [f"--{bridge.name} HOST:PORT" for bridge in registered_bridges() if bridge.add_serve_arguments is not None]
         options = ["--tcp HOST:PORT", "--ws HOST:PORT", *bridges]
         options_text = ", ".join(options[:-1]) + " or " + options[-1]
         raise CommandError(f"name at least one listener: {options_text}", EXIT_USAGE)
     server = server_from_arguments(app, args)
+    for name, bridge_services in services_by_bridge.items():
+        if bridge_services:
+            server.add_bridge_services(name, bridge_services)
 
     async def serve() -> int:
         return await serve_until_stopped(
@@ -165,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             websocket_addresses=args.ws or [],
             allowed_origins=args.allow_origin or [],
             services=services,
+            metrics_addresses=args.metrics,
         )
 
     return run_command(serve)

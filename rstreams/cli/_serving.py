@@ -72,6 +72,7 @@ async def serve_until_stopped(
     websocket_addresses: Sequence[tuple[str | None, int]] = (),
     allowed_origins: Sequence[str] = (),
     services: Sequence[BridgeService] = (),
+    metrics_addresses: Sequence[tuple[str | None, int]] = (),
     on_serving: Callable[[list[str]], None] | None = None,
     listen_hint: str = "",
 ) -> int:
@@ -81,14 +82,17 @@ async def serve_until_stopped(
     ``websocket_addresses`` WebSocket ones (``wss://`` with ``ssl_context``;
     ``allowed_origins`` as for ``Server.serve_websocket``), all serving the
     same ``server``; ``services`` are the bridges' (``--emp``), whose
-    connections are closed together with the sessions on shutdown.
+    connections are closed together with the sessions on shutdown;
+    ``metrics_addresses`` are HTTP listeners of ``/healthz``, ``/stats``
+    and ``/metrics`` (``Server.serve_metrics``).
     ``on_serving`` is called with every listener's URL once all listen (after
     their lines are printed), for a command that has more to say then;
     ``listen_hint`` is added to the error for an address that cannot be
     listened on.
 
     Prints ``rstreams: serving LABEL on URL`` on stdout per listener once all
-    listen, and ``rstreams: shut down`` at the end. A second signal during the
+    listen (then ``rstreams: metrics on http://HOST:PORT/metrics`` per metrics
+    listener), and ``rstreams: shut down`` at the end. A second signal during the
     shutdown closes the remaining sessions at once.
 
     Returns:
@@ -127,6 +131,10 @@ async def serve_until_stopped(
                     for url in service_urls:
                         urls.append(url)
                         print(f"rstreams: serving {label} on {url}", flush=True)
+                for host, port in metrics_addresses:
+                    serve = partial(server.serve_metrics, host, port)
+                    for listener in await _listen(listening, serve, host, port, listen_hint):
+                        print(f"rstreams: metrics on {listener_url(listener, 'http', '/metrics')}", flush=True)
                 if on_serving is not None:
                     on_serving(urls)
                 await _wait_for_stop(signals, stop)

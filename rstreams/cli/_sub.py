@@ -52,6 +52,7 @@ from ._common import (
     run_command,
 )
 from ._formats import DECODERS, FORMATS, DecodeError, JsonLines
+from ._progress import Progress
 
 __all__ = ["add_parser"]
 
@@ -98,6 +99,8 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'ticker?interval=0.2' --format jsonl --decode msgpack --timeout 5
   rstreams sub tcp://127.0.0.1:9000 lines --idle-timeout 30   # stop once 30 s pass without a line
   RSTREAMS_URL=ws://127.0.0.1:8000/ rstreams sub 'range?count=3' --format jsonl
+  rstreams sub tcp://127.0.0.1:9000 'range?count=100000000' --format hex --stats > /dev/null
+  rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl --decode json   # the server's statistics
 
 """
     + EXIT_CODES_HELP
@@ -167,6 +170,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--format", choices=[*FORMATS, "jsonl"], default="raw", help="how to print each element (default: raw)")
     parser.add_argument(
+        "--stats", action="store_true", help="print a progress line on stderr every second: elements, rate, bytes"
+    )
+    parser.add_argument(
         "--decode",
         choices=DECODERS,
         default=None,
@@ -185,6 +191,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="stop once SECONDS pass without an element (exit status 124)",
     )
     parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
+    parser.add_argument(
+        "--stats", action="store_true", help="print a progress line on stderr every second: elements, rate, bytes"
+    )
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
@@ -266,6 +275,7 @@ async def _print_elements(
     format_element: Callable[[bytes], bytes],
     out: BinaryIO,
     on_batch: Callable[[], None],
+    progress: Progress | None = None,
 ) -> None:
     demand.subscription = subscription
 
@@ -291,9 +301,13 @@ async def _print_elements(
                 _write_lines(out, lines)  # the good ones before it
                 raise DecodeError(f"element {demand.printed + len(lines)} is {exc}") from None
         _write_lines(out, lines)
+        if progress is not None:
+            progress.add(len(batch), sum(map(len, batch)))
         if batch:
             demand.last_size = len(batch[-1])
         demand.printed += len(batch)
+        if progress is not None:
+            progress.add(len(batch), sum(map(len, batch)))
         if demand.limit is not None and demand.printed >= demand.limit:
             return
         top_up()
@@ -353,10 +367,11 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                             idle.deadline = trio.current_time() + args.idle_timeout
 
                     restart_idle_timeout()
+                    progress = Progress(sys.stderr) if args.stats else None
                     with trio.CancelScope(deadline=deadline) as overall, idle:
                         try:
                             async with peer.subscribe(args.name, prefetch=0) as subscription:
-                                await _print_elements(subscription, demand, format_element, out, restart_idle_timeout)
+                                await _print_elements(subscription, demand, format_element, out, restart_idle_timeout, progress)
                         except PublisherError as exc:
                             status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
                         except SessionClosed as exc:
@@ -367,6 +382,9 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                             _silence_stdout()
                         except RStreamsError as exc:
                             status = _bridge_error(url, exc)
+                        finally:
+                            if progress is not None:
+                                progress.finish()  # also after Ctrl-C or a timeout: the totals of the run
                     if overall.cancelled_caught:
                         status = _report(f"--timeout: {args.timeout:g} s passed, after {demand.printed} elements", EXIT_TIMEOUT)
                     elif idle.cancelled_caught:
@@ -447,7 +465,7 @@ def _url(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     if args.decode is not None and args.format != "jsonl":
         raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
     url = _url(args)

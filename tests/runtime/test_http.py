@@ -455,3 +455,15 @@ async def test_frames_sent_with_the_upgrade_request_are_not_lost(static_dir: Pat
         assert websocket is not None and websocket.subprotocol == SUBPROTOCOL
         assert await websocket.receive_some() == b"\x93\x00\x00\x90"
         await websocket.aclose()
+
+
+def test_route_endpoints_before_files_and_upgrades_only_where_allowed() -> None:
+    policy, endpoints = OriginPolicy(), ["/metrics", "/stats"]
+    metrics = route_request(request(b"/metrics?x=1"), ["metrics", "index.html"], policy, endpoints)
+    assert (metrics.kind, metrics.name) == (RouteKind.ENDPOINT, "/metrics")
+    assert route_request(request(b"/stats", method=b"HEAD"), [], policy, endpoints).head_only
+    assert route_request(request(b"/stats", method=b"POST"), [], policy, endpoints).status == 405
+    assert route_request(request(b"/healthz"), [], policy, endpoints).status == 404  # not one of them
+    assert route_request(request(b"/", headers=UPGRADE), [], policy, endpoints).kind is RouteKind.UPGRADE
+    refused = route_request(request(b"/", headers=UPGRADE), [], policy, endpoints, upgrades=False)
+    assert (refused.kind, refused.status) == (RouteKind.ERROR, 404)

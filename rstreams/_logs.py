@@ -1,0 +1,120 @@
+"""What the runtime logs, and how an operator reads it.
+
+Every record goes to the ``rstreams`` logger. The records an operator acts on
+carry their facts as attributes (``extra=``), so that a log shipper gets
+fields rather than a sentence to parse:
+
+==============================  =====  ==========================================
+``event``                       level  other fields
+==============================  =====  ==========================================
+``session_open``                info   ``peer``, ``transport``
+``session_close``               info   ``peer``, ``transport``, ``reason``
+``connection_refused``          info   ``peer``, ``transport``, ``reason``
+``origin_refused``              info   ``peer``, ``origin``
+``bad_input``                   info   ``peer``, ``reason`` (one line, no traceback)
+``stream_subscribe``            debug  ``peer``, ``stream``, ``publisher``
+``stream_cancel``               debug  ``peer``, ``stream``
+``stream_complete``             debug  ``peer``, ``stream``
+``stream_error``                debug  ``peer``, ``stream``, ``reason``
+==============================  =====  ==========================================
+
+A peer's mistake (a protocol error, a bad parameter) is the peer's problem,
+not the server's: it is one ``info`` line naming the peer, never a traceback.
+Nothing is logged per element. Whether a session logs its streams (debug) is
+decided when it opens, so that a subscribe costs no level check.
+
+:class:`JsonFormatter` writes each record as one JSON object per line
+(``rstreams serve --log-format json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import trio
+
+__all__ = ["logger", "JsonFormatter", "peer_address", "transport_name", "RECORD_FIELDS"]
+
+logger = logging.getLogger("rstreams")
+
+#: The ``extra=`` attributes the runtime's records may carry; the JSON
+#: formatter copies those present into the object.
+RECORD_FIELDS = ("event", "peer", "transport", "reason", "origin", "stream", "publisher")
+
+
+def _unwrap(stream: object) -> object:
+    # The transport under a WebSocket or TLS stream, down to the socket.
+    for _ in range(4):  # WebSocket over TLS over TCP is the deepest we build
+        inner = getattr(stream, "transport", None) or getattr(stream, "transport_stream", None)
+        if inner is None:
+            break
+        stream = inner
+    return stream
+
+
+def peer_address(stream: object) -> str:
+    """``host:port`` of the peer of ``stream`` (a socket, TLS or WebSocket stream).
+
+    ``"-"`` for a stream without a socket (memory streams, pipes) or one
+    already closed.
+    """
+    inner = _unwrap(stream)
+    if not isinstance(inner, trio.SocketStream):
+        return "-"
+    try:
+        name = inner.socket.getpeername()
+    except OSError:
+        return "-"
+    if isinstance(name, tuple) and len(name) >= 2:
+        host = str(name[0])
+        return f"[{host}]:{name[1]}" if ":" in host else f"{host}:{name[1]}"
+    return str(name) or "-"
+
+
+def transport_name(stream: object) -> str:
+    """``tcp``, ``tls``, ``ws``, ``wss``, or ``stream`` for anything else."""
+    secure = False
+    websocket = False
+    current = stream
+    for _ in range(4):
+        if type(current).__name__ == "WebSocketStream":
+            websocket = True
+        if isinstance(current, trio.SSLStream):
+            secure = True
+        inner = getattr(current, "transport", None) or getattr(current, "transport_stream", None)
+        if inner is None:
+            break
+        current = inner
+    if not isinstance(current, trio.SocketStream):
+        return "stream"
+    if websocket:
+        return "wss" if secure else "ws"
+    return "tls" if secure else "tcp"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line.
+
+    Keys: ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger``,
+    ``message``, then each of :data:`RECORD_FIELDS` the record carries, and
+    ``exception`` (the formatted traceback) when there is one.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = time.gmtime(record.created)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", created) + f".{int(record.msecs):03d}Z"
+        entry: dict[str, object] = {
+            "time": stamp,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in RECORD_FIELDS:
+            value = record.__dict__.get(key)
+            if value is not None:
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)

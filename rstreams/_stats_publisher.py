@@ -1,0 +1,105 @@
+"""``$stats``: a server's statistics as a stream, one record a second.
+
+Every :class:`rstreams.Server` serves the publisher ``$stats`` next to its
+app's: each element is one JSON object (UTF-8; the route's codec is
+``json``), the snapshot of :meth:`rstreams.Server.statistics` with the
+wall-clock ``time`` (seconds since the epoch) added. The first record goes
+out at once, then one every ``interval`` seconds (default 1) for as long as
+the subscriber asks, or ``count`` records (default: no end)::
+
+    rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl
+    rstreams sub tcp://127.0.0.1:9000 '$stats?interval=5&count=3' --format jsonl
+    rstreams stats tcp://127.0.0.1:9000          # the same, as a table
+
+Names starting with ``$`` belong to the server: ``Router.add`` refuses them,
+so no app can shadow ``$stats``. The server's sessions see the app through
+:class:`ServerRoutes`, which answers the ``$`` names itself and hands every
+other name to the app (the server's current one: assigning ``server.app``
+switches it).
+
+Demand paces it like any stream: a subscriber that stops asking stops
+getting records, and nothing is built for it meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from ._codecs import CodecLike
+from ._publish import RESERVED_PREFIX, Route, RouteLike, Router, Sink, SubscribeRequest
+
+__all__ = ["STATS_PUBLISHER", "DEFAULT_STATS_INTERVAL", "MIN_STATS_INTERVAL", "stats_route", "ServerRoutes"]
+
+#: The name of the statistics publisher.
+STATS_PUBLISHER = RESERVED_PREFIX + "stats"
+#: Seconds between two records.
+DEFAULT_STATS_INTERVAL = 1.0
+#: The shortest interval a subscriber may ask for (a snapshot walks every
+#: session and stream: a few hundred a second at most is plenty).
+MIN_STATS_INTERVAL = 0.01
+
+
+def stats_route(statistics: Callable[[], dict[str, Any]]) -> Route:
+    """The ``$stats`` route, publishing ``statistics()`` (JSON) every interval."""
+
+    async def publish_statistics(sink: Sink, request: SubscribeRequest) -> None:
+        interval = request.float_param("interval", DEFAULT_STATS_INTERVAL, minimum=MIN_STATS_INTERVAL)
+        count = request.int_param("count", 0, minimum=0)  # 0: no end
+        sent = 0
+        while True:
+            await sink.wait_demand()  # the snapshot is taken when it can go out
+            record = statistics()
+            record["time"] = round(time.time(), 3)
+            await sink.send(record)
+            sent += 1
+            if sent == count:
+                return
+            await trio.sleep(interval)
+
+    return Route(publish_statistics, codec="json")
+
+
+class ServerRoutes(Router):
+    """What a server's sessions resolve names with: the app, then its ``$`` routes.
+
+    Args:
+        app: the app to serve (:meth:`serve` switches to another).
+        own: the server's routes, each name starting with ``$``.
+    """
+
+    def __init__(self, app: Router, own: Mapping[str, Route]) -> None:
+        super().__init__()
+        self._own = dict(own)
+        self.serve(app)
+
+    @property
+    def app(self) -> Router:
+        """The app other names go to."""
+        return self._app
+
+    def serve(self, app: Router) -> None:
+        """Resolve names with ``app`` from now on."""
+        self._app = app
+        # The app's own table, read directly: a subscribe then costs one
+        # dict lookup here, as with the app itself (Router.resolve).
+        self._app_routes = app._routes
+
+    def add(self, path: str, publisher: RouteLike, *, element_size: int = 0, codec: CodecLike = None) -> None:
+        """Add to the app (``$`` names are refused there)."""
+        self._app.add(path, publisher, element_size=element_size, codec=codec)
+
+    def resolve(self, path: str) -> Route | None:
+        """The app's route, else the server's own for a ``$`` name."""
+        route = self._app_routes.get(path)
+        if route is None and path[:1] == RESERVED_PREFIX:
+            return self._own.get(path)
+        return route
+
+    @property
+    def paths(self) -> list[str]:
+        """The app's paths and the server's, sorted."""
+        return sorted([*self._app.paths, *self._own])
