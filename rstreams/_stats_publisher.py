@@ -7,8 +7,8 @@ wall-clock ``time`` (seconds since the epoch) added. The first record goes
 out at once, then one every ``interval`` seconds (default 1) for as long as
 the subscriber asks, or ``count`` records (default: no end)::
 
-    rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl
-    rstreams sub tcp://127.0.0.1:9000 '$stats?interval=5&count=3' --format jsonl
+    rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl --decode json
+    rstreams sub tcp://127.0.0.1:9000 '$stats?interval=5&count=3' --format json
     rstreams stats tcp://127.0.0.1:9000          # the same, as a table
 
 Names starting with ``$`` belong to the server: ``Router.add`` refuses them,

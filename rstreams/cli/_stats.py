@@ -48,7 +48,7 @@ rates), the busiest sessions (peer, transport, age, streams, elements/s,
 demand, bytes), the topics (lag, drops) and the bridges.
 
 It reads the server's $stats publisher, which every rstreams server serves
-(`rstreams sub URL '$stats' --format jsonl` prints the raw JSON records).
+(`rstreams sub URL '$stats' --format json` prints the raw JSON records; `--format jsonl --decode json` each in an envelope).
 """
 
 EPILOG = (

@@ -170,9 +170,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--format", choices=[*FORMATS, "jsonl"], default="raw", help="how to print each element (default: raw)")
     parser.add_argument(
-        "--stats", action="store_true", help="print a progress line on stderr every second: elements, rate, bytes"
-    )
-    parser.add_argument(
         "--decode",
         choices=DECODERS,
         default=None,
@@ -306,8 +303,6 @@ async def _print_elements(
         if batch:
             demand.last_size = len(batch[-1])
         demand.printed += len(batch)
-        if progress is not None:
-            progress.add(len(batch), sum(map(len, batch)))
         if demand.limit is not None and demand.printed >= demand.limit:
             return
         top_up()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rstreams.cli._stats import render_table
 
 from ._support import ServeProcess, free_port, rstreams
@@ -61,13 +63,18 @@ def test_stats_prints_tables_of_the_running_server(demo_server: ServeProcess) ->
     assert int(tcp_row.split()[1]) >= 1 and int(tcp_row.split()[4]) >= 40
 
 
-def test_sub_prints_the_raw_stats_records_as_json_lines(demo_server: ServeProcess) -> None:
-    result = rstreams("sub", demo_server.url, "$stats?interval=0.05", "--format", "jsonl", "--count", "2")
+@pytest.mark.parametrize("fmt", [["--format", "json"], ["--format", "jsonl", "--decode", "json"]])
+def test_sub_prints_the_stats_records_as_json_lines(demo_server: ServeProcess, fmt: list[str]) -> None:
+    # --format json: the raw records, one per line; jsonl: each in an envelope, as "value".
+    result = rstreams("sub", demo_server.url, "$stats?interval=0.05", *fmt, "--count", "2")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 2
-    for line in lines:
+    for seq, line in enumerate(lines):
         entry = json.loads(line)
+        if fmt[1] == "jsonl":
+            assert entry["seq"] == seq and entry["name"] == "$stats?interval=0.05"
+            entry = entry["value"]
         assert set(entry) >= {"time", "server", "totals", "transports", "sessions", "topics", "bridges"}
         assert entry["transports"]["tcp"]["sessions"] >= 1
 
