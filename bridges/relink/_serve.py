@@ -276,6 +276,11 @@ class RelinkServer:
         """
         self.closing.set()
         with trio.move_on_after(self.settings.shutdown_timeout + self.settings.close_timeout):
+            # A handler that does not watch ``closing`` still gets its link
+            # shut down: its calls then raise RelinkClosed.
+            async with trio.open_nursery() as nursery:
+                for handle in list(self._links.values()):
+                    nursery.start_soon(handle.aclose)
             while self._links:
                 await self._links_lot.park()
         for connection in list(self._connections):
