@@ -32,6 +32,9 @@ from ._config import (
     DEFAULT_SEND_WINDOW,
     RelinkStatistics,
 )
+from ._app import SHUTTING_DOWN, RelinkAppServer
+from ._bridge import BRIDGE
+from ._client import RelinkPeer, connect_relink_url
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._connection import Connection
 from ._errors import (
@@ -192,4 +195,10 @@ __all__ = [
     "RelinkConnectionLost",
     "RelinkTimeout",
     "RelinkClosed",
+    # the mapping onto rstreams
+    "RelinkAppServer",
+    "SHUTTING_DOWN",
+    "RelinkPeer",
+    "connect_relink_url",
+    "BRIDGE",
 ]

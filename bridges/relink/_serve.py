@@ -117,6 +117,9 @@ class RelinkServer:
     """
 
     protocol = "Relink"
+    #: Handlers end by themselves once :attr:`closing` is set (the app server's
+    #: do, after telling each subscriber); otherwise aclose shuts links down at once.
+    handlers_watch_closing = False
 
     def __init__(
         self,
@@ -278,9 +281,10 @@ class RelinkServer:
         with trio.move_on_after(self.settings.shutdown_timeout + self.settings.close_timeout):
             # A handler that does not watch ``closing`` still gets its link
             # shut down: its calls then raise RelinkClosed.
-            async with trio.open_nursery() as nursery:
-                for handle in list(self._links.values()):
-                    nursery.start_soon(handle.aclose)
+            if not self.handlers_watch_closing:
+                async with trio.open_nursery() as nursery:
+                    for handle in list(self._links.values()):
+                        nursery.start_soon(handle.aclose)
             while self._links:
                 await self._links_lot.park()
         for connection in list(self._connections):

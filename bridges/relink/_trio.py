@@ -29,7 +29,7 @@ import trio
 
 from ..kit import BridgeConnection
 from ._connection import Connection
-from ._errors import LinkLostError
+from ._errors import HandshakeRejected, LinkLostError
 from ._events import (
     ConnectionClosed,
     Event,
@@ -40,7 +40,8 @@ from ._events import (
     Ping,
     Pong,
 )
-from ._handshake import HandshakeRequest
+from ._handshake import VERSION_SIZE, HandshakeRequest
+from ._link import Role
 from ._link_errors import RelinkClosed, RelinkConnectionLost, RelinkTimeout
 from ._settings import RelinkSettings
 from ._state import ConnectionState
@@ -138,10 +139,26 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         # Relink's windows bound what the peer sends: always read (see the module docstring).
         return True
 
+    def _awaiting_reply(self) -> bool:
+        # A connector past the listener's version block (so its request went
+        # out) and short of the reply.
+        return (
+            self._machine.role is Role.CONNECTOR
+            and not self._handshake_done.is_set()
+            and self._bytes_in >= VERSION_SIZE
+        )
+
     def _queue_ping(self) -> None:
         self._machine.send_ping()
 
     def _lost(self, message: str) -> BaseException:
+        if self._awaiting_reply():
+            # The listener read our request and hung up instead of replying:
+            # the spec's way to refuse an endpoint or a config it does not offer.
+            return HandshakeRejected(
+                f"the listener closed the connection instead of replying to our handshake ({message}):"
+                " it does not offer this endpoint with these channel id sizes and transaction flags"
+            )
         return RelinkConnectionLost(message)
 
     def _closed_locally(self) -> BaseException:

@@ -108,8 +108,12 @@ class InboundChannel:
             self._closed.set()
             self._lot.unpark_all()
 
-    def receive_event_nowait(self) -> InboundItem:
-        """The next item, consumed if it is a message.
+    def receive_event_nowait(self, *, consume: bool = True) -> InboundItem:
+        """The next item, consumed if it is a message (unless ``consume`` is False).
+
+        A message taken with ``consume=False`` must be consumed later with
+        :meth:`consume`: until then it counts against the peer's window, and
+        the peer's close of the channel is not acknowledged.
 
         Raises:
             trio.WouldBlock: nothing is held.
@@ -121,11 +125,16 @@ class InboundChannel:
                 raise copy_error(self._end)
             raise trio.WouldBlock
         item = self._items.popleft()
-        if isinstance(item, MessageReceived):
+        if consume and isinstance(item, MessageReceived):
             self._link._consume(self.id, 1)
         return item
 
-    async def receive_event(self) -> InboundItem:
+    def consume(self, count: int = 1) -> None:
+        """Consume ``count`` messages taken with ``consume=False`` (the peer's window grows)."""
+        if count > 0:
+            self._link._consume(self.id, count)
+
+    async def receive_event(self, *, consume: bool = True) -> InboundItem:
         """Wait for the next item (:meth:`receive_event_nowait`).
 
         Cancellation: nothing is taken. Always checkpoints.
@@ -133,11 +142,11 @@ class InboundChannel:
         await trio.lowlevel.checkpoint_if_cancelled()
         while not self._items and self._end is None:
             await self._lot.park()
-        item = self.receive_event_nowait()
+        item = self.receive_event_nowait(consume=consume)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return item
 
-    def receive_nowait(self) -> tuple[bytes, ...]:
+    def receive_nowait(self, *, consume: bool = True) -> tuple[bytes, ...]:
         """The next message's parts, consumed (the peer's window grows by one).
 
         Raises:
@@ -147,11 +156,11 @@ class InboundChannel:
         """
         if self._items and not isinstance(self._items[0], MessageReceived):
             raise LocalProtocolError("the next item is a transaction request: use receive_event()")
-        item = self.receive_event_nowait()
+        item = self.receive_event_nowait(consume=consume)
         assert isinstance(item, MessageReceived)
         return item.parts
 
-    async def receive(self) -> tuple[bytes, ...]:
+    async def receive(self, *, consume: bool = True) -> tuple[bytes, ...]:
         """Wait for the next message and consume it; its parts.
 
         Raises:
@@ -162,7 +171,7 @@ class InboundChannel:
         await trio.lowlevel.checkpoint_if_cancelled()
         while not self._items and self._end is None:
             await self._lot.park()
-        parts = self.receive_nowait()
+        parts = self.receive_nowait(consume=consume)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return parts
 

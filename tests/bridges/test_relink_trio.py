@@ -18,11 +18,11 @@ import trustme
 
 from bridges.relink import (
     CommitRequested,
+    HandshakeRejected,
     LinkConfig,
     LocalProtocolError,
     MessageReceived,
     RelinkClosed,
-    RelinkConnectionLost,
     RelinkLink,
     RelinkServer,
     RelinkSettings,
@@ -267,7 +267,7 @@ async def test_tls(nursery: trio.Nursery) -> None:
 async def test_a_rejected_handshake_closes_the_connection(nursery: trio.Nursery, endpoint: str, config: LinkConfig) -> None:
     _, port = await start(nursery)
     with trio.fail_after(10):
-        with pytest.raises(RelinkConnectionLost):
+        with pytest.raises(HandshakeRejected):
             async with open_relink_link("127.0.0.1", port, endpoint=endpoint, config=config, settings=FAST):
                 pass  # pragma: no cover
 

@@ -1,0 +1,189 @@
+"""``relink://HOST:PORT/ENDPOINT``: an app served over Relink, as an :class:`rstreams.Peer`.
+
+What ``rstreams.connect("relink://...")`` and ``rstreams sub relink://...``
+use. Each subscription takes a free channel id (round robin, so an id just
+released is the last to be reused), claims the listener's channel with that
+id, and sends the publisher name on its own channel. Elements are taken from
+the listener's channel only while the subscriber has demand: taking one
+consumes it, and those consumed acknowledgements are what lets the listener
+send more (never more than its window ahead). A two-part message with an
+empty first part is the publisher's error (``no such publisher: ...`` is
+raised as :class:`rstreams.UnknownPublisher`). A subscriber that leaves
+early closes our channel, which cancels the subscription; whatever the
+listener had sent is consumed and dropped.
+
+The link reconnects by itself after a drop and resumes: the streams carry
+on, nothing lost or duplicated. A listener that lost the link (restarted)
+ends the open streams with :class:`~bridges.relink.LinkLostError`; the
+peer's shutdown ends them with :class:`~bridges.relink.RelinkClosed`.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from rstreams import PublisherError, UnknownPublisher
+from rstreams.support import StreamFeed, parse_bridge_url
+
+from ..kit import BridgePeer, copy_error, open_bridge_peer
+from ._connect import DEFAULT_ENDPOINT, open_relink_link
+from ._errors import RelinkError, RemoteProtocolError
+from ._handshake import LinkConfig
+from ._link_errors import RelinkClosed
+from ._settings import DEFAULT_SETTINGS, RelinkSettings
+from ._trio_link import InboundChannel, RelinkLink
+
+__all__ = ["RelinkPeer", "connect_relink_url", "DEFAULT_CLIENT_ID_SIZE"]
+
+#: Channel id bytes a ``relink://`` client asks for (``?id_size=`` changes it).
+DEFAULT_CLIENT_ID_SIZE = 4
+
+
+class _ChannelIds:
+    # Free channel ids, handed out round robin; waits when all are taken.
+
+    def __init__(self, size: int) -> None:
+        self.count = 1 << (8 * size)
+        self.next = 0
+        self.taken: set[int] = set()
+        self.lot = trio.lowlevel.ParkingLot()
+
+    async def take(self) -> int:
+        while len(self.taken) >= self.count:
+            await self.lot.park()
+        while self.next in self.taken:
+            self.next = (self.next + 1) % self.count
+        channel = self.next
+        self.taken.add(channel)
+        self.next = (self.next + 1) % self.count
+        return channel
+
+    def give_back(self, channel: int) -> None:
+        self.taken.discard(channel)
+        self.lot.unpark(count=1)
+
+
+class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
+    """An app served over Relink (``rstreams serve --relink``), read as an rstreams peer.
+
+    The kit's peer over a link rather than over one connection: the link
+    has the parts of a connection the peer uses (``aclose``, how it ended),
+    and outlives the connections that carry it.
+    """
+
+    def __init__(self, link: RelinkLink, *, id_size: int) -> None:
+        super().__init__(link)
+        self.link = link
+        self._ids = _ChannelIds(id_size)
+
+    async def run_stream(self, feed: StreamFeed) -> None:
+        link = self.link
+        channel = await self._ids.take()
+        inbound = link.inbound(channel)
+        try:
+            if feed.demand <= 0:
+                feed.subscribed()
+                await feed.wait_demand()
+                if feed.ended:
+                    return
+            await link.send(channel, [feed.name.encode("utf-8")])
+            while True:
+                await feed.wait_demand()
+                if feed.ended:
+                    return
+                try:
+                    parts = await inbound.receive()
+                except trio.EndOfChannel:
+                    feed.subscribed()
+                    return
+                batch = [_element(feed.name, parts)]
+                while len(batch) < feed.demand and len(inbound):
+                    batch.append(_element(feed.name, inbound.receive_nowait()))
+                feed.deliver(batch)
+        finally:
+            # Cancelled or done: close our channel and free the id in the
+            # background (the listener's close and ours must both be over).
+            if self._nursery is not None and not link.ended:
+                self._nursery.start_soon(self._release, channel, inbound)
+            else:
+                self._ids.give_back(channel)
+
+    async def _release(self, channel: int, inbound: InboundChannel) -> None:
+        try:
+            inbound.discard()
+            await self.link.close_channel(channel)
+            if inbound.received_any:
+                await inbound.wait_closed()
+        except RelinkError:
+            pass
+        finally:
+            self._ids.give_back(channel)
+
+    def stream_error(self, reason: BaseException) -> BaseException:
+        return copy_error(reason)
+
+    async def _watch(self) -> None:
+        # The link ends (lost, given up, shut down), or the peer shuts down.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_shutdown, nursery.cancel_scope)
+            await self.link.wait_ended()
+            nursery.cancel_scope.cancel()
+        reason = self.link.end_reason
+        if reason is not None:
+            self.end_streams(self.stream_error(reason))
+
+    async def _watch_shutdown(self, scope: trio.CancelScope) -> None:
+        while not self.link.peer_shutdown:
+            await self.link._lot.park()
+        # The server is going away: its channels are closed; end ours too.
+        self.end_streams(RelinkClosed("the listener shut the link down", by_peer=True))
+        await self.link.aclose()
+
+    async def aclose(self) -> None:
+        """End every stream and shut the link down."""
+        await super().aclose()
+
+
+def _element(name: str, parts: tuple[bytes, ...]) -> bytes:
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 2 and not parts[0]:
+        text = parts[1].decode("utf-8", errors="replace")
+        if text.startswith("no such publisher"):
+            raise UnknownPublisher(name, text)
+        raise PublisherError(text)
+    raise RemoteProtocolError(f"an element is a one-part message, got {len(parts)} parts")
+
+
+@asynccontextmanager
+async def connect_relink_url(
+    url: str, *, ssl_context: ssl.SSLContext | None = None, settings: RelinkSettings = DEFAULT_SETTINGS
+) -> AsyncIterator[RelinkPeer]:
+    """Open ``relink://HOST:PORT[/ENDPOINT][?id_size=N]`` (``relinks://`` for TLS) as a peer.
+
+    Raises:
+        ValueError: a malformed URL.
+        OSError: the connection could not be made; and the Relink errors of
+            the first handshake.
+    """
+    secure = url.lower().startswith("relinks:")
+    parsed = parse_bridge_url(url, secure=secure, allowed_query=frozenset({"id_size"}))
+    endpoint = parsed.path or DEFAULT_ENDPOINT
+    try:
+        id_size = int(parsed.query.get("id_size", DEFAULT_CLIENT_ID_SIZE))
+        config = LinkConfig(connector_id_size=id_size, listener_id_size=id_size)
+    except (ValueError, RelinkError):
+        raise ValueError(f"URL {url!r}: id_size must be an int from 0 to 8") from None
+    if secure and ssl_context is None:
+        ssl_context = ssl.create_default_context()
+    elif not secure and ssl_context is not None:
+        raise ValueError("ssl_context given for a relink:// URL; use relinks://")
+    async with open_relink_link(
+        parsed.host, parsed.port, endpoint=endpoint, config=config, ssl_context=ssl_context, settings=settings
+    ) as link:
+        async with open_bridge_peer(RelinkPeer(link, id_size=id_size)) as peer:
+            yield peer
