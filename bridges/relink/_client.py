@@ -21,7 +21,7 @@ peer's shutdown ends them with :class:`~bridges.relink.RelinkClosed`.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import trio
@@ -32,6 +32,7 @@ from rstreams.support import StreamFeed, parse_bridge_url
 from ..kit import BridgePeer, copy_error, open_bridge_peer
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._errors import RelinkError, RemoteProtocolError
+from ._events import MessageReceived
 from ._handshake import LinkConfig
 from ._link_errors import RelinkClosed
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -92,14 +93,15 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                     return
             await link.send(channel, [feed.name.encode("utf-8")])
             while True:
-                await feed.wait_demand()
-                if feed.ended:
-                    return
+                if feed.demand <= 0:
+                    await _wait_demand_or_end(feed, inbound)
+                    if feed.ended:
+                        return
                 try:
                     parts = await inbound.receive()
                 except trio.EndOfChannel:
                     feed.subscribed()
-                    return
+                    return  # the publisher completed
                 batch = [_element(feed.name, parts)]
                 while len(batch) < feed.demand and len(inbound):
                     batch.append(_element(feed.name, inbound.receive_nowait()))
@@ -146,6 +148,30 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
     async def aclose(self) -> None:
         """End every stream and shut the link down."""
         await super().aclose()
+
+
+async def _wait_demand_or_end(feed: StreamFeed, inbound: InboundChannel) -> None:
+    # Elements wait for demand; the end of a stream (completion, or the
+    # publisher's error first in line) does not, as in Reactive Streams.
+    async def the_end() -> None:
+        while True:
+            if inbound.ended and not len(inbound):
+                return
+            item = inbound.peek()
+            if isinstance(item, MessageReceived) and len(item.parts) == 2 and not item.parts[0]:
+                return
+            if inbound.ended:
+                await trio.sleep_forever()  # elements first: they need demand
+            await inbound.wait_more_than(len(inbound))
+
+    async with trio.open_nursery() as nursery:
+
+        async def first(wait: Callable[[], Awaitable[None]]) -> None:
+            await wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(first, feed.wait_demand)
+        nursery.start_soon(first, the_end)
 
 
 def _element(name: str, parts: tuple[bytes, ...]) -> bytes:

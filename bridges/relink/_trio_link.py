@@ -175,6 +175,11 @@ class InboundChannel:
         await trio.lowlevel.cancel_shielded_checkpoint()
         return parts
 
+    async def wait_more_than(self, count: int) -> None:
+        """Wait until more than ``count`` items are held, or the channel ended."""
+        while len(self._items) <= count and self._end is None:
+            await self._lot.park()
+
     def peek(self) -> InboundItem | None:
         """The next item without taking it (None if nothing is held)."""
         return self._items[0] if self._items else None

@@ -1,7 +1,7 @@
-"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws:// and emp://.
+"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws://, emp:// and relink://.
 
-The demo app is served three ways at once (reactive-streams-io over TCP and
-WebSocket, and the EMP bridge), and the very same function reads it through
+The demo app is served four ways at once (reactive-streams-io over TCP and
+WebSocket, and the EMP and Relink bridges), and the very same function reads it through
 each URL: the elements, an unknown publisher, a failing one, and ``fetch``.
 """
 
@@ -16,6 +16,7 @@ import trio
 import examples.demo
 import rstreams
 from bridges.emp import EmpAppServer, EmpClosed
+from bridges.relink import RelinkAppServer
 from rstreams.support import listener_url
 
 EXPECTED = [n.to_bytes(8, "big") for n in range(3)]
@@ -28,10 +29,13 @@ async def urls(nursery: trio.Nursery) -> AsyncIterator[dict[str, str]]:
     [tcp] = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
     [websocket] = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
     [emp_listener] = await nursery.start(partial(emp.serve_tcp, "127.0.0.1", 0))
+    relink = RelinkAppServer(examples.demo.app)
+    [relink_listener] = await nursery.start(partial(relink.serve_tcp, "127.0.0.1", 0))
     yield {
         "tcp": listener_url(tcp, "tcp"),
         "ws": listener_url(websocket, "ws", "/"),
         "emp": listener_url(emp_listener, "emp"),
+        "relink": listener_url(relink_listener, "relink", "/rstreams"),
     }
 
 
@@ -43,7 +47,7 @@ async def read(url: str, name: str, *, prefetch: int = 32) -> list[bytes]:
             return [bytes(element) async for element in elements]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink"])
 @pytest.mark.parametrize("prefetch", [0, 1, 32])
 async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str], scheme: str, prefetch: int) -> None:
     with trio.fail_after(10):
@@ -59,7 +63,7 @@ async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str],
             assert got == EXPECTED
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink"])
 async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         async with rstreams.connect(urls[scheme]) as peer:
@@ -67,7 +71,7 @@ async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], sc
             assert [int.from_bytes(x, "big") for x in await peer.fetch("range?count=4", 10)] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink"])
 async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.UnknownPublisher) as caught:
@@ -75,7 +79,7 @@ async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str
         assert caught.value.name == "nothing-here"
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink"])
 async def test_a_failing_publisher_is_a_publisher_error(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.PublisherError):

@@ -1,0 +1,170 @@
+"""The Relink app server and the ``relink://`` client, over real sockets on 127.0.0.1.
+
+A raw connector (``open_relink_link``) checks the mapping message by message:
+subscribe, elements within the window, completion, errors, cancellation and
+id reuse, the server's shutdown; then the rstreams peer reads through a
+proxy that cuts the connection mid-stream.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import trio
+from relink_proxy import CuttingProxy
+
+import examples.demo
+import rstreams
+from bridges.relink import (
+    SHUTTING_DOWN,
+    HandshakeRejected,
+    LinkConfig,
+    RelinkAppServer,
+    RelinkLink,
+    RelinkSettings,
+    connect_relink_url,
+    open_relink_link,
+)
+from rstreams.support import listener_port
+
+FAST = RelinkSettings(reconnect_delay=0.01, reconnect_max_delay=0.05, shutdown_timeout=1.0)
+
+
+def element(n: int) -> tuple[bytes]:
+    return (n.to_bytes(8, "big"),)
+
+
+async def start(nursery: trio.Nursery, settings: RelinkSettings = FAST) -> tuple[RelinkAppServer, int]:
+    server = RelinkAppServer(examples.demo.app, settings=settings)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    return server, listener_port(listeners[0])
+
+
+def sizes(size: int) -> LinkConfig:
+    return LinkConfig(connector_id_size=size, listener_id_size=size)
+
+
+async def everything(link: RelinkLink, channel: int) -> list[tuple[bytes, ...]]:
+    return [parts async for parts in link.inbound(channel)]
+
+
+@pytest.mark.parametrize("size, channel", [(0, 0), (1, 200), (3, 0x10203), (8, 2**64 - 1)])
+async def test_subscribe_and_complete_with_every_id_size(nursery: trio.Nursery, size: int, channel: int) -> None:
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(size), settings=FAST) as link:
+            replies = link.inbound(channel)
+            await link.send(channel, [b"range?count=5"])
+            assert [parts async for parts in replies] == [element(n) for n in range(5)]
+            # Close ours; then the id is free again, for another subscription.
+            await link.close_channel(channel)
+            await link.send(channel, [b"range?count=2"])
+            assert await everything(link, channel) == [element(0), element(1)]
+
+
+async def test_errors_are_a_two_part_message_then_the_close(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            for channel, request in enumerate([[b"nothing-here"], [b"fail?after=2"], [b"range", b"two parts"], [b"\xff"]]):
+                replies = link.inbound(channel)
+                await link.send(channel, request)
+                got = [parts async for parts in replies]
+                *elements, (empty, text) = got
+                assert empty == b""
+                if channel == 0:
+                    assert elements == [] and text == b"no such publisher: nothing-here"
+                elif channel == 1:
+                    assert elements == [element(0), element(1)] and text.startswith(b"fail: ")
+                else:
+                    assert elements == [] and b"one part" in text
+
+
+async def test_unequal_id_sizes_or_transactions_are_refused(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        for config in (LinkConfig(connector_id_size=1, listener_id_size=2), LinkConfig(connector_transactions=True)):
+            with pytest.raises(HandshakeRejected):
+                async with open_relink_link("127.0.0.1", port, config=config, settings=FAST):
+                    pass  # pragma: no cover
+        with pytest.raises(HandshakeRejected):
+            async with open_relink_link("127.0.0.1", port, endpoint="other", settings=FAST):
+                pass  # pragma: no cover
+
+
+async def test_never_more_than_the_window_beyond_what_was_consumed(nursery: trio.Nursery) -> None:
+    window = 4
+    server, port = await start(nursery, RelinkSettings(send_window=window, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(9)
+            await link.send(9, [b"range?count=40"])
+            while len(replies) < window:
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)  # a server ignoring the window would have sent more by now
+            assert len(replies) == window
+            [served] = server.links
+            assert served.connection is not None and served.connection.machine.unacknowledged(9) == window
+            got = []
+            async for parts in replies:
+                assert len(replies) <= window
+                got.append(parts)
+            assert got == [element(n) for n in range(40)]
+
+
+async def test_closing_our_channel_cancels_the_subscription(nursery: trio.Nursery) -> None:
+    server, port = await start(nursery, RelinkSettings(send_window=4, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(1)
+            await link.send(1, [b"range?count=1000000"])
+            assert await replies.receive() == element(0)
+            replies.discard()  # what a leaving subscriber does: drop the rest
+            await link.close_channel(1)  # acknowledged once the server's side is over
+            await replies.wait_closed()
+            # Reuse the id at once: a fresh subscription, nothing of the old one.
+            await link.send(1, [b"range?count=3"])
+            assert await everything(link, 1) == [element(n) for n in range(3)]
+
+
+async def test_the_server_s_shutdown_fails_running_subscriptions(nursery: trio.Nursery) -> None:
+    server, port = await start(nursery, RelinkSettings(send_window=2, ack_delay=0.01, shutdown_timeout=2.0))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(5)
+            await link.send(5, [b"range?count=1000000"])
+            assert await replies.receive() == element(0)
+            async with trio.open_nursery() as inner:
+                inner.start_soon(server.aclose)
+                got = [parts async for parts in replies]
+                assert got[-1] == (b"", SHUTTING_DOWN.encode())
+                assert got[:-1] == [element(n) for n in range(1, len(got))]
+                while not link.peer_shutdown:
+                    await trio.sleep(0.01)
+                await link.aclose()
+            assert server.links == ()
+
+
+async def test_the_rstreams_peer_reads_across_cuts(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery, RelinkSettings(send_window=16))
+    proxy = CuttingProxy(port)
+    await nursery.start(proxy.serve)
+    with trio.fail_after(15):
+        async with connect_relink_url(f"relink://127.0.0.1:{proxy.port}/rstreams?id_size=2", settings=FAST) as peer:
+            got = []
+            async with peer.subscribe("range?count=500", prefetch=8) as numbers:
+                async for raw in numbers:
+                    got.append(int.from_bytes(raw, "big"))
+                    if len(got) % 120 == 0:
+                        proxy.cut()
+            assert got == list(range(500))
+            assert proxy.connections >= 5
+            assert await peer.fetch("range?count=3", 10) == [element(n)[0] for n in range(3)]
+
+
+async def test_relink_urls_are_checked() -> None:
+    for url in ("relink://127.0.0.1:1?id_size=9", "relink://127.0.0.1:1?nope=1", "relink://127.0.0.1", "relink://127.0.0.1:1?id_size=x"):
+        with pytest.raises(ValueError):
+            async with rstreams.connect(url):
+                pass  # pragma: no cover
