@@ -103,7 +103,8 @@ from ._serve import EndpointPolicy, RelinkHandler, RelinkServer, equal_id_sizes,
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
 from ._state import ConnectionState
 from ._trio import RelinkConnection
-from ._trio_link import InboundChannel, InboundItem, RelinkLink
+from ._inbound_channel import InboundChannel, InboundItem
+from ._trio_link import RelinkLink
 
 __all__ = [
     # packets and codec

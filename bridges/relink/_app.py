@@ -39,7 +39,8 @@ from rstreams import Router, Session, SubscriptionError, open_local_session
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
-from ._trio_link import InboundChannel, RelinkLink
+from ._inbound_channel import InboundChannel
+from ._trio_link import RelinkLink
 
 __all__ = ["RelinkAppServer", "SUBSCRIBE_PREFETCH", "SHUTTING_DOWN"]
 

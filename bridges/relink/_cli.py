@@ -45,7 +45,7 @@ from ._trio_link import RelinkLink
 
 # Reached through BRIDGE only (bridges.relink._bridge), so that importing
 # bridges.relink never imports the command line.
-__all__: list[str] = []
+__all__ = ["add_parser", "add_serve_arguments", "error_status"]
 
 DESCRIPTION = """\
 Talk to a Relink listener (send), or be one (echo).

@@ -36,7 +36,8 @@ from ._events import MessageReceived
 from ._handshake import LinkConfig
 from ._link_errors import RelinkClosed
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
-from ._trio_link import InboundChannel, RelinkLink
+from ._inbound_channel import InboundChannel
+from ._trio_link import RelinkLink
 
 __all__ = ["RelinkPeer", "connect_relink_url", "DEFAULT_CLIENT_ID_SIZE"]
 
