@@ -168,3 +168,34 @@ async def test_relink_urls_are_checked() -> None:
         with pytest.raises(ValueError):
             async with rstreams.connect(url):
                 pass  # pragma: no cover
+
+
+async def test_the_documented_bytes_are_what_the_server_does(nursery: trio.Nursery) -> None:
+    # A connector written from the spec alone: the handshake, then the
+    # subscribe of docs/bridges/relink.md; the server answers with exactly
+    # the documented elements and close, then the error and close.
+    from relink_examples import subscribe_examples
+
+    from bridges.relink import HandshakeRequest, encode_request, encode_version
+
+    wire = subscribe_examples()
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+
+            async def read(size: int) -> bytes:
+                data = b""
+                while len(data) < size:
+                    chunk = await stream.receive_some(size - len(data))
+                    assert chunk, "the server closed the connection"
+                    data += chunk
+                return data
+
+            await stream.send_all(encode_version())
+            assert await read(8) == bytes(8)
+            await stream.send_all(encode_request(HandshakeRequest(endpoint_name="rstreams", config=sizes(1))))
+            reply = await read(16)
+            assert int.from_bytes(reply[8:], "little") == 1  # a new link, id 1
+            await stream.send_all(wire["subscribe"])
+            assert await read(len(wire["subscribe-elements"])) == wire["subscribe-elements"]
