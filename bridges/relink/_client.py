@@ -119,8 +119,12 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
         try:
             inbound.discard()
             await self.link.close_channel(channel)
+            # The listener's side is over once ours is acknowledged (it
+            # consumes the request last), unless a drop reordered them.
             if inbound.received_any:
                 await inbound.wait_closed()
+            else:
+                self.link.forget_inbound(inbound)
         except RelinkError:
             pass
         finally:

@@ -146,6 +146,15 @@ class RelinkLink:
                 found._finish(copy_error(self._error))
         return found
 
+    def forget_inbound(self, inbound: InboundChannel) -> None:
+        """Drop ``inbound`` from the link's channels if it is still there and holds nothing.
+
+        For a channel claimed with :meth:`inbound` that the peer never used:
+        the next :meth:`inbound` of that id starts afresh.
+        """
+        if self._inbound.get(inbound.id) is inbound and not len(inbound):
+            del self._inbound[inbound.id]
+
     async def accept_channel(self) -> InboundChannel:
         """Wait for a channel the peer opened (by sending on it) that nobody asked for.
 

@@ -199,3 +199,20 @@ async def test_the_documented_bytes_are_what_the_server_does(nursery: trio.Nurse
             assert int.from_bytes(reply[8:], "little") == 1  # a new link, id 1
             await stream.send_all(wire["subscribe"])
             assert await read(len(wire["subscribe-elements"])) == wire["subscribe-elements"]
+
+
+async def test_the_peer_reuses_its_only_channel_after_every_kind_of_end(nursery: trio.Nursery) -> None:
+    # id_size=0: one channel each way, so each subscription waits for the
+    # previous one's channel to be closed on both sides, and must see
+    # nothing of it: left early, never requested, completed, failed.
+    _, port = await start(nursery, RelinkSettings(send_window=4, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=0", settings=FAST) as peer:
+            async with peer.subscribe("range?count=100000", prefetch=1) as numbers:
+                assert bytes(await numbers.__anext__()) == element(0)[0]
+            async with peer.subscribe("range?count=5", prefetch=0):
+                pass  # no demand: nothing was ever sent
+            assert await peer.fetch("range?count=3", 10) == [element(n)[0] for n in range(3)]
+            with pytest.raises(rstreams.UnknownPublisher):
+                await peer.fetch("nothing-here", 1)
+            assert await peer.fetch("range?count=2", 10) == [element(n)[0] for n in range(2)]
