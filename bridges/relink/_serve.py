@@ -232,6 +232,11 @@ class RelinkServer:
                 nursery.start_soon(self._expire, handle, nursery.cancel_scope)
                 try:
                     await self.handler(handle)
+                except RelinkError as exc:
+                    # The link ended under the handler (lost, forgotten, shut down).
+                    logger.info("Relink link %d ended: %r", link_id, exc)
+                except Exception:
+                    logger.exception("Relink link handler failed")
                 finally:
                     with trio.CancelScope(shield=True):
                         await handle.aclose()
@@ -254,8 +259,8 @@ class RelinkServer:
                 continue
             if handle.state is not None:
                 self.registry.remove(handle.state.link_id)
+            scope.cancel()  # the handler first: what it would do has no link left
             handle._fail(LinkLostError(f"no connection for {self.settings.link_timeout} s: the link was forgotten"))
-            scope.cancel()
             return
 
     async def serve_tcp(
