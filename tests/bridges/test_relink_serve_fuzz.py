@@ -1,4 +1,4 @@
-"""The listener's trio side against arbitrary bytes: it never crashes, never hangs.
+"""The trio side against arbitrary bytes: the listener never crashes or hangs, the connector fails typed.
 
 ``RelinkServer.serve_stream`` reads the connector's opening itself (to pick
 the link config) before handing the stream to the machine, so both stages
@@ -94,3 +94,26 @@ def test_arbitrary_openings_end_cleanly(data: bytes, eof: bool) -> None:
 )
 def test_arbitrary_packets_after_a_handshake_end_cleanly(packets: list[bytes], eof: bool) -> None:
     serve(HANDSHAKE + b"".join(packets), eof=eof)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reply=st.binary(max_size=200), eof=st.booleans())
+def test_a_connector_facing_arbitrary_bytes_fails_with_a_typed_error(reply: bytes, eof: bool) -> None:
+    from bridges.kit import open_connection
+    from bridges.relink import Connection, RelinkConnection, RelinkError, Role
+
+    async def main() -> None:
+        client, server = trio.testing.memory_stream_pair()
+        await server.send_all(encode_version() + reply)
+        if eof:
+            await server.send_eof()
+        machine = Connection(Role.CONNECTOR, config=CONFIG, endpoint_name="test")
+        handle = RelinkLink(Role.CONNECTOR, SETTINGS, accept_channels=False)
+        with trio.fail_after(600):
+            try:
+                async with open_connection(RelinkConnection(client, machine, SETTINGS, handle=handle)) as connection:
+                    await connection.wait_ended()  # a reply that happened to be valid: until the pong timeout
+            except RelinkError:
+                pass
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
