@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Union
 
 import trio
 
-from ..kit import copy_error
+from ..kit import ITEM_COST, copy_error
 from ._errors import LocalProtocolError
 from ._events import CommitRequested, MessageReceived, RollbackRequested
 
@@ -61,6 +61,7 @@ class InboundChannel:
                 self._link._consume(self.id, 1)
                 return
         self._items.append(item)
+        self._link._hold(_cost(item))
         self._lot.unpark_all()
 
     def _finish(self, error: BaseException) -> None:
@@ -86,6 +87,7 @@ class InboundChannel:
                 raise copy_error(self._end)
             raise trio.WouldBlock
         item = self._items.popleft()
+        self._link._release(_cost(item))
         if consume and isinstance(item, MessageReceived):
             self._link._consume(self.id, 1)
         return item
@@ -149,6 +151,7 @@ class InboundChannel:
         """Consume everything held and everything that arrives later (nobody will read it)."""
         self._discarding = True
         count = sum(isinstance(item, MessageReceived) for item in self._items)
+        self._link._release(sum(_cost(item) for item in self._items))
         self._items.clear()
         if count:
             self._link._consume(self.id, count)
@@ -165,3 +168,11 @@ class InboundChannel:
             return await self.receive()
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
+
+
+def _cost(item: InboundItem) -> int:
+    # What a held item counts against max_read_ahead: its bytes plus the
+    # kit's per-item cost, so that a flood of tiny messages is bounded too.
+    if isinstance(item, MessageReceived):
+        return ITEM_COST + sum(len(part) for part in item.parts)
+    return ITEM_COST

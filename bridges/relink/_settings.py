@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..kit import LinkSettings
+from ..kit import LinkSettings, MiB
 from ._config import (
     DEFAULT_ACK_DELAY,
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -29,6 +29,9 @@ class RelinkSettings(LinkSettings):
     """Settings of a Relink link and of each TCP connection that carries it.
 
     Attributes:
+        max_read_ahead: bytes received and not yet taken by the application,
+            over all of the link's channels (each message counts 64 more),
+            beyond which the connection stops reading. Default 8 MiB.
         send_window: most messages per channel sent and not acknowledged
             consumed (the peer's demand). Default 65,536.
         ack_window: consumed messages acknowledged at once; fewer wait
@@ -54,6 +57,7 @@ class RelinkSettings(LinkSettings):
     keepalive_interval: float | None = DEFAULT_PING_INTERVAL
     keepalive_when_idle: bool = True
     ping_timeout: float = DEFAULT_PONG_TIMEOUT
+    max_read_ahead: int = 8 * MiB
     send_window: int = DEFAULT_SEND_WINDOW
     ack_window: int | None = None
     ack_delay: float = DEFAULT_ACK_DELAY

@@ -9,8 +9,13 @@ that sends batched consumed acknowledgements.
 
 Relink has its own flow control (a sender keeps at most its window of
 messages unconsumed per channel, and the machine refuses a peer that sends
-more), so the reader always reads: what it reads is bounded by our windows,
-and reading is what lets acknowledgements and pongs through.
+more), so the reader reads whether or not anyone waits: reading is what
+lets acknowledgements and pongs through. But windows count messages, not
+bytes, and a peer may open many channels, so it stops while the link holds
+``max_read_ahead`` bytes the application has not taken (8 MiB by default;
+each message counts 64 bytes more): past that bound TCP holds the rest, and
+one channel's slow reader holds back the others (head-of-line blocking,
+only there).
 
 How it ends: the peer's end of file or a write that fails is
 :class:`RelinkConnectionLost`; a missing handshake or pong is
@@ -136,8 +141,12 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             self.handle._on_event(event)
 
     def _wants_more_input(self) -> bool:
-        # Relink's windows bound what the peer sends: always read (see the module docstring).
+        # Relink's windows bound what the peer sends: read (see the module docstring).
         return True
+
+    def _read_paused_by_protocol(self) -> bool:
+        # ... unless the application holds max_read_ahead unread: then TCP holds the rest.
+        return self.handle is not None and self.handle.reading_paused()
 
     def _awaiting_reply(self) -> bool:
         # A connector past the listener's version block (so its request went
@@ -199,6 +208,10 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         if self.is_open:
             self._machine.flush_acks()
             self._take_output()
+
+    def wake_reader(self) -> None:
+        """The application took held messages: the reader may go on."""
+        self._wake_reader()
 
     def write_backlog(self) -> int:
         """Bytes queued for the writer and not yet written."""

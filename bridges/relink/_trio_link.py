@@ -93,6 +93,7 @@ class RelinkLink:
         self._discarding = False
         self._ended = trio.Event()
         self._connected_once = trio.Event()
+        self._held = 0  # bytes held in inbound channels, against max_read_ahead
         self.connections = 0
 
     # ---- state -------------------------------------------------------------------
@@ -356,6 +357,24 @@ class RelinkLink:
             await connection.aclose()
 
     # ---- from the connection ------------------------------------------------------------
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes received and held for the application (each message counting 64 more)."""
+        return self._held
+
+    def _hold(self, size: int) -> None:
+        self._held += size
+
+    def _release(self, size: int) -> None:
+        self._held -= size
+        connection = self._connection
+        if connection is not None and size:
+            connection.wake_reader()
+
+    def reading_paused(self) -> bool:
+        """True while what is held reaches ``max_read_ahead``: the connection stops reading."""
+        return self._held >= self.settings.max_read_ahead
 
     def _wake(self) -> None:
         self._lot.unpark_all()

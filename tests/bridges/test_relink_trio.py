@@ -283,3 +283,31 @@ async def test_sending_more_than_the_limits_allow_is_refused(nursery: trio.Nurse
             assert await inbound.receive() == (b"still fine",)
 
 
+
+
+async def test_what_the_application_holds_is_bounded_in_bytes(nursery: trio.Nursery) -> None:
+    # Windows count messages; max_read_ahead bounds the bytes held for an
+    # application that does not read: the connection stops reading there.
+    settings = RelinkSettings(max_read_ahead=64 * 1024, receive_size=16 * 1024, shutdown_timeout=0.2)
+    size, channels, each = 8 * 1024, 10, 12
+
+    async def flood(link: RelinkLink) -> None:
+        for n in range(each):
+            for channel in range(channels):
+                await link.send(channel, [bytes([n]) * size])
+        await trio.sleep_forever()
+
+    _, port = await start(nursery, handler=flood)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, endpoint="test", config=ONE_BYTE, settings=settings) as link:
+            inbound = [link.inbound(channel) for channel in range(channels)]
+            while link.held_bytes < settings.max_read_ahead:
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)  # reading on would have taken far more by now
+            bound = settings.max_read_ahead + settings.receive_size + size + 64
+            assert link.held_bytes <= bound
+            for n in range(each):
+                for channel in range(channels):
+                    assert await inbound[channel].receive() == (bytes([n]) * size,)
+                    assert link.held_bytes <= bound
+            assert link.held_bytes == 0
