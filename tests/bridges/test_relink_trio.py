@@ -311,3 +311,50 @@ async def test_what_the_application_holds_is_bounded_in_bytes(nursery: trio.Nurs
                     assert await inbound[channel].receive() == (bytes([n]) * size,)
                     assert link.held_bytes <= bound
             assert link.held_bytes == 0
+
+
+async def silent_listener(stream: trio.SocketStream, *, reply: bool) -> None:
+    # A listener written from the spec that handshakes (or not), then never answers.
+    from bridges.relink import HandshakeReply, decode_request, encode_reply, encode_version
+
+    data = b""
+    while len(data) < 8:
+        data += await stream.receive_some(4096)
+    if not reply:
+        await trio.sleep_forever()
+    await stream.send_all(encode_version())
+    data = data[8:]
+    while decode_request(data) is None:
+        data += await stream.receive_some(4096)
+    await stream.send_all(encode_reply(HandshakeReply(epoch=1_700_000_000_000_000, link_id=1)))
+    while await stream.receive_some(4096):
+        pass  # pings, unanswered
+
+
+async def test_a_missing_pong_drops_the_connection_and_the_connector_comes_back(nursery: trio.Nursery) -> None:
+    from bridges.relink import RelinkTimeout
+
+    listeners = await nursery.start(trio.serve_tcp, partial(silent_listener, reply=True), 0)
+    settings = RelinkSettings(keepalive_interval=0.05, ping_timeout=0.1, reconnect_delay=0.01, shutdown_timeout=0.2)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", listener_port(listeners[0]), config=ONE_BYTE, settings=settings) as link:
+            first = link.connection
+            assert first is not None
+            await first.wait_ended()
+            assert isinstance(first.end_reason, RelinkTimeout)
+            while link.connection is None or link.connection is first:
+                await trio.sleep(0.01)
+            request = link.connection.machine.request
+            assert request is not None and (request.old_epoch, request.old_link_id) == (1_700_000_000_000_000, 1)
+
+
+async def test_a_missing_handshake_times_out(nursery: trio.Nursery) -> None:
+    from bridges.relink import RelinkTimeout
+
+    listeners = await nursery.start(trio.serve_tcp, partial(silent_listener, reply=False), 0)
+    with trio.fail_after(10):
+        with pytest.raises(RelinkTimeout):
+            async with open_relink_link(
+                "127.0.0.1", listener_port(listeners[0]), settings=RelinkSettings(handshake_timeout=0.2)
+            ):
+                pass  # pragma: no cover
