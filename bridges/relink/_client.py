@@ -6,7 +6,9 @@ released is the last to be reused), claims the listener's channel with that
 id, and sends the publisher name on its own channel. Elements are taken from
 the listener's channel only while the subscriber has demand: taking one
 consumes it, and those consumed acknowledgements are what lets the listener
-send more (never more than its window ahead). A two-part message with an
+send more (never more than its window ahead). The subscriber's ``prefetch``
+is the stream's consumed-ack window: the acknowledgement goes out once that
+many were taken (or after the link's short ack delay, whichever first). A two-part message with an
 empty first part is the publisher's error (``no such publisher: ...`` is
 raised as :class:`rstreams.UnknownPublisher`). A subscriber that leaves
 early closes our channel, which cancels the subscription; whatever the
@@ -84,6 +86,11 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
 
     async def run_stream(self, feed: StreamFeed) -> None:
         link = self.link
+        # The subscriber's prefetch is the stream's consumed-ack window: once
+        # that many were taken since the last acknowledgement, it goes out
+        # now rather than after the link's ack delay.
+        ack_window = max(feed.demand, 1)
+        unacknowledged = 0
         channel = await self._ids.take()
         inbound = link.inbound(channel)
         try:
@@ -107,6 +114,10 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                 while len(batch) < feed.demand and len(inbound):
                     batch.append(_element(feed.name, inbound.receive_nowait()))
                 feed.deliver(batch)
+                unacknowledged += len(batch)
+                if unacknowledged >= ack_window:
+                    unacknowledged = 0
+                    link.flush_acks()
         finally:
             # Cancelled or done: close our channel and free the id in the
             # background (the listener's close and ours must both be over).

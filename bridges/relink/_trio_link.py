@@ -187,6 +187,13 @@ class RelinkLink:
         else:
             self._pending_consumes[channel] = self._pending_consumes.get(channel, 0) + count
 
+    def flush_acks(self) -> None:
+        """Send the batched consumed acknowledgements now (if a connection is open)."""
+        connection = self._connection
+        if connection is not None and connection.is_open and connection.machine.pending_acks:
+            connection.machine.flush_acks()
+            connection.after_call()
+
     # ---- sending --------------------------------------------------------------------
 
     def _window(self, channel: int) -> SendWindow:

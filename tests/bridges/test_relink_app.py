@@ -216,3 +216,16 @@ async def test_the_peer_reuses_its_only_channel_after_every_kind_of_end(nursery:
             with pytest.raises(rstreams.UnknownPublisher):
                 await peer.fetch("nothing-here", 1)
             assert await peer.fetch("range?count=2", 10) == [element(n)[0] for n in range(2)]
+
+
+async def test_the_subscriber_s_prefetch_is_the_consumed_ack_window(nursery: trio.Nursery) -> None:
+    # A link ack delay far beyond the test: acknowledgements go out only
+    # because prefetch (4) elements were taken; the listener's window (6)
+    # would otherwise stall the stream after 6 elements.
+    server, port = await start(nursery, RelinkSettings(send_window=6))
+    slow_acks = RelinkSettings(ack_delay=3600.0, shutdown_timeout=0.5)
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=1", settings=slow_acks) as peer:
+            async with peer.subscribe("range?count=50", prefetch=4) as numbers:
+                got = [int.from_bytes(raw, "big") async for raw in numbers]
+            assert got == list(range(50))
