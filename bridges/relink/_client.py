@@ -31,7 +31,7 @@ import trio
 from rstreams import PublisherError, UnknownPublisher
 from rstreams.support import StreamFeed, parse_bridge_url
 
-from ..kit import BridgePeer, copy_error, open_bridge_peer
+from ..kit import BridgePeer, open_bridge_peer
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._errors import RelinkError, RemoteProtocolError
 from ._events import MessageReceived
@@ -141,29 +141,24 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
         finally:
             self._ids.give_back(channel)
 
-    def stream_error(self, reason: BaseException) -> BaseException:
-        return copy_error(reason)
-
     async def _watch(self) -> None:
         # The link ends (lost, given up, shut down), or the peer shuts down.
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_shutdown, nursery.cancel_scope)
+            nursery.start_soon(self._watch_shutdown)
             await self.link.wait_ended()
             nursery.cancel_scope.cancel()
         reason = self.link.end_reason
         if reason is not None:
             self.end_streams(self.stream_error(reason))
 
-    async def _watch_shutdown(self, scope: trio.CancelScope) -> None:
-        while not self.link.peer_shutdown:
-            await self.link._lot.park()
+    async def _watch_shutdown(self) -> None:
+        try:
+            await self.link.wait_peer_shutdown()
+        except RelinkError:
+            return  # the link ended first: _watch ends the streams
         # The server is going away: its channels are closed; end ours too.
         self.end_streams(RelinkClosed("the listener shut the link down", by_peer=True))
         await self.link.aclose()
-
-    async def aclose(self) -> None:
-        """End every stream and shut the link down."""
-        await super().aclose()
 
 
 async def _wait_demand_or_end(feed: StreamFeed, inbound: InboundChannel) -> None:

@@ -127,6 +127,13 @@ class RelinkLink:
         """Wait until the link is over."""
         await self._ended.wait()
 
+    async def wait_peer_shutdown(self) -> None:
+        """Wait until the peer sent its shutdown (or the link ended: then raise why)."""
+        while not self._peer_shutdown:
+            if self._error is not None:
+                raise copy_error(self._error)
+            await self._lot.park()
+
     async def wait_connected(self) -> None:
         """Wait until a connection carries the link (raises if the link ended)."""
         await self._open_connection()

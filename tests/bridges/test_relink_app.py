@@ -21,6 +21,7 @@ from bridges.relink import (
     HandshakeRejected,
     LinkConfig,
     RelinkAppServer,
+    RelinkClosed,
     RelinkLink,
     RelinkSettings,
     connect_relink_url,
@@ -229,3 +230,18 @@ async def test_the_subscriber_s_prefetch_is_the_consumed_ack_window(nursery: tri
             async with peer.subscribe("range?count=50", prefetch=4) as numbers:
                 got = [int.from_bytes(raw, "big") async for raw in numbers]
             assert got == list(range(50))
+
+
+async def test_a_peer_s_stream_fails_when_the_server_stops(nursery: trio.Nursery) -> None:
+    server, port = await start(nursery, RelinkSettings(send_window=2, ack_delay=0.01, shutdown_timeout=2.0))
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}", settings=FAST) as peer:
+            with pytest.raises(rstreams.PublisherError, match=SHUTTING_DOWN):
+                async with peer.subscribe("range?count=1000000", prefetch=1) as numbers:
+                    async for raw in numbers:
+                        if raw == element(3)[0]:
+                            nursery.start_soon(server.aclose)
+            with pytest.raises(RelinkClosed) as caught:  # the listener shut the link down: no new streams
+                await peer.fetch("range?count=1", 1)
+            assert caught.value.by_peer
+        assert server.links == ()
