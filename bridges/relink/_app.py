@@ -138,9 +138,12 @@ class RelinkAppServer(RelinkServer):
                     else:
                         try:
                             async with session.subscribe(name, prefetch=SUBSCRIBE_PREFETCH) as elements:
-                                async for element in elements:
-                                    await link.send(channel_id, [bytes(element)])
-                                    sent = True
+                                # Whatever is buffered goes out in one step, within the window.
+                                async for batch in elements.batches():
+                                    messages = [(bytes(element),) for element in batch]
+                                    while messages:
+                                        del messages[: await link.send_batch(channel_id, messages)]
+                                        sent = True
                         except SubscriptionError as exc:
                             error = str(exc)
                     nursery.cancel_scope.cancel()

@@ -106,14 +106,15 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                     if feed.ended:
                         return
                 try:
-                    parts = await inbound.receive()
+                    parts = await inbound.receive(consume=False)
                 except trio.EndOfChannel:
                     feed.subscribed()
                     return  # the publisher completed
-                batch = [_element(feed.name, parts)]
+                batch = [parts]
                 while len(batch) < feed.demand and len(inbound):
-                    batch.append(_element(feed.name, inbound.receive_nowait()))
-                feed.deliver(batch)
+                    batch.append(inbound.receive_nowait(consume=False))
+                inbound.consume(len(batch))  # one acknowledgement step for the batch
+                feed.deliver([_element(feed.name, parts) for parts in batch])
                 unacknowledged += len(batch)
                 if unacknowledged >= ack_window:
                     unacknowledged = 0

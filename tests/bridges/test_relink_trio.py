@@ -358,3 +358,19 @@ async def test_a_missing_handshake_times_out(nursery: trio.Nursery) -> None:
                 "127.0.0.1", listener_port(listeners[0]), settings=RelinkSettings(handshake_timeout=0.2)
             ):
                 pass  # pragma: no cover
+
+
+async def test_send_batch_hands_over_what_the_window_takes(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery)
+    settings = RelinkSettings(send_window=4, shutdown_timeout=1.0)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, endpoint="test", config=ONE_BYTE, settings=settings) as link:
+            replies = link.inbound(3)
+            messages = [[b"%d" % n] for n in range(10)]
+            assert await link.send_batch(3, messages) == 4  # the window's room, in one step
+            assert link.connection is not None and link.connection.machine.unacknowledged(3) == 4
+            del messages[:4]
+            while messages:
+                del messages[: await link.send_batch(3, messages)]
+            assert [await replies.receive() for _ in range(10)] == [(b"%d" % n,) for n in range(10)]
+            assert await link.send_batch(3, []) == 0
