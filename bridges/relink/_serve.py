@@ -312,8 +312,9 @@ async def serve_relink(
 
     Example::
 
-        async def echo(link):
-            async for channel in accept_all(link): ...
+        async def echo(link):  # the unnamed channel's messages, sent back
+            async for parts in link.inbound(0):
+                await link.send(0, parts)
 
         listeners = await nursery.start(partial(serve_relink, echo, "127.0.0.1", 0,
                                                 endpoints={"echo": LinkConfig()}))

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RelinkLink"]
 
+
 class RelinkLink:
     """The application's handle on a Relink link (see the module docstring).
 
@@ -92,7 +93,6 @@ class RelinkLink:
         self._peer_shutdown = False
         self._discarding = False
         self._ended = trio.Event()
-        self._connected_once = trio.Event()
         self._held = 0  # bytes held in inbound channels, against max_read_ahead
         self.connections = 0
 
@@ -128,18 +128,21 @@ class RelinkLink:
         await self._ended.wait()
 
     async def wait_peer_shutdown(self) -> None:
-        """Wait until the peer sent its shutdown (or the link ended: then raise why)."""
+        """Wait until the peer sent its shutdown (or the link ended: then raise why). Always checkpoints."""
+        await trio.lowlevel.checkpoint()
         while not self._peer_shutdown:
             if self._error is not None:
                 raise copy_error(self._error)
             await self._lot.park()
 
     async def wait_connected(self) -> None:
-        """Wait until a connection carries the link (raises if the link ended)."""
+        """Wait until a connection carries the link (raises if the link ended). Always checkpoints."""
+        await trio.lowlevel.checkpoint()
         await self._open_connection()
 
     async def wait_disconnected(self) -> None:
-        """Wait until no connection carries the link (or it ended)."""
+        """Wait until no connection carries the link (or it ended). Always checkpoints."""
+        await trio.lowlevel.checkpoint()
         while self._connection is not None and self._error is None:
             await self._lot.park()
 
@@ -324,6 +327,7 @@ class RelinkLink:
         assert link is not None
         state = link.outgoing.get(channel)
         if state is None:
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return
         waiter = self._close_waiters.get(channel)
         if waiter is None:
@@ -331,10 +335,12 @@ class RelinkLink:
         if not state.closing:
             connection.machine.close_channel(channel)
             connection.after_call()
-        if wait:
-            await waiter.wait()
-            if self._error is not None and channel in self._close_waiters:
-                raise copy_error(self._error)
+        if not wait:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        await waiter.wait()
+        if self._error is not None and channel in self._close_waiters:
+            raise copy_error(self._error)
 
     async def commit(self, channel: int) -> bool:
         """Ask the peer to commit our messages on ``channel`` so far; True if it committed.
@@ -345,7 +351,9 @@ class RelinkLink:
             LinkLostError and the link's other ends.
 
         Cancellation: the commit may have been sent (its answer is dropped).
+        Always checkpoints.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         connection = await self._open_connection()
         sequence = connection.machine.commit(channel)
         connection.after_call()
@@ -365,20 +373,28 @@ class RelinkLink:
 
         Raises:
             LocalProtocolError: as :meth:`commit`.
+
+        Cancellation: either it was queued or nothing happened. Always checkpoints.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         connection = await self._open_connection()
         connection.machine.rollback(channel)
         connection.after_call()
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def answer_commit(self, channel: int, sequence: int, *, committed: bool) -> None:
         """Answer the peer's oldest unanswered :class:`CommitRequested` on ``channel``.
 
         Raises:
             LocalProtocolError: that is not the oldest unanswered commit.
+
+        Cancellation: either the answer was queued or nothing happened. Always checkpoints.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         connection = await self._open_connection()
         connection.machine.answer_commit(channel, sequence, committed=committed)
         connection.after_call()
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     # ---- ending -------------------------------------------------------------------------
 
@@ -459,7 +475,6 @@ class RelinkLink:
         for channel, count in pending.items():
             self._consume(channel, count)
         connection.after_call()
-        self._connected_once.set()
         self._wake()
 
     def _detach(self, connection: RelinkConnection, error: BaseException) -> None:
