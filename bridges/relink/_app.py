@@ -19,9 +19,11 @@ The mapping (``docs/bridges/relink.md`` has a byte-level example):
   error text in UTF-8, then the close.
 * The connector **closing** its channel cancels the subscription. The
   listener consumes the subscribe message only once its side of the
-  channel is over (closed, or never opened), so the connector's close is
-  acknowledged after the listener's last message and close: once a
-  connector has its close acknowledged, the id is free again.
+  channel is over (its close acknowledged, or the channel never opened),
+  so the connector's close is acknowledged after the connector has taken
+  the listener's last message and close, whatever a reconnection does to
+  the order of packets: once a connector has its close acknowledged, the
+  id is free again.
 
 A message that is not one UTF-8 part fails the subscription the same way;
 further messages on a channel that already carries a subscription are
@@ -156,7 +158,9 @@ class RelinkAppServer(RelinkServer):
                 await link.send(channel_id, [b"", error.encode("utf-8")])
                 sent = True
             if sent:
-                await link.close_channel(channel_id, wait=False)
+                # Until the connector acknowledges the close: it has every
+                # message of ours, even if a reconnection reorders the packets.
+                await link.close_channel(channel_id)
         except RelinkError as exc:
             logger.debug("Relink subscription on channel %d ended with the link: %r", channel_id, exc)
         finally:

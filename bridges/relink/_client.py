@@ -131,12 +131,11 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
         try:
             inbound.discard()
             await self.link.close_channel(channel)
-            # The listener's side is over once ours is acknowledged (it
-            # consumes the request last), unless a drop reordered them.
+            # Ours acknowledged means the listener's side is over: it
+            # consumes the request only once we acknowledged its close.
             if inbound.received_any:
-                await inbound.wait_closed()
-            else:
-                self.link.forget_inbound(inbound)
+                await inbound.wait_closed()  # already true (the close came first)
+            self.link.forget_inbound(inbound)
         except RelinkError:
             pass
         finally:

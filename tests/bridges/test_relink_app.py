@@ -245,3 +245,28 @@ async def test_a_peer_s_stream_fails_when_the_server_stops(nursery: trio.Nursery
                 await peer.fetch("range?count=1", 1)
             assert caught.value.by_peer
         assert server.links == ()
+
+
+async def test_one_channel_reused_across_cuts_never_mixes_subscriptions(nursery: trio.Nursery) -> None:
+    # One channel each way (id_size=0), so every subscription reuses the id
+    # of the one before, left early or read to the end, while the proxy
+    # cuts the connection now and then: each must see exactly its own
+    # elements, from 0, in order.
+    _, port = await start(nursery, RelinkSettings(send_window=8, ack_delay=0.01))
+    proxy = CuttingProxy(port)
+    await nursery.start(proxy.serve)
+    with trio.fail_after(20):
+        async with connect_relink_url(f"relink://127.0.0.1:{proxy.port}?id_size=0", settings=FAST) as peer:
+            for round_ in range(24):
+                count, leave_after = 5 + round_ % 7, round_ % 3 + 2
+                got = []
+                async with peer.subscribe(f"range?count={count}", prefetch=2) as numbers:
+                    async for raw in numbers:
+                        got.append(int.from_bytes(raw, "big"))
+                        if round_ % 4 == 1 and len(got) == 1:
+                            proxy.cut()
+                        if round_ % 2 and len(got) == leave_after:
+                            break
+                expected = leave_after if round_ % 2 else count
+                assert got == list(range(expected)), (round_, got)
+            assert proxy.connections >= 5
