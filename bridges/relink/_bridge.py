@@ -32,10 +32,7 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "relink", None)
     if not addresses:
         return []
-    try:
-        settings = RelinkSettings(send_window=args.relink_window)
-    except ValueError as exc:
-        raise ValueError(f"--relink-window: {exc}") from None
+    settings = RelinkSettings(send_window=args.relink_window)  # checked by its argparse type
     server = RelinkAppServer(
         context.app, endpoint=args.relink_endpoint, settings=settings, max_connections=context.max_connections
     )

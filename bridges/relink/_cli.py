@@ -119,13 +119,23 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--relink-window",
         metavar="N",
-        type=int,
+        type=_window,
         default=65536,
         help="Relink: elements per subscription sent and not acknowledged consumed (default: 65536)",
     )
     parser.add_argument(
         "--relink-endpoint", metavar="NAME", default=DEFAULT_ENDPOINT, help="Relink: the endpoint name (default: rstreams)"
     )
+
+
+def _window(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 1 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 2**31 - 1, not {value}")
+    return value
 
 
 def error_status(exc: BaseException) -> tuple[int, str] | None:

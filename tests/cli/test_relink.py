@@ -155,3 +155,9 @@ def test_relink_help_has_examples_and_exit_statuses() -> None:
     assert result.returncode == 0
     assert result.stdout.count(b"rstreams relink ") >= 3
     assert b"exit status" in result.stdout
+
+
+def test_a_bad_window_is_a_usage_error() -> None:
+    result = rstreams("serve", "examples.demo:app", "--relink", "127.0.0.1:0", "--relink-window", "0")
+    assert result.returncode == 2
+    assert b"--relink-window" in result.stderr and b"Traceback" not in result.stderr
