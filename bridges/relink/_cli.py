@@ -198,6 +198,7 @@ def run_send(args: argparse.Namespace) -> int:
                     await link.send(args.channel, [part.encode("utf-8") for part in args.parts])
                     for _ in range(args.replies):
                         parts = await replies.receive()
+                        link.flush_acks()  # a listener with a small window waits for them
                         sys.stdout.write(json.dumps([_part_json(part) for part in parts]) + "\n")
                         sys.stdout.flush()
             return EXIT_OK

@@ -161,3 +161,20 @@ def test_a_bad_window_is_a_usage_error() -> None:
     result = rstreams("serve", "examples.demo:app", "--relink", "127.0.0.1:0", "--relink-window", "0")
     assert result.returncode == 2
     assert b"--relink-window" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_serve_on_another_endpoint(tmp_path: Path) -> None:
+    args = ("serve", "examples.demo:app", "--relink", "127.0.0.1:0", "--relink-endpoint", "events")
+    for server in running(*args, log=tmp_path / "log"):
+        assert server.paths["relink"] == "/events"
+        result = rstreams("sub", f"relink://{server.relink}/events", "range?count=2", "--format", "hex")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [b"0000000000000000", b"0000000000000001"]
+        assert rstreams("relink", "send", server.relink, "rstreams", "range").returncode == 1  # not that endpoint
+
+
+def test_echo_cannot_listen_on_a_taken_port(tmp_path: Path) -> None:
+    for echo in running("relink", "echo", "127.0.0.1:0", log=tmp_path / "log"):
+        taken = rstreams("relink", "echo", echo.relink)
+        assert taken.returncode == 4
+        assert b"cannot listen" in taken.stderr
