@@ -8,7 +8,9 @@ the listener's channel only while the subscriber has demand: taking one
 consumes it, and those consumed acknowledgements are what lets the listener
 send more (never more than its window ahead). The subscriber's ``prefetch``
 is the stream's consumed-ack window: the acknowledgement goes out once that
-many were taken (or after the link's short ack delay, whichever first). A two-part message with an
+many were taken, or when everything received was taken (the listener may
+be waiting on a window smaller than our prefetch), or after the link's
+short ack delay, whichever comes first. A two-part message with an
 empty first part is the publisher's error (``no such publisher: ...`` is
 raised as :class:`rstreams.UnknownPublisher`). A subscriber that leaves
 early closes our channel, which cancels the subscription; whatever the
@@ -116,7 +118,10 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                 inbound.consume(len(batch))  # one acknowledgement step for the batch
                 feed.deliver([_element(feed.name, parts) for parts in batch])
                 unacknowledged += len(batch)
-                if unacknowledged >= ack_window:
+                if unacknowledged >= ack_window or not len(inbound):
+                    # A full ack window; or we took all there is, and the
+                    # listener may be waiting for room (its window may be
+                    # smaller than our prefetch): acknowledge now.
                     unacknowledged = 0
                     link.flush_acks()
         finally:

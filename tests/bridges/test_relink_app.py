@@ -270,3 +270,14 @@ async def test_one_channel_reused_across_cuts_never_mixes_subscriptions(nursery:
                 expected = leave_after if round_ % 2 else count
                 assert got == list(range(expected)), (round_, got)
             assert proxy.connections >= 5
+
+
+async def test_a_listener_window_smaller_than_the_prefetch_does_not_stall(nursery: trio.Nursery) -> None:
+    # The listener may send 3 ahead; the subscriber asks for 64 at a time:
+    # having taken everything there is, the client acknowledges at once.
+    _, port = await start(nursery, RelinkSettings(send_window=3))
+    slow_acks = RelinkSettings(ack_delay=3600.0, shutdown_timeout=0.5)
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=1", settings=slow_acks) as peer:
+            async with peer.subscribe("range?count=40", prefetch=64) as numbers:
+                assert [bytes(raw) async for raw in numbers] == [element(n)[0] for n in range(40)]
