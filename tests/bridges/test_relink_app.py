@@ -281,3 +281,24 @@ async def test_a_listener_window_smaller_than_the_prefetch_does_not_stall(nurser
         async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=1", settings=slow_acks) as peer:
             async with peer.subscribe("range?count=40", prefetch=64) as numbers:
                 assert [bytes(raw) async for raw in numbers] == [element(n)[0] for n in range(40)]
+
+
+async def test_relinks_urls_speak_tls(nursery: trio.Nursery) -> None:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    server = RelinkAppServer(examples.demo.app, settings=FAST)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0, server_context))
+    url = f"relinks://127.0.0.1:{listener_port(listeners[0])}/rstreams"
+    with trio.fail_after(10):
+        async with rstreams.connect(url, ssl_context=client_context) as peer:
+            assert await peer.fetch("range?count=2", 10) == [element(0)[0], element(1)[0]]
+        with pytest.raises(ValueError):
+            async with connect_relink_url(url.replace("relinks", "relink"), ssl_context=client_context):
+                pass  # pragma: no cover
