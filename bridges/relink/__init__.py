@@ -32,7 +32,7 @@ from ._config import (
     DEFAULT_SEND_WINDOW,
     RelinkStatistics,
 )
-from ._app import SHUTTING_DOWN, RelinkAppServer
+from ._app import DEFAULT_MAX_SUBSCRIPTIONS, SHUTTING_DOWN, TOO_MANY, RelinkAppServer
 from ._bridge import BRIDGE
 from ._client import RelinkPeer, connect_relink_url
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
@@ -199,6 +199,8 @@ __all__ = [
     # the mapping onto rstreams
     "RelinkAppServer",
     "SHUTTING_DOWN",
+    "TOO_MANY",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
     "RelinkPeer",
     "connect_relink_url",
     "BRIDGE",

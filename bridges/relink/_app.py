@@ -25,9 +25,10 @@ The mapping (``docs/bridges/relink.md`` has a byte-level example):
   the order of packets: once a connector has its close acknowledged, the
   id is free again.
 
-A message that is not one UTF-8 part fails the subscription the same way;
-further messages on a channel that already carries a subscription are
-consumed and ignored.
+A message that is not one UTF-8 part fails the subscription the same way,
+as does a channel beyond ``max_subscriptions`` (1,024) running at once on
+one link (``too many subscriptions``); further messages on a channel that
+already carries a subscription are consumed and ignored.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ._settings import DEFAULT_SETTINGS, RelinkSettings
 from ._inbound_channel import InboundChannel
 from ._trio_link import RelinkLink
 
-__all__ = ["RelinkAppServer", "SUBSCRIBE_PREFETCH", "SHUTTING_DOWN"]
+__all__ = ["RelinkAppServer", "SUBSCRIBE_PREFETCH", "SHUTTING_DOWN", "TOO_MANY", "DEFAULT_MAX_SUBSCRIPTIONS"]
 
 logger = logging.getLogger("rstreams.bridges")
 
@@ -52,6 +53,10 @@ logger = logging.getLogger("rstreams.bridges")
 SUBSCRIBE_PREFETCH = 64
 #: The error text sent to subscribers when the server stops.
 SHUTTING_DOWN = "server shutting down"
+#: The error text for a channel beyond ``max_subscriptions``.
+TOO_MANY = "too many subscriptions"
+#: Subscriptions running at once per link (each is a task and a stream of the app).
+DEFAULT_MAX_SUBSCRIPTIONS = 1024
 
 
 class _Subscriptions:
@@ -59,6 +64,7 @@ class _Subscriptions:
 
     def __init__(self) -> None:
         self.scopes: set[trio.CancelScope] = set()
+        self.running = 0
         self.shutting_down = False
 
     def stop_all(self) -> None:
@@ -75,6 +81,8 @@ class RelinkAppServer(RelinkServer):
         endpoint: the endpoint name (default ``rstreams``).
         settings: windows and timeouts (``send_window`` is the window per subscription).
         max_connections, epoch: as :class:`RelinkServer`.
+        max_subscriptions: subscriptions running at once per link; a channel
+            beyond them is answered with the error ``too many subscriptions``.
     """
 
     handlers_watch_closing = True
@@ -87,11 +95,15 @@ class RelinkAppServer(RelinkServer):
         settings: RelinkSettings = DEFAULT_SETTINGS,
         max_connections: int | None = None,
         epoch: int | None = None,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
     ) -> None:
+        if max_subscriptions < 1:
+            raise ValueError("max_subscriptions must be positive")
         super().__init__(
             self._serve_link, {endpoint: equal_id_sizes}, settings=settings, max_connections=max_connections, epoch=epoch
         )
         self.app = app
+        self.max_subscriptions = max_subscriptions
 
     async def _serve_link(self, link: RelinkLink) -> None:
         subscriptions = _Subscriptions()
@@ -120,6 +132,15 @@ class RelinkAppServer(RelinkServer):
     async def _serve_channel(
         self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
     ) -> None:
+        subscriptions.running += 1
+        try:
+            await self._subscribe(link, session, channel, subscriptions)
+        finally:
+            subscriptions.running -= 1
+
+    async def _subscribe(
+        self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
+    ) -> None:
         channel_id = channel.id
         try:
             request = await channel.receive(consume=False)
@@ -135,7 +156,9 @@ class RelinkAppServer(RelinkServer):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_closed, channel, nursery.cancel_scope)
                     name = _publisher_name(request)
-                    if name is None:
+                    if subscriptions.running > self.max_subscriptions:
+                        error = TOO_MANY
+                    elif name is None:
                         error = "a subscription is one message of one part: a publisher name in UTF-8"
                     else:
                         try:

@@ -302,3 +302,21 @@ async def test_relinks_urls_speak_tls(nursery: trio.Nursery) -> None:
         with pytest.raises(ValueError):
             async with connect_relink_url(url.replace("relinks", "relink"), ssl_context=client_context):
                 pass  # pragma: no cover
+
+
+async def test_subscriptions_per_link_are_bounded(nursery: trio.Nursery) -> None:
+    server = RelinkAppServer(examples.demo.app, settings=RelinkSettings(send_window=1), max_subscriptions=2)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", listener_port(listeners[0]), config=sizes(1), settings=FAST) as link:
+            running = [link.inbound(channel) for channel in (1, 2)]
+            for channel in (1, 2):
+                await link.send(channel, [b"range?count=1000"])
+                assert await running[channel - 1].receive() == element(0)  # then the window holds them
+            await link.send(3, [b"range?count=3"])
+            assert await everything(link, 3) == [(b"", b"too many subscriptions")]
+            await link.close_channel(3)
+            running[0].discard()
+            await link.close_channel(1)  # one ends: room for another
+            await link.send(3, [b"range?count=3"])
+            assert await everything(link, 3) == [element(n) for n in range(3)]
