@@ -4,7 +4,8 @@ The connector reaches the listener through ``relink_proxy.CuttingProxy``;
 cutting closes both sides at once. The connector reconnects with the old
 epoch and link id, both sides resume, and every stream must arrive
 complete, in order and exactly once, whichever direction was cut and at
-whatever byte (mid-packet included). A listener that restarted (new epoch)
+whatever byte (mid-packet included); consumptions made while disconnected
+and pending commits carry over. A listener that restarted (new epoch)
 or forgot the link ends the affected streams with ``LinkLostError``.
 """
 
@@ -17,6 +18,7 @@ import trio
 from relink_proxy import CuttingProxy
 
 from bridges.relink import (
+    CommitRequested,
     LinkConfig,
     LinkLostError,
     RelinkConnectionLost,
@@ -191,3 +193,72 @@ async def test_the_connector_gives_up_after_reconnect_timeout(nursery: trio.Nurs
             with pytest.raises(RelinkConnectionLost):
                 while True:
                     await inbound.receive()
+
+
+async def test_consuming_while_disconnected_is_reported_on_the_next_connection(nursery: trio.Nursery) -> None:
+    # The listener may send 4 ahead. The connector takes the 4 it holds
+    # while no connection carries the link; the reconnection tells the
+    # listener, whose window opens for the other 4.
+    settings = RelinkSettings(send_window=4, reconnect_delay=0.01, reconnect_max_delay=0.02, shutdown_timeout=1.0)
+
+    async def eight(link: RelinkLink) -> None:
+        for n in range(8):
+            await link.send(1, [b"%d" % n])
+        await link.close_channel(1)
+
+    _, port = await start(nursery, handler=eight, settings=settings)
+    proxy = CuttingProxy(port)
+    await nursery.start(proxy.serve)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", proxy.port, endpoint="test", config=CONFIG, settings=settings) as link:
+            await link.send(9, [b"start"])  # opens the listener's handler side
+            inbound = link.inbound(1)
+            while len(inbound) < 4:
+                await trio.sleep(0.01)
+            proxy.target_port = 1  # nothing listens there: no connection for now
+            proxy.cut()
+            while link.connected:
+                await trio.sleep(0.01)
+            got = [await inbound.receive() for _ in range(4)]  # consumed with no connection
+            proxy.target_port = port
+            got += [parts async for parts in inbound]
+            assert got == [(b"%d" % n,) for n in range(8)]
+
+
+async def test_a_commit_survives_a_drop_and_is_answered_once(nursery: trio.Nursery) -> None:
+    config = LinkConfig(connector_id_size=2, listener_id_size=2, connector_transactions=True)
+    asked: list[int] = []
+    answer = trio.Event()
+
+    async def judge(link: RelinkLink) -> None:
+        channel = await link.accept_channel()
+        while True:
+            item = await channel.receive_event()
+            if isinstance(item, CommitRequested):
+                asked.append(item.sequence)
+                await answer.wait()
+                await link.answer_commit(item.channel, item.sequence, committed=True)
+
+    server = RelinkServer(judge, {"test": config}, settings=SETTINGS)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    proxy = CuttingProxy(listener_port(listeners[0]))
+    await nursery.start(proxy.serve)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", proxy.port, endpoint="test", config=config, settings=SETTINGS) as link:
+            for n in range(3):
+                await link.send(5, [b"%d" % n])
+            async with trio.open_nursery() as inner:
+                results: list[bool] = []
+
+                async def commit() -> None:
+                    results.append(await link.commit(5))
+
+                inner.start_soon(commit)
+                while not asked:
+                    await trio.sleep(0.01)
+                proxy.cut()  # the commit is pending on both sides
+                while link.connections < 2 or not link.connected:
+                    await trio.sleep(0.01)
+                answer.set()
+            assert results == [True]
+            assert asked == [2]  # asked once, though written again after the drop
