@@ -9,7 +9,6 @@ handshake's refusals. Reconnection is in ``test_relink_reconnect.py``.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
 from functools import partial
 
 import pytest
