@@ -8,8 +8,18 @@
   survives reconnection, :class:`LinkState` (with :class:`LinkRegistry` for a
   listener's links): bytes in, events out, no trio, no sockets.
 
-The trio adapter and the mapping onto rstreams come separately. Decisions on
-the spec's ambiguities are in ``docs/bridges/relink.md``.
+And the trio side, on the bridge kit:
+
+* :func:`open_relink_link` (connector: connects, and reconnects after a
+  drop, resuming the link) and :class:`RelinkServer` / :func:`serve_relink`
+  (listener: a handler per link, links kept across connections), both
+  handing out a :class:`RelinkLink`: send on a channel within its window,
+  receive a channel's messages (consuming them is the peer's demand),
+  commit/rollback, close, shut down;
+* :class:`RelinkConnection`, one TCP or TLS connection carrying a link.
+
+Decisions on the spec's ambiguities, the mapping onto rstreams and the
+command line are in ``docs/bridges/relink.md``.
 """
 
 from ._codec import PacketDecoder, encode_packet, packet_size
@@ -22,6 +32,10 @@ from ._config import (
     DEFAULT_SEND_WINDOW,
     RelinkStatistics,
 )
+from ._app import DEFAULT_MAX_SUBSCRIPTIONS, SHUTTING_DOWN, TOO_MANY, RelinkAppServer
+from ._bridge import BRIDGE
+from ._client import RelinkPeer, connect_relink_url
+from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._connection import Connection
 from ._errors import (
     HandshakeRejected,
@@ -84,7 +98,13 @@ from ._packets import (
     SequenceOp,
     SequenceOpType,
 )
+from ._link_errors import RelinkClosed, RelinkConnectionLost, RelinkTimeout
+from ._serve import EndpointPolicy, RelinkHandler, RelinkServer, equal_id_sizes, serve_relink
+from ._settings import DEFAULT_SETTINGS, RelinkSettings
 from ._state import ConnectionState
+from ._trio import RelinkConnection
+from ._inbound_channel import InboundChannel, InboundItem
+from ._trio_link import RelinkLink
 
 __all__ = [
     # packets and codec
@@ -159,4 +179,29 @@ __all__ = [
     "HandshakeRejected",
     "LimitExceeded",
     "LinkLostError",
+    # the trio side
+    "RelinkSettings",
+    "DEFAULT_SETTINGS",
+    "RelinkConnection",
+    "RelinkLink",
+    "InboundChannel",
+    "InboundItem",
+    "open_relink_link",
+    "DEFAULT_ENDPOINT",
+    "RelinkServer",
+    "RelinkHandler",
+    "EndpointPolicy",
+    "equal_id_sizes",
+    "serve_relink",
+    "RelinkConnectionLost",
+    "RelinkTimeout",
+    "RelinkClosed",
+    # the mapping onto rstreams
+    "RelinkAppServer",
+    "SHUTTING_DOWN",
+    "TOO_MANY",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "RelinkPeer",
+    "connect_relink_url",
+    "BRIDGE",
 ]

@@ -12,6 +12,8 @@ from relink_pair import EPOCH, Pair
 from bridges.relink import (
     ChannelAck,
     ChannelAckType,
+    ChannelOp,
+    ChannelOpType,
     GeneralPacket,
     GeneralType,
     HandshakeReply,
@@ -76,6 +78,23 @@ def examples() -> dict[str, bytes]:
         "closed-ack": encode_packet(ChannelAck(type=ChannelAckType.CLOSED, channels=(9,)), **two_one),
         "commit": encode_packet(SequenceOp(type=SequenceOpType.COMMIT, channels=(0x0102,), sequence=7), **two_one),
         "resume-preamble": resume_preamble(),
+        **subscribe_examples(),
+    }
+
+
+def subscribe_examples() -> dict[str, bytes]:
+    """The app server's mapping on the wire: 1-byte channel ids both ways, channel 3."""
+    one = {"sender_id_size": 1, "receiver_id_size": 1}
+    return {
+        "subscribe": encode_packet(MessagePacket(channels=(3,), parts=(b"range?count=2",)), **one),
+        "subscribe-elements": b"".join(
+            encode_packet(MessagePacket(channels=(3,), parts=(n.to_bytes(8, "big"),)), **one) for n in range(2)
+        )
+        + encode_packet(ChannelOp(type=ChannelOpType.CLOSE, channels=(3,)), **one),
+        "subscribe-error": encode_packet(
+            MessagePacket(channels=(3,), parts=(b"", b"no such publisher: nothing")), **one
+        )
+        + encode_packet(ChannelOp(type=ChannelOpType.CLOSE, channels=(3,)), **one),
     }
 
 

@@ -1,7 +1,7 @@
-"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws://, emp:// and mm2://.
+"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws://, emp://, relink:// and mm2://.
 
-The demo app is served four ways at once (reactive-streams-io over TCP and
-WebSocket, the EMP bridge and the MicroMsg2 broker), and the very same function reads it through
+The demo app is served five ways at once (reactive-streams-io over TCP and
+WebSocket, the EMP and Relink bridges, and the MicroMsg2 broker), and the very same function reads it through
 each URL: the elements, an unknown publisher, a failing one, and ``fetch``.
 """
 
@@ -17,6 +17,7 @@ import examples.demo
 import rstreams
 from bridges.emp import EmpAppServer, EmpClosed
 from bridges.micromsg2 import MicroMsg2AppServer
+from bridges.relink import RelinkAppServer
 from rstreams.support import listener_url
 
 EXPECTED = [n.to_bytes(8, "big") for n in range(3)]
@@ -30,11 +31,14 @@ async def urls(nursery: trio.Nursery) -> AsyncIterator[dict[str, str]]:
     [websocket] = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
     [emp_listener] = await nursery.start(partial(emp.serve_tcp, "127.0.0.1", 0))
     [mm2_listener] = await nursery.start(partial(MicroMsg2AppServer(examples.demo.app).serve_tcp, "127.0.0.1", 0))
+    relink = RelinkAppServer(examples.demo.app)
+    [relink_listener] = await nursery.start(partial(relink.serve_tcp, "127.0.0.1", 0))
     yield {
         "tcp": listener_url(tcp, "tcp"),
         "ws": listener_url(websocket, "ws", "/"),
         "emp": listener_url(emp_listener, "emp"),
         "mm2": listener_url(mm2_listener, "mm2"),
+        "relink": listener_url(relink_listener, "relink", "/rstreams"),
     }
 
 
@@ -46,7 +50,7 @@ async def read(url: str, name: str, *, prefetch: int = 32) -> list[bytes]:
             return [bytes(element) async for element in elements]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
 @pytest.mark.parametrize("prefetch", [0, 1, 32])
 async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str], scheme: str, prefetch: int) -> None:
     with trio.fail_after(10):
@@ -62,7 +66,7 @@ async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str],
             assert got == EXPECTED
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
 async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         async with rstreams.connect(urls[scheme]) as peer:
@@ -70,7 +74,7 @@ async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], sc
             assert [int.from_bytes(x, "big") for x in await peer.fetch("range?count=4", 10)] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
 async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.UnknownPublisher) as caught:
@@ -78,7 +82,7 @@ async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str
         assert caught.value.name == "nothing-here"
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "mm2"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
 async def test_a_failing_publisher_is_a_publisher_error(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.PublisherError):
@@ -108,7 +112,7 @@ async def test_an_unknown_scheme_names_the_known_ones() -> None:
         async with rstreams.connect("nope://h:1"):
             pass  # pragma: no cover
     assert isinstance(caught.value, ValueError)
-    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps", "mm2", "mm2s"):
+    for scheme in ("tcp", "tls", "ws", "wss", "emp", "emps", "relink", "relinks", "mm2", "mm2s", "epoxy", "epoxys"):
         assert f" {scheme}" in str(caught.value) or f"{scheme}," in str(caught.value)
 
 

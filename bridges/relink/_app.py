@@ -1,0 +1,206 @@
+"""Serving an rstreams app over Relink: a channel is a subscription.
+
+The mapping (``docs/bridges/relink.md`` has a byte-level example):
+
+* The app is served on one endpoint (``rstreams`` by default) that takes any
+  channel id size 0..8, the same in both directions (a connector asking for
+  unequal sizes, or for transactions, is turned away: the connection is
+  closed, as the spec says for a config the listener does not offer).
+* A connector **subscribes** by sending, on one of its channels, a message
+  of one part: the publisher name with its query, UTF-8
+  (``range?count=5``).
+* Each **element** comes back as a one-part message on the listener's
+  channel with the same id. The connector's consumed acknowledgements are
+  the subscriber's demand: the listener never has more than its window
+  (``--relink-window``, default 65,536) of elements unconsumed.
+* The publisher **completes**: the listener closes its channel.
+* It **fails** (an unknown publisher included, or the server shutting
+  down): one two-part message, the first part empty and the second the
+  error text in UTF-8, then the close.
+* The connector **closing** its channel cancels the subscription. The
+  listener consumes the subscribe message only once its side of the
+  channel is over (its close acknowledged, or the channel never opened),
+  so the connector's close is acknowledged after the connector has taken
+  the listener's last message and close, whatever a reconnection does to
+  the order of packets: once a connector has its close acknowledged, the
+  id is free again.
+
+A message that is not one UTF-8 part fails the subscription the same way,
+as does a channel beyond ``max_subscriptions`` (1,024) running at once on
+one link (``too many subscriptions``); further messages on a channel that
+already carries a subscription are consumed and ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from rstreams import Router, Session, SubscriptionError, open_local_session
+
+from ._errors import RelinkError
+from ._serve import RelinkServer, equal_id_sizes
+from ._settings import DEFAULT_SETTINGS, RelinkSettings
+from ._inbound_channel import InboundChannel
+from ._trio_link import RelinkLink
+
+__all__ = ["RelinkAppServer", "SUBSCRIBE_PREFETCH", "SHUTTING_DOWN", "TOO_MANY", "DEFAULT_MAX_SUBSCRIPTIONS"]
+
+logger = logging.getLogger("rstreams.bridges")
+
+#: Demand per subscription on the app's side; the Relink window is the connector's.
+SUBSCRIBE_PREFETCH = 64
+#: The error text sent to subscribers when the server stops.
+SHUTTING_DOWN = "server shutting down"
+#: The error text for a channel beyond ``max_subscriptions``.
+TOO_MANY = "too many subscriptions"
+#: Subscriptions running at once per link (each is a task and a stream of the app).
+DEFAULT_MAX_SUBSCRIPTIONS = 1024
+
+
+class _Subscriptions:
+    # The cancel scopes of one link's running subscriptions, for a server shutdown.
+
+    def __init__(self) -> None:
+        self.scopes: set[trio.CancelScope] = set()
+        self.running = 0
+        self.shutting_down = False
+
+    def stop_all(self) -> None:
+        self.shutting_down = True
+        for scope in self.scopes:
+            scope.cancel()
+
+
+class RelinkAppServer(RelinkServer):
+    """A :class:`RelinkServer` serving an app's publishers (see the module docstring).
+
+    Args:
+        app: the router whose publishers are served.
+        endpoint: the endpoint name (default ``rstreams``).
+        settings: windows and timeouts (``send_window`` is the window per subscription).
+        max_connections, epoch: as :class:`RelinkServer`.
+        max_subscriptions: subscriptions running at once per link; a channel
+            beyond them is answered with the error ``too many subscriptions``.
+    """
+
+    handlers_watch_closing = True
+
+    def __init__(
+        self,
+        app: Router,
+        *,
+        endpoint: str = "rstreams",
+        settings: RelinkSettings = DEFAULT_SETTINGS,
+        max_connections: int | None = None,
+        epoch: int | None = None,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+    ) -> None:
+        if max_subscriptions < 1:
+            raise ValueError("max_subscriptions must be positive")
+        super().__init__(
+            self._serve_link, {endpoint: equal_id_sizes}, settings=settings, max_connections=max_connections, epoch=epoch
+        )
+        self.app = app
+        self.max_subscriptions = max_subscriptions
+
+    async def _serve_link(self, link: RelinkLink) -> None:
+        subscriptions = _Subscriptions()
+        async with open_local_session(self.app) as session:
+            async with trio.open_nursery() as nursery:
+                accepting, watching = trio.CancelScope(), trio.CancelScope()
+                nursery.start_soon(self._stop_when_closing, watching, accepting, subscriptions)
+                with accepting:
+                    while True:
+                        try:
+                            channel = await link.accept_channel()
+                        except trio.EndOfChannel:
+                            break  # the connector shut down: it opens no more
+                        nursery.start_soon(self._serve_channel, link, session, channel, subscriptions)
+                watching.cancel()
+                # The nursery waits for the running subscriptions to end.
+
+    async def _stop_when_closing(
+        self, watching: trio.CancelScope, accepting: trio.CancelScope, subscriptions: _Subscriptions
+    ) -> None:
+        with watching:
+            await self.closing.wait()
+            subscriptions.stop_all()
+            accepting.cancel()
+
+    async def _serve_channel(
+        self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
+    ) -> None:
+        subscriptions.running += 1
+        try:
+            await self._subscribe(link, session, channel, subscriptions)
+        finally:
+            subscriptions.running -= 1
+
+    async def _subscribe(
+        self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
+    ) -> None:
+        channel_id = channel.id
+        try:
+            request = await channel.receive(consume=False)
+        except (trio.EndOfChannel, RelinkError):
+            return
+        sent = False
+        try:
+            error: str | None = None
+            with trio.CancelScope() as scope:
+                subscriptions.scopes.add(scope)
+                if subscriptions.shutting_down:
+                    scope.cancel()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_when_closed, channel, nursery.cancel_scope)
+                    name = _publisher_name(request)
+                    if subscriptions.running > self.max_subscriptions:
+                        error = TOO_MANY
+                    elif name is None:
+                        error = "a subscription is one message of one part: a publisher name in UTF-8"
+                    else:
+                        try:
+                            async with session.subscribe(name, prefetch=SUBSCRIBE_PREFETCH) as elements:
+                                # Whatever is buffered goes out in one step, within the window.
+                                async for batch in elements.batches():
+                                    messages = [(bytes(element),) for element in batch]
+                                    while messages:
+                                        del messages[: await link.send_batch(channel_id, messages)]
+                                        sent = True
+                        except SubscriptionError as exc:
+                            error = str(exc)
+                    nursery.cancel_scope.cancel()
+            subscriptions.scopes.discard(scope)
+            if channel.ended:
+                error = None  # the connector cancelled: it wants nothing more
+            elif scope.cancelled_caught and subscriptions.shutting_down:
+                error = SHUTTING_DOWN
+            if error is not None:
+                await link.send(channel_id, [b"", error.encode("utf-8")])
+                sent = True
+            if sent:
+                # Until the connector acknowledges the close: it has every
+                # message of ours, even if a reconnection reorders the packets.
+                await link.close_channel(channel_id)
+        except RelinkError as exc:
+            logger.debug("Relink subscription on channel %d ended with the link: %r", channel_id, exc)
+        finally:
+            # Only now: the connector's close is acknowledged after our close.
+            channel.consume(1)
+            channel.discard()
+
+
+async def _cancel_when_closed(channel: InboundChannel, scope: trio.CancelScope) -> None:
+    await channel.wait_closed()
+    scope.cancel()
+
+
+def _publisher_name(request: tuple[bytes, ...]) -> str | None:
+    if len(request) != 1:
+        return None
+    try:
+        return request[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None

@@ -1,0 +1,236 @@
+"""The trio adapter of one TCP (or TLS) connection carrying a Relink link.
+
+Built on the kit's :class:`~bridges.kit.BridgeConnection` (reader, writer,
+keepalive after idle, handshake timeout, how it ends). A Relink *link*
+outlives its connections, so this class does little of its own: it runs the
+sans-I/O :class:`~bridges.relink.Connection`, hands the link's events to the
+:class:`~bridges.relink.RelinkLink` it carries, and arms the short timer
+that sends batched consumed acknowledgements.
+
+Relink has its own flow control (a sender keeps at most its window of
+messages unconsumed per channel, and the machine refuses a peer that sends
+more), so the reader reads whether or not anyone waits: reading is what
+lets acknowledgements and pongs through. But windows count messages, not
+bytes, and a peer may open many channels, so it stops while the link holds
+``max_read_ahead`` bytes the application has not taken (8 MiB by default;
+each message counts 64 bytes more): past that bound TCP holds the rest, and
+one channel's slow reader holds back the others (head-of-line blocking,
+only there).
+
+How it ends: the peer's end of file or a write that fails is
+:class:`RelinkConnectionLost`; a missing handshake or pong is
+:class:`RelinkTimeout`; a protocol violation is the machine's
+``RemoteProtocolError``; both shutdowns are a normal end. None of these
+ends the link, except a shutdown: a connector reconnects, a listener keeps
+the link for its connector to come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..kit import BridgeConnection
+from ._connection import Connection
+from ._errors import HandshakeRejected, LinkLostError
+from ._events import (
+    ConnectionClosed,
+    Event,
+    HandshakeComplete,
+    LinkRefused,
+    LinkRequested,
+    LinkShutdown,
+    Ping,
+    Pong,
+)
+from ._handshake import VERSION_SIZE, HandshakeRequest
+from ._link import Role
+from ._link_errors import RelinkClosed, RelinkConnectionLost, RelinkTimeout
+from ._settings import RelinkSettings
+from ._state import ConnectionState
+
+if TYPE_CHECKING:
+    from ._trio_link import RelinkLink
+
+__all__ = ["RelinkConnection", "LinkDecision"]
+
+#: The listener's decision on a connector's request: called with the
+#: connection and the request; it calls ``connection.machine.accept_link``
+#: and sets ``connection.handle`` (or leaves it None when it refused).
+LinkDecision = Callable[["RelinkConnection", HandshakeRequest], None]
+
+
+class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
+    """One transport connection of a Relink link (see the module docstring).
+
+    Args:
+        stream: the connected transport.
+        machine: the sans-I/O connection (a connector's, or a listener's).
+        settings: timeouts and windows.
+        handle: connector: the link this connection carries.
+        decide: listener: how to answer the connector's link request.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        machine: Connection,
+        settings: RelinkSettings,
+        *,
+        handle: RelinkLink | None = None,
+        decide: LinkDecision | None = None,
+    ) -> None:
+        super().__init__(stream, machine, settings)
+        self.handle = handle
+        self.resumed = False
+        self._decide = decide
+        self._ack_timer_armed = False
+
+    @property
+    def machine(self) -> Connection:
+        """The sans-I/O connection (for the link handle; call :meth:`after_call` after using it)."""
+        return self._machine
+
+    @property
+    def is_open(self) -> bool:
+        """True while packets flow (handshake done, not ended)."""
+        return self._end is None and self._machine.state is ConnectionState.OPEN
+
+    # ---- the kit's hooks --------------------------------------------------------
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, LinkRequested):
+            assert self._decide is not None, "a connector's machine never asks for a link decision"
+            self._decide(self, event.request)
+            if self._machine.state is ConnectionState.CLOSED:
+                # Refused: the zero link id is queued; the writer flushes it and closes.
+                self._finish(LinkLostError("the connector required a link this listener does not know"))
+            return
+        if isinstance(event, HandshakeComplete):
+            self.resumed = event.resumed
+            self._handshake_complete()
+            assert self.handle is not None
+            self.handle._attach(self, event)
+            return
+        if isinstance(event, LinkRefused):
+            error = LinkLostError(
+                "the listener no longer knows this link",
+                outgoing=event.lost_outgoing,
+                incoming=event.lost_incoming,
+            )
+            if self.handle is not None:
+                self.handle._lose(error)
+            self._finish(error)
+            return
+        if isinstance(event, Pong):
+            self._pong_received()
+            return
+        if isinstance(event, Ping):
+            return  # the machine queued the pong
+        if isinstance(event, LinkShutdown):
+            if self.handle is not None:
+                self.handle._shut_down()
+            self._finish(RelinkClosed("the link was shut down by both peers"), normal=True)
+            return
+        if isinstance(event, ConnectionClosed):
+            self._finish(self._lost("the peer closed the connection"))
+            return
+        if self.handle is not None:
+            self.handle._on_event(event)
+
+    def _wants_more_input(self) -> bool:
+        # Relink's windows bound what the peer sends: read (see the module docstring).
+        return True
+
+    def _read_paused_by_protocol(self) -> bool:
+        # ... unless the application holds max_read_ahead unread: then TCP holds the rest.
+        return self.handle is not None and self.handle.reading_paused()
+
+    def _awaiting_reply(self) -> bool:
+        # A connector past the listener's version block (so its request went
+        # out) and short of the reply.
+        return (
+            self._machine.role is Role.CONNECTOR
+            and not self._handshake_done.is_set()
+            and self._bytes_in >= VERSION_SIZE
+        )
+
+    def _queue_ping(self) -> None:
+        self._machine.send_ping()
+
+    def _lost(self, message: str) -> BaseException:
+        if self._awaiting_reply():
+            # The listener read our request and hung up instead of replying:
+            # the spec's way to refuse an endpoint or a config it does not offer.
+            return HandshakeRejected(
+                f"the listener closed the connection instead of replying to our handshake ({message}):"
+                " it does not offer this endpoint with these channel id sizes and transaction flags"
+            )
+        return RelinkConnectionLost(message)
+
+    def _closed_locally(self) -> BaseException:
+        return RelinkConnectionLost("connection closed by this side")
+
+    def _ping_timed_out(self) -> BaseException:
+        return RelinkTimeout(f"no pong within {self.config.ping_timeout} s")
+
+    def _handshake_timed_out(self) -> BaseException:
+        return RelinkTimeout(f"no handshake within {self.config.handshake_timeout} s")
+
+    def _on_finish(self, error: BaseException) -> None:
+        if self.handle is not None:
+            self.handle._detach(self, error)
+
+    async def _handshake(self) -> None:
+        # A listener's prelude may have fed the machine the whole request
+        # already: process it before waiting for more bytes that won't come.
+        self._process()
+        await super()._handshake()
+
+    # ---- for the link handle ---------------------------------------------------------
+
+    def after_call(self) -> None:
+        """Take what a call on :attr:`machine` queued; arm the ack timer if acknowledgements wait."""
+        if self._machine.pending_acks and not self._ack_timer_armed and self._nursery is not None:
+            self._ack_timer_armed = True
+            self._nursery.start_soon(self._flush_acks_later)
+        self._take_output()
+
+    async def _flush_acks_later(self) -> None:
+        # Go's MessageAckDelay: consumed acknowledgements below the ack window
+        # go out this long after the first; one timer for all channels.
+        try:
+            await trio.sleep(self.config.ack_delay)
+        finally:
+            self._ack_timer_armed = False
+        if self.is_open:
+            self._machine.flush_acks()
+            self._take_output()
+
+    def wake_reader(self) -> None:
+        """The application took held messages: the reader may go on."""
+        self._wake_reader()
+
+    def write_backlog(self) -> int:
+        """Bytes queued for the writer and not yet written."""
+        return self._queued - self._written
+
+    async def wait_writable(self) -> None:
+        """Wait until at most ``max_write_buffer`` bytes wait for the writer (or the connection ended).
+
+        Cancellation: nothing happens. Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while self._end is None and self.write_backlog() > self.config.max_write_buffer:
+            await self._written_lot.park()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def drop(self, error: BaseException) -> None:
+        """End this connection with ``error`` without a word (a newer one took the link over)."""
+        self._finish(error)
+        self._take_output()
+
+    def __repr__(self) -> str:
+        return f"<RelinkConnection {self._machine!r}>"

@@ -1,0 +1,322 @@
+"""The Relink app server and the ``relink://`` client, over real sockets on 127.0.0.1.
+
+A raw connector (``open_relink_link``) checks the mapping message by message:
+subscribe, elements within the window, completion, errors, cancellation and
+id reuse, the server's shutdown; then the rstreams peer reads through a
+proxy that cuts the connection mid-stream.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import trio
+from relink_proxy import CuttingProxy
+
+import examples.demo
+import rstreams
+from bridges.relink import (
+    SHUTTING_DOWN,
+    HandshakeRejected,
+    LinkConfig,
+    RelinkAppServer,
+    RelinkClosed,
+    RelinkLink,
+    RelinkSettings,
+    connect_relink_url,
+    open_relink_link,
+)
+from rstreams.support import listener_port
+
+FAST = RelinkSettings(reconnect_delay=0.01, reconnect_max_delay=0.05, shutdown_timeout=1.0)
+
+
+def element(n: int) -> tuple[bytes]:
+    return (n.to_bytes(8, "big"),)
+
+
+async def start(nursery: trio.Nursery, settings: RelinkSettings = FAST) -> tuple[RelinkAppServer, int]:
+    server = RelinkAppServer(examples.demo.app, settings=settings)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    return server, listener_port(listeners[0])
+
+
+def sizes(size: int) -> LinkConfig:
+    return LinkConfig(connector_id_size=size, listener_id_size=size)
+
+
+async def everything(link: RelinkLink, channel: int) -> list[tuple[bytes, ...]]:
+    return [parts async for parts in link.inbound(channel)]
+
+
+@pytest.mark.parametrize("size, channel", [(0, 0), (1, 200), (3, 0x10203), (8, 2**64 - 1)])
+async def test_subscribe_and_complete_with_every_id_size(nursery: trio.Nursery, size: int, channel: int) -> None:
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(size), settings=FAST) as link:
+            replies = link.inbound(channel)
+            await link.send(channel, [b"range?count=5"])
+            assert [parts async for parts in replies] == [element(n) for n in range(5)]
+            # Close ours; then the id is free again, for another subscription.
+            await link.close_channel(channel)
+            await link.send(channel, [b"range?count=2"])
+            assert await everything(link, channel) == [element(0), element(1)]
+
+
+async def test_errors_are_a_two_part_message_then_the_close(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            for channel, request in enumerate([[b"nothing-here"], [b"fail?after=2"], [b"range", b"two parts"], [b"\xff"]]):
+                replies = link.inbound(channel)
+                await link.send(channel, request)
+                got = [parts async for parts in replies]
+                *elements, (empty, text) = got
+                assert empty == b""
+                if channel == 0:
+                    assert elements == [] and text == b"no such publisher: nothing-here"
+                elif channel == 1:
+                    assert elements == [element(0), element(1)] and text.startswith(b"fail: ")
+                else:
+                    assert elements == [] and b"one part" in text
+
+
+async def test_unequal_id_sizes_or_transactions_are_refused(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        for config in (LinkConfig(connector_id_size=1, listener_id_size=2), LinkConfig(connector_transactions=True)):
+            with pytest.raises(HandshakeRejected):
+                async with open_relink_link("127.0.0.1", port, config=config, settings=FAST):
+                    pass  # pragma: no cover
+        with pytest.raises(HandshakeRejected):
+            async with open_relink_link("127.0.0.1", port, endpoint="other", settings=FAST):
+                pass  # pragma: no cover
+
+
+async def test_never_more_than_the_window_beyond_what_was_consumed(nursery: trio.Nursery) -> None:
+    window = 4
+    server, port = await start(nursery, RelinkSettings(send_window=window, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(9)
+            await link.send(9, [b"range?count=40"])
+            while len(replies) < window:
+                await trio.sleep(0.01)
+            await trio.sleep(0.2)  # a server ignoring the window would have sent more by now
+            assert len(replies) == window
+            [served] = server.links
+            assert served.connection is not None and served.connection.machine.unacknowledged(9) == window
+            got = []
+            async for parts in replies:
+                assert len(replies) <= window
+                got.append(parts)
+            assert got == [element(n) for n in range(40)]
+
+
+async def test_closing_our_channel_cancels_the_subscription(nursery: trio.Nursery) -> None:
+    server, port = await start(nursery, RelinkSettings(send_window=4, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(1)
+            await link.send(1, [b"range?count=1000000"])
+            assert await replies.receive() == element(0)
+            replies.discard()  # what a leaving subscriber does: drop the rest
+            await link.close_channel(1)  # acknowledged once the server's side is over
+            await replies.wait_closed()
+            # Reuse the id at once: a fresh subscription, nothing of the old one.
+            await link.send(1, [b"range?count=3"])
+            assert await everything(link, 1) == [element(n) for n in range(3)]
+
+
+async def test_the_server_s_shutdown_fails_running_subscriptions(nursery: trio.Nursery) -> None:
+    server, port = await start(nursery, RelinkSettings(send_window=2, ack_delay=0.01, shutdown_timeout=2.0))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(5)
+            await link.send(5, [b"range?count=1000000"])
+            assert await replies.receive() == element(0)
+            async with trio.open_nursery() as inner:
+                inner.start_soon(server.aclose)
+                got = [parts async for parts in replies]
+                assert got[-1] == (b"", SHUTTING_DOWN.encode())
+                assert got[:-1] == [element(n) for n in range(1, len(got))]
+                while not link.peer_shutdown:
+                    await trio.sleep(0.01)
+                await link.aclose()
+            assert server.links == ()
+
+
+async def test_the_rstreams_peer_reads_across_cuts(nursery: trio.Nursery) -> None:
+    _, port = await start(nursery, RelinkSettings(send_window=16))
+    proxy = CuttingProxy(port)
+    await nursery.start(proxy.serve)
+    with trio.fail_after(15):
+        async with connect_relink_url(f"relink://127.0.0.1:{proxy.port}/rstreams?id_size=2", settings=FAST) as peer:
+            got = []
+            async with peer.subscribe("range?count=500", prefetch=8) as numbers:
+                async for raw in numbers:
+                    got.append(int.from_bytes(raw, "big"))
+                    if len(got) % 120 == 0:
+                        proxy.cut()
+            assert got == list(range(500))
+            assert proxy.connections >= 5
+            assert await peer.fetch("range?count=3", 10) == [element(n)[0] for n in range(3)]
+
+
+async def test_relink_urls_are_checked() -> None:
+    for url in ("relink://127.0.0.1:1?id_size=9", "relink://127.0.0.1:1?nope=1", "relink://127.0.0.1", "relink://127.0.0.1:1?id_size=x"):
+        with pytest.raises(ValueError):
+            async with rstreams.connect(url):
+                pass  # pragma: no cover
+
+
+async def test_the_documented_bytes_are_what_the_server_does(nursery: trio.Nursery) -> None:
+    # A connector written from the spec alone: the handshake, then the
+    # subscribe of docs/bridges/relink.md; the server answers with exactly
+    # the documented elements and close, then the error and close.
+    from relink_examples import subscribe_examples
+
+    from bridges.relink import HandshakeRequest, encode_request, encode_version
+
+    wire = subscribe_examples()
+    _, port = await start(nursery)
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+
+            async def read(size: int) -> bytes:
+                data = b""
+                while len(data) < size:
+                    chunk = await stream.receive_some(size - len(data))
+                    assert chunk, "the server closed the connection"
+                    data += chunk
+                return data
+
+            await stream.send_all(encode_version())
+            assert await read(8) == bytes(8)
+            await stream.send_all(encode_request(HandshakeRequest(endpoint_name="rstreams", config=sizes(1))))
+            reply = await read(16)
+            assert int.from_bytes(reply[8:], "little") == 1  # a new link, id 1
+            await stream.send_all(wire["subscribe"])
+            assert await read(len(wire["subscribe-elements"])) == wire["subscribe-elements"]
+
+
+async def test_the_peer_reuses_its_only_channel_after_every_kind_of_end(nursery: trio.Nursery) -> None:
+    # id_size=0: one channel each way, so each subscription waits for the
+    # previous one's channel to be closed on both sides, and must see
+    # nothing of it: left early, never requested, completed, failed.
+    _, port = await start(nursery, RelinkSettings(send_window=4, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=0", settings=FAST) as peer:
+            async with peer.subscribe("range?count=100000", prefetch=1) as numbers:
+                assert bytes(await numbers.__anext__()) == element(0)[0]
+            async with peer.subscribe("range?count=5", prefetch=0):
+                pass  # no demand: nothing was ever sent
+            assert await peer.fetch("range?count=3", 10) == [element(n)[0] for n in range(3)]
+            with pytest.raises(rstreams.UnknownPublisher):
+                await peer.fetch("nothing-here", 1)
+            assert await peer.fetch("range?count=2", 10) == [element(n)[0] for n in range(2)]
+
+
+async def test_the_subscriber_s_prefetch_is_the_consumed_ack_window(nursery: trio.Nursery) -> None:
+    # A link ack delay far beyond the test: acknowledgements go out only
+    # because prefetch (4) elements were taken; the listener's window (6)
+    # would otherwise stall the stream after 6 elements.
+    server, port = await start(nursery, RelinkSettings(send_window=6))
+    slow_acks = RelinkSettings(ack_delay=3600.0, shutdown_timeout=0.5)
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=1", settings=slow_acks) as peer:
+            async with peer.subscribe("range?count=50", prefetch=4) as numbers:
+                got = [int.from_bytes(raw, "big") async for raw in numbers]
+            assert got == list(range(50))
+
+
+async def test_a_peer_s_stream_fails_when_the_server_stops(nursery: trio.Nursery) -> None:
+    server, port = await start(nursery, RelinkSettings(send_window=2, ack_delay=0.01, shutdown_timeout=2.0))
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}", settings=FAST) as peer:
+            with pytest.raises(rstreams.PublisherError, match=SHUTTING_DOWN):
+                async with peer.subscribe("range?count=1000000", prefetch=1) as numbers:
+                    async for raw in numbers:
+                        if raw == element(3)[0]:
+                            nursery.start_soon(server.aclose)
+            with pytest.raises(RelinkClosed) as caught:  # the listener shut the link down: no new streams
+                await peer.fetch("range?count=1", 1)
+            assert caught.value.by_peer
+        assert server.links == ()
+
+
+async def test_one_channel_reused_across_cuts_never_mixes_subscriptions(nursery: trio.Nursery) -> None:
+    # One channel each way (id_size=0), so every subscription reuses the id
+    # of the one before, left early or read to the end, while the proxy
+    # cuts the connection now and then: each must see exactly its own
+    # elements, from 0, in order.
+    _, port = await start(nursery, RelinkSettings(send_window=8, ack_delay=0.01))
+    proxy = CuttingProxy(port)
+    await nursery.start(proxy.serve)
+    with trio.fail_after(20):
+        async with connect_relink_url(f"relink://127.0.0.1:{proxy.port}?id_size=0", settings=FAST) as peer:
+            for round_ in range(24):
+                count, leave_after = 5 + round_ % 7, round_ % 3 + 2
+                got = []
+                async with peer.subscribe(f"range?count={count}", prefetch=2) as numbers:
+                    async for raw in numbers:
+                        got.append(int.from_bytes(raw, "big"))
+                        if round_ % 4 == 1 and len(got) == 1:
+                            proxy.cut()
+                        if round_ % 2 and len(got) == leave_after:
+                            break
+                expected = leave_after if round_ % 2 else count
+                assert got == list(range(expected)), (round_, got)
+            assert proxy.connections >= 5
+
+
+async def test_a_listener_window_smaller_than_the_prefetch_does_not_stall(nursery: trio.Nursery) -> None:
+    # The listener may send 3 ahead; the subscriber asks for 64 at a time:
+    # having taken everything there is, the client acknowledges at once.
+    _, port = await start(nursery, RelinkSettings(send_window=3))
+    slow_acks = RelinkSettings(ack_delay=3600.0, shutdown_timeout=0.5)
+    with trio.fail_after(10):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=1", settings=slow_acks) as peer:
+            async with peer.subscribe("range?count=40", prefetch=64) as numbers:
+                assert [bytes(raw) async for raw in numbers] == [element(n)[0] for n in range(40)]
+
+
+async def test_relinks_urls_speak_tls(nursery: trio.Nursery) -> None:
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    server = RelinkAppServer(examples.demo.app, settings=FAST)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0, server_context))
+    url = f"relinks://127.0.0.1:{listener_port(listeners[0])}/rstreams"
+    with trio.fail_after(10):
+        async with rstreams.connect(url, ssl_context=client_context) as peer:
+            assert await peer.fetch("range?count=2", 10) == [element(0)[0], element(1)[0]]
+        with pytest.raises(ValueError):
+            async with connect_relink_url(url.replace("relinks", "relink"), ssl_context=client_context):
+                pass  # pragma: no cover
+
+
+async def test_subscriptions_per_link_are_bounded(nursery: trio.Nursery) -> None:
+    server = RelinkAppServer(examples.demo.app, settings=RelinkSettings(send_window=1), max_subscriptions=2)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", listener_port(listeners[0]), config=sizes(1), settings=FAST) as link:
+            running = [link.inbound(channel) for channel in (1, 2)]
+            for channel in (1, 2):
+                await link.send(channel, [b"range?count=1000"])
+                assert await running[channel - 1].receive() == element(0)  # then the window holds them
+            await link.send(3, [b"range?count=3"])
+            assert await everything(link, 3) == [(b"", b"too many subscriptions")]
+            await link.close_channel(3)
+            running[0].discard()
+            await link.close_channel(1)  # one ends: room for another
+            await link.send(3, [b"range?count=3"])
+            assert await everything(link, 3) == [element(n) for n in range(3)]
