@@ -56,7 +56,7 @@ EPILOG = (
 examples:
   rstreams stats tcp://127.0.0.1:9000
   rstreams stats ws://127.0.0.1:8000/ --interval 5
-  rstreams stats tcp://127.0.0.1:9000 --count 1 > snapshot.txt   # one table, no refresh
+  rstreams stats tcp://127.0.0.1:9000 --count 1                  # one table, no refresh
   rstreams stats tls://example.org:9443 --ca ca.pem
 
 """

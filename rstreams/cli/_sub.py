@@ -99,7 +99,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'ticker?interval=0.2' --format jsonl --decode msgpack --timeout 5
   rstreams sub tcp://127.0.0.1:9000 lines --idle-timeout 30   # stop once 30 s pass without a line
   RSTREAMS_URL=ws://127.0.0.1:8000/ rstreams sub 'range?count=3' --format jsonl
-  rstreams sub tcp://127.0.0.1:9000 'range?count=100000000' --format hex --stats > /dev/null
+  rstreams sub tcp://127.0.0.1:9000 'range?count=100000000' --format hex --stats   # a progress line on stderr
   rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl --decode json   # the server's statistics
 
 """
