@@ -13,6 +13,7 @@ from ._connect import connect, open_local_session, open_session
 from ._errors import (
     HandshakeError,
     LocalProtocolError,
+    NotRetained,
     ProtocolError,
     PublisherError,
     RemoteProtocolError,
@@ -28,7 +29,8 @@ from ._serve import Server, listener_port, serve_stream, serve_tcp, serve_websoc
 from ._registry import UnsupportedScheme
 from ._session import Session, SessionStatistics, open_stream_session
 from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
-from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
+from ._topic import Topic, TopicPartitionStatistics, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
+from ._topic_offsets import OFFSETS_PUBLISHER, PartitionOffsets, topic_offsets
 from ._topic_core import decode_sequenced, encode_sequenced
 from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
 from ._version import __version__
@@ -45,6 +47,9 @@ __all__ = [
     "JsonCodec",
     "LocalProtocolError",
     "MsgpackCodec",
+    "NotRetained",
+    "OFFSETS_PUBLISHER",
+    "PartitionOffsets",
     "ProtocolError",
     "ProtocolLimits",
     "PublisherError",
@@ -67,6 +72,7 @@ __all__ = [
     "SubscriptionError",
     "SubscriptionStatistics",
     "Topic",
+    "TopicPartitionStatistics",
     "TopicStatistics",
     "TopicSubscriberStatistics",
     "UnknownPublisher",
@@ -81,6 +87,7 @@ __all__ = [
     "open_stream_session",
     "parse_url",
     "publish_to_topic",
+    "topic_offsets",
     "decode_sequenced",
     "encode_sequenced",
     "publisher_from_async_gen",
