@@ -80,6 +80,7 @@ def spark_session(master: str) -> Any:
         SparkSession.builder.master(master)
         .appName("rstreams-bench-partitions")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")

@@ -30,7 +30,11 @@ skipped. ``until=M`` completes the stream once it sent element M-1 (waiting
 for it if need be); ``until=now`` once it reached the element that was newest
 when it subscribed (a high-water mark, used by Spark's availableNow trigger).
 ``history=N`` starts N elements back (as many as are held), unframed: a chat
-client joining sees the last messages, a chart its recent past.
+client joining sees the last messages, a chart its recent past. With ``from``,
+``pack=K`` sends up to K elements per wire element, as an Arrow binary column
+(:func:`~rstreams._topic_core.encode_block`); demand then counts blocks.
+That is how Spark's executors read: a topic serves a range at a cost per
+block, not per element.
 
 Partitions: ``Topic("events", partitions=4, key=...)`` is four logs, each
 numbered from 0 on its own; an element goes to the partition its key picks
@@ -58,7 +62,7 @@ from ._codecs import CodecLike, resolve_codec
 from ._errors import NotRetained
 from ._publish import RESERVED_PREFIX, Router, Sink, SubscribeRequest
 from ._session import Session
-from ._topic_core import Cursor, CursorPolicy, Partitioner, RetentionError, TopicLog, encode_sequenced
+from ._topic_core import Cursor, CursorPolicy, Partitioner, RetentionError, TopicLog, encode_block, encode_sequenced
 from ._topic_offsets import PartitionOffsets, serve_offsets
 
 __all__ = [
@@ -74,6 +78,11 @@ DEFAULT_CAPACITY = 1024
 #: At most this many elements go to one subscriber per step, so that one
 #: fast subscriber with a huge demand does not hold the topic's attention.
 MAX_TAKE = 4096
+#: The same for a packed replay (``pack=K``), where elements cost the topic
+#: almost nothing each: a join per block, no framing per element.
+MAX_TAKE_PACKED = 32_768
+#: The largest ``pack`` a subscriber may ask for.
+MAX_PACK = 65_536
 #: publish_to_topic hands a synchronous iterable over in batches of this many.
 PUBLISH_BATCH = 256
 #: The suffix of the route that clients publish through.
@@ -418,6 +427,11 @@ class Topic:
             until = log.next_sequence
         elif "until" in request.params:
             until = request.int_param("until", 0, minimum=0 if start is None else start)
+        pack: int | None = None
+        if "pack" in request.params:
+            if not sequenced:
+                raise ValueError("parameter pack needs from: a block carries sequence numbers")
+            pack = request.int_param("pack", 1, minimum=1, maximum=MAX_PACK)
         try:
             cursor = log.attach(policy, start)
         except RetentionError as error:
@@ -425,17 +439,20 @@ class Topic:
                 raise RuntimeError(NotRetained.message_for(self.name, partition, error.requested, error.oldest)) from None
             raise RuntimeError(f"topic {self.name} partition {partition}: {error}") from None
         try:
-            await self._feed(sink, log, cursor, sequenced, until)
+            await self._feed(sink, log, cursor, sequenced, until, pack)
         finally:
             log.detach(cursor)
             self._lot.unpark_all()  # publishers it held back may have room now
 
-    async def _feed(self, sink: Sink, log: TopicLog, cursor: Cursor, sequenced: bool, until: int | None) -> None:
+    async def _feed(
+        self, sink: Sink, log: TopicLog, cursor: Cursor, sequenced: bool, until: int | None, pack: int | None = None
+    ) -> None:
         while True:
             if until is not None and cursor.position >= until:
                 return
             await sink.wait_demand()
-            limit = min(sink.demand, MAX_TAKE)
+            # Packed, demand counts blocks of up to ``pack`` elements.
+            limit = min(sink.demand, MAX_TAKE) if pack is None else min(sink.demand * pack, MAX_TAKE_PACKED)
             if until is not None:
                 limit = min(limit, until - cursor.position)
             first, elements = log.take(cursor, limit)
@@ -445,7 +462,9 @@ class Topic:
                 await self._lot.park()
                 continue
             self._lot.unpark_all()  # a cursor moved: a publisher may have room
-            if sequenced:
+            if pack is not None:
+                elements = [encode_block(first + i, elements[i : i + pack]) for i in range(0, len(elements), pack)]
+            elif sequenced:
                 elements = [encode_sequenced(first + i, element) for i, element in enumerate(elements)]
             # Demand covers them all (limit <= demand), so this queues at once.
             await sink.send_many(elements)

@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import enum
 import itertools
+import sys
 import zlib
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,7 +65,11 @@ __all__ = [
     "RetentionError",
     "encode_sequenced",
     "decode_sequenced",
+    "encode_block",
+    "decode_block",
+    "split_block",
     "SEQUENCE_PREFIX",
+    "BLOCK_HEADER",
 ]
 
 #: Bytes of the sequence-number prefix of a sequenced element.
@@ -88,6 +94,65 @@ def decode_sequenced(data: bytes) -> tuple[int, bytes]:
     if len(data) < SEQUENCE_PREFIX:
         raise ValueError(f"a sequenced element has an 8-byte prefix; got {len(data)} bytes")
     return int.from_bytes(data[:SEQUENCE_PREFIX], "big"), bytes(data[SEQUENCE_PREFIX:])
+
+
+#: Bytes before a block's offsets: first sequence (8, big-endian) and count (4, big-endian).
+BLOCK_HEADER = 12
+
+
+def encode_block(first: int, elements: Sequence[bytes]) -> bytes:
+    """Elements ``first`` .. ``first+len-1`` packed into one wire element.
+
+    The packed replay (``NAME?partition=I&from=N&pack=K``): instead of one
+    wire element per element, each carries up to K of them, laid out as an
+    Apache Arrow binary column so a reader can wrap it without touching
+    each element::
+
+        first sequence   8 bytes, big-endian
+        count n          4 bytes, big-endian
+        offsets          (n + 1) x int32, little-endian: 0, end of element 0, ...
+        data             the elements, back to back
+
+    Raises:
+        ValueError: no elements, or more than 2 GiB of them (int32 offsets).
+    """
+    if not elements:
+        raise ValueError("a block holds at least one element")
+    offsets = array("i", itertools.accumulate(map(len, elements), initial=0))
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    header = first.to_bytes(SEQUENCE_PREFIX, "big") + len(elements).to_bytes(4, "big")
+    return b"".join((header, offsets.tobytes(), *elements))
+
+
+def decode_block(data: bytes) -> tuple[int, int, memoryview, memoryview]:
+    """A block's first sequence, count, offsets bytes and data bytes (views, no copies).
+
+    Raises:
+        ValueError: too short, or the offsets do not match the data.
+    """
+    if len(data) < BLOCK_HEADER + 4:
+        raise ValueError(f"a block has at least {BLOCK_HEADER + 4} bytes; got {len(data)}")
+    view = memoryview(data)
+    first = int.from_bytes(view[:SEQUENCE_PREFIX], "big")
+    count = int.from_bytes(view[SEQUENCE_PREFIX:BLOCK_HEADER], "big")
+    offsets_end = BLOCK_HEADER + 4 * (count + 1)
+    if len(data) < offsets_end:
+        raise ValueError(f"a block of {count} elements needs {offsets_end} bytes of header and offsets; got {len(data)}")
+    last = int.from_bytes(view[offsets_end - 4 : offsets_end], "little")
+    if len(data) - offsets_end != last:
+        raise ValueError(f"a block's offsets end at {last}, its data has {len(data) - offsets_end} bytes")
+    return first, count, view[BLOCK_HEADER:offsets_end], view[offsets_end:]
+
+
+def split_block(data: bytes) -> tuple[int, list[bytes]]:
+    """A block's first sequence and its elements (for readers without Arrow)."""
+    first, count, offsets_bytes, payload = decode_block(data)
+    offsets = array("i")
+    offsets.frombytes(offsets_bytes)
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    return first, [bytes(payload[offsets[i] : offsets[i + 1]]) for i in range(count)]
 
 
 class CursorPolicy(enum.Enum):

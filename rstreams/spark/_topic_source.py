@@ -138,7 +138,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: TopicRangePartition) -> Iterator[Any]:
         options = self._options
-        payloads = read_range_blocking(
+        blocks = read_range_blocking(
             options.url, self._topic, partition.partition, partition.start, partition.end, options.replay_timeout
         )
-        yield from range_batches(payloads, partition.partition, partition.start, options.format, self._fields, options.bad_elements)
+        yield from range_batches(blocks, partition.partition, partition.start, options.format, self._fields, options.bad_elements)

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import rstreams
+from rstreams._topic_core import split_block
 
 
 @asynccontextmanager
@@ -272,3 +273,21 @@ def test_names_starting_with_a_dollar_are_reserved() -> None:
     # Copying a router's routes keeps the runtime's own.
     copy = rstreams.Router({path: route for path in app.paths if (route := app.resolve(path)) is not None})
     assert copy.resolve("$offsets") is app.resolve("$offsets")
+
+
+async def test_a_packed_replay_sends_blocks_of_elements_and_demand_counts_blocks() -> None:
+    topic = rstreams.Topic("packed", capacity=100)
+    await topic.publish_many([b"e%d" % i for i in range(25)])
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as session:
+            with trio.fail_after(5):
+                async with session.subscribe("packed?from=3&until=20&pack=8", prefetch=0) as blocks:
+                    blocks.request(2)  # two blocks: 16 elements
+                    first = [split_block(bytes(await blocks.__anext__())) for _ in range(2)]
+                    assert first == [(3, [b"e%d" % i for i in range(3, 11)]), (11, [b"e%d" % i for i in range(11, 19)])]
+                    blocks.request(5)
+                    assert [split_block(bytes(raw)) async for raw in blocks] == [(19, [b"e19"])]
+                with pytest.raises(rstreams.PublisherError, match="pack needs from"):
+                    async with session.subscribe("packed?pack=8") as unsequenced:
+                        async for _ in unsequenced:
+                            pass

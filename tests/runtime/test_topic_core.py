@@ -6,7 +6,17 @@ import zlib
 
 import pytest
 
-from rstreams._topic_core import CursorPolicy, Partitioner, RetentionError, TopicLog, decode_sequenced, encode_sequenced
+from rstreams._topic_core import (
+    CursorPolicy,
+    Partitioner,
+    RetentionError,
+    TopicLog,
+    decode_block,
+    decode_sequenced,
+    encode_block,
+    encode_sequenced,
+    split_block,
+)
 
 
 def elements(start: int, stop: int) -> list[bytes]:
@@ -139,3 +149,15 @@ def test_a_key_sends_equal_keys_to_one_partition_stably() -> None:
     assert Partitioner(4).partition_of(7) == 3
     with pytest.raises(TypeError, match="int, str or bytes"):
         Partitioner(2).partition_of(1.5)
+
+
+def test_a_block_is_an_arrow_binary_column_with_its_first_sequence() -> None:
+    data = encode_block(2**33, [b"ab", b"", b"cde"])
+    first, count, offsets, payload = decode_block(data)
+    assert (first, count, bytes(payload)) == (2**33, 3, b"abcde")
+    assert bytes(offsets) == b"".join(i.to_bytes(4, "little") for i in (0, 2, 2, 5))
+    assert split_block(data) == (2**33, [b"ab", b"", b"cde"])
+    with pytest.raises(ValueError, match="offsets end at 5"):
+        decode_block(data + b"x")
+    with pytest.raises(ValueError):
+        encode_block(0, [])

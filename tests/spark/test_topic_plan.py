@@ -101,9 +101,9 @@ def test_an_executor_reads_its_range_into_arrow(served: tuple[ServerThread, rstr
 
 def test_typed_rows_get_the_partition_and_offset_columns(served: tuple[ServerThread, rstreams.Topic]) -> None:
     server, _ = served
-    payloads = read_range_blocking(server.url, "events", 0, 0, 3, 10)
+    blocks = read_range_blocking(server.url, "events", 0, 0, 3, 10)
     fields = [("n", "long"), ("partition", "integer"), ("offset", "long")]
-    batches = list(range_batches(payloads, 0, 0, "msgpack", fields, "fail"))
+    batches = list(range_batches(blocks, 0, 0, "msgpack", fields, "fail"))
     assert [tuple(row.values()) for batch in batches for row in batch.to_pylist()] == [(0, 0, 0), (2, 0, 1), (4, 0, 2)]
 
 

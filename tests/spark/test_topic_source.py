@@ -104,7 +104,7 @@ def test_a_two_partition_topic_is_read_in_parallel_by_the_executors(spark: Any, 
     # The topic was only ever read by range, one subscription per partition per batch.
     ranges = sorted(name for name in served.subscriptions if name.startswith("events?"))
     expected = sorted(
-        f"events?partition={p}&from={a}&until={a + 500}" for p in (0, 1) for a in (0, 500, 1000)
+        f"events?partition={p}&from={a}&until={a + 500}&pack=512" for p in (0, 1) for a in (0, 500, 1000)
     )
     assert ranges == expected
 
