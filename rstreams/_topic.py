@@ -52,7 +52,7 @@ partition requested and not yet accepted.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +61,18 @@ import trio
 from ._codecs import CodecLike, resolve_codec
 from ._errors import NotRetained
 from ._publish import RESERVED_PREFIX, Router, Sink, SubscribeRequest
-from ._session import Session
-from ._topic_core import Cursor, CursorPolicy, Partitioner, RetentionError, TopicLog, encode_block, encode_sequenced
+from ._topic_client import PUBLISH_BATCH, PUBLISH_SUFFIX, publish_to_topic
+from ._topic_core import (
+    Cursor,
+    CursorPolicy,
+    Partitioner,
+    ProducerLedger,
+    SEQUENCE_PREFIX,
+    RetentionError,
+    TopicLog,
+    encode_block,
+    encode_sequenced,
+)
 from ._topic_offsets import PartitionOffsets, serve_offsets
 
 __all__ = [
@@ -83,10 +93,8 @@ MAX_TAKE = 4096
 MAX_TAKE_PACKED = 32_768
 #: The largest ``pack`` a subscriber may ask for.
 MAX_PACK = 65_536
-#: publish_to_topic hands a synchronous iterable over in batches of this many.
-PUBLISH_BATCH = 256
-#: The suffix of the route that clients publish through.
-PUBLISH_SUFFIX = "/publish"
+#: Producer ids a topic remembers for idempotent publishing (see ProducerLedger).
+PRODUCERS_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +216,7 @@ class Topic:
         self._lot = trio.lowlevel.ParkingLot()  # everyone waiting for a change
         self._closed = False
         self._publishers = 0
+        self._ledger = ProducerLedger(PRODUCERS_REMEMBERED)
 
     @property
     def partitions(self) -> int:
@@ -374,13 +383,48 @@ class Topic:
             capacity_bytes=logs[0].capacity_bytes,
         )
 
-    def _route_received(self, batch: Sequence[bytes]) -> list[list[bytes]]:
+    async def _append_once(self, producer: str, sequenced: list[bytes]) -> None:
+        # Idempotent publishing: in chunks small enough to fit the topic
+        # whole, each appended in one synchronous step together with the
+        # ledger's advance, after dropping what the producer already has in
+        # the topic (another attempt may have added some while this waited).
+        await trio.lowlevel.checkpoint_if_cancelled()
+        log = self._logs[0]
+        limit_bytes = log.capacity_bytes
+        low = 0
+        while low < len(sequenced):
+            high, size = low, 0
+            while high < len(sequenced) and high - low < log.capacity:
+                size += len(sequenced[high]) - SEQUENCE_PREFIX
+                if limit_bytes is not None and size > limit_bytes and high > low:
+                    break
+                high += 1
+            chunk = sequenced[low:high]
+            if limit_bytes is not None and size > limit_bytes:
+                raise ValueError(f"an element of {size} bytes is larger than capacity_bytes={limit_bytes}")
+            while True:
+                self._check_open()
+                fresh = self._ledger.fresh(producer, chunk)
+                routed = self._route_received(fresh, advance=False)
+                if all(self._logs[p].fits(share) for p, share in enumerate(routed)):
+                    break
+                await self._lot.park()
+            for partition, share in enumerate(routed):
+                if share:
+                    self._logs[partition].append(share)
+            self._partitioner.advance_by(len(fresh))
+            self._ledger.advance(producer, len(fresh))
+            self._lot.unpark_all()
+            low = high
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _route_received(self, batch: Sequence[bytes], *, advance: bool = True) -> list[list[bytes]]:
         # Elements from a publishing client are bytes already; a key
         # function sees them decoded when the topic has a codec.
         elements = [bytes(element) for element in batch]
         if self._partitioner.key is None or self._codec is None:
-            return self._partitioner.split(elements)
-        return self._partitioner.split(elements, [self._codec.decode(element) for element in elements])
+            return self._partitioner.split(elements, advance=advance)
+        return self._partitioner.split(elements, [self._codec.decode(element) for element in elements], advance=advance)
 
     def _encode(self, value: Any) -> bytes:
         if self._codec is not None:
@@ -473,6 +517,7 @@ class Topic:
         source = request.params.get("source")
         if not source:
             raise ValueError(f"publishing into a topic needs a source: {self.name}{PUBLISH_SUFFIX}?source=NAME")
+        producer = request.params.get("producer")
         self._check_open()
         self._publishers += 1
         try:
@@ -492,76 +537,9 @@ class Topic:
                     except StopAsyncIteration:
                         return
                     outstanding -= len(batch)
-                    await self._append_routed(self._route_received(batch))
+                    if producer is None:
+                        await self._append_routed(self._route_received(batch))
+                    else:
+                        await self._append_once(producer, [bytes(raw) for raw in batch])
         finally:
             self._publishers -= 1
-
-
-async def publish_to_topic(
-    session: Session,
-    topic: str,
-    values: Iterable[Any] | AsyncIterable[Any],
-    *,
-    codec: CodecLike = None,
-    source: str | None = None,
-) -> int:
-    """Publish ``values`` into the peer's topic ``topic``; return how many.
-
-    The session must have been opened with an ``app`` (a :class:`Router`,
-    possibly empty): a route named ``source`` (default: a fresh name) is
-    added to it for the duration of the call, and the server subscribes back
-    to it. The server asks only for what the topic has room for, so a full
-    topic holds this call back instead of filling memory: a synchronous
-    iterable is read at most PUBLISH_BATCH values ahead of demand, an async
-    iterable one value (each is sent as soon as it comes and demand allows).
-    Returns once the server has accepted every element into the topic.
-
-    Raises:
-        ValueError: the session has no app to serve the source from.
-        PublisherError: the topic refused (closed, or unknown).
-
-    Cancellation cancels the source; elements already accepted stay published.
-    """
-    app = session.app
-    if app is None:
-        raise ValueError("publish_to_topic needs a session opened with app=rstreams.Router()")
-    encoder = resolve_codec(codec)
-    source = source or f"rstreams-topic-source-{next(_source_numbers)}"
-    count = 0
-
-    async def publisher(sink: Sink) -> None:
-        nonlocal count
-        batch: list[Any] = []
-
-        async def flush() -> None:
-            nonlocal count, batch
-            await sink.send_many(batch)
-            count += len(batch)
-            batch = []
-
-        if isinstance(values, AsyncIterable):
-            # A live source (a sensor): send each value as it comes, so
-            # nothing waits in a batch for the next reading.
-            async for value in values:
-                batch.append(encoder.encode(value) if encoder is not None else value)
-                await flush()
-            return
-        for value in values:
-            batch.append(encoder.encode(value) if encoder is not None else value)
-            if len(batch) >= PUBLISH_BATCH:
-                await flush()
-        if batch:
-            await flush()
-
-    app.add(source, publisher)
-    try:
-        async with session.subscribe(f"{topic}{PUBLISH_SUFFIX}?source={source}", prefetch=1) as done:
-            async for _ in done:
-                pass
-    finally:
-        # Router has no public removal; the route was ours for this call only.
-        app._routes.pop(source, None)
-    return count
-
-
-_source_numbers = itertools.count()

@@ -52,7 +52,7 @@ import itertools
 import sys
 import zlib
 from array import array
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +61,7 @@ __all__ = [
     "Cursor",
     "CursorPolicy",
     "Partitioner",
+    "ProducerLedger",
     "TopicLog",
     "RetentionError",
     "encode_sequenced",
@@ -349,6 +350,13 @@ class TopicLog:
         """
         return max(0, self.capacity - (self.next_sequence - self._floor()))
 
+    def fits(self, elements: Sequence[bytes]) -> bool:
+        """Whether :meth:`append` would take all of ``elements`` now."""
+        if len(elements) > self.room():
+            return False
+        room_bytes = self.room_bytes()
+        return room_bytes is None or sum(map(len, elements)) <= room_bytes
+
     def room_bytes(self) -> int | None:
         """Bytes that may be published now (None: no bound in bytes)."""
         if self.capacity_bytes is None:
@@ -466,11 +474,20 @@ class Partitioner:
         if self.key is None:
             self._next = (self._next + 1) % self.partitions
 
-    def split(self, elements: Sequence[bytes], values: Sequence[Any] | None = None) -> list[list[bytes]]:
+    def advance_by(self, count: int) -> None:
+        """``count`` elements went where a ``split(..., advance=False)`` said."""
+        if self.key is None:
+            self._next = (self._next + count) % self.partitions
+
+    def split(
+        self, elements: Sequence[bytes], values: Sequence[Any] | None = None, *, advance: bool = True
+    ) -> list[list[bytes]]:
         """``elements`` as one list per partition, each in publishing order.
 
         ``values`` are what the key function is applied to (default: the
-        elements themselves); ignored for round robin.
+        elements themselves); ignored for round robin. With ``advance``
+        false round robin stays where it is (for a split that may be
+        retried; :meth:`advance_by` once it is used).
         """
         count = self.partitions
         if count == 1:
@@ -478,10 +495,75 @@ class Partitioner:
         if self.key is None:
             # Element i goes to (start + i) % count: a slice per partition.
             start = self._next
-            self._next = (start + len(elements)) % count
+            if advance:
+                self._next = (start + len(elements)) % count
             return [list(elements[(partition - start) % count :: count]) for partition in range(count)]
         key = self.key
         routed: list[list[bytes]] = [[] for _ in range(count)]
         for element, value in zip(elements, elements if values is None else values, strict=True):
             routed[self.partition_of(key(value))].append(element)
         return routed
+
+
+class ProducerLedger:
+    """Which elements of each idempotent producer a topic already holds.
+
+    A producer (a Spark task, say) numbers its elements from 0 and sends
+    them with its producer id; a retry of the same work under the same id
+    sends the same numbers again. The ledger keeps, per producer id, the
+    next sequence number it expects: older ones are duplicates and are
+    dropped, the expected one is new, anything beyond is a gap (elements
+    lost on the way), which is an error rather than a silent hole.
+
+    The topic advances the ledger only once the elements are in the log, in
+    the same synchronous step, so a publisher cancelled halfway never has
+    elements marked that the log does not hold.
+
+    Args:
+        capacity: producer ids remembered (> 0); the least recently used is
+            forgotten first. A producer forgotten and then retried would be
+            taken as new: the window of exactly-once is this many producers.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if type(capacity) is not int or capacity <= 0:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity = capacity
+        self._next: OrderedDict[str, int] = OrderedDict()
+        self.duplicates = 0
+
+    def __len__(self) -> int:
+        return len(self._next)
+
+    def expected(self, producer: str) -> int:
+        """The sequence number the ledger expects next from ``producer``."""
+        return self._next.get(producer, 0)
+
+    def fresh(self, producer: str, sequenced: Sequence[bytes]) -> list[bytes]:
+        """The payloads of ``sequenced`` elements (replay framing) not held yet, in order.
+
+        Does not change the ledger: call :meth:`advance` once they are held.
+
+        Raises:
+            ValueError: an element is not framed, or a sequence number skips
+                ahead of the next expected one.
+        """
+        expected = self.expected(producer)
+        payloads: list[bytes] = []
+        for raw in sequenced:
+            sequence, payload = decode_sequenced(raw)
+            if sequence < expected:
+                self.duplicates += 1
+                continue
+            if sequence != expected:
+                raise ValueError(f"producer {producer}: element {sequence} arrived, {expected} was expected next")
+            payloads.append(payload)
+            expected += 1
+        return payloads
+
+    def advance(self, producer: str, count: int) -> None:
+        """``count`` more elements of ``producer`` are held."""
+        self._next[producer] = self._next.get(producer, 0) + count
+        self._next.move_to_end(producer)
+        while len(self._next) > self.capacity:
+            self._next.popitem(last=False)

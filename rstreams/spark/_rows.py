@@ -161,6 +161,7 @@ class SinkOptions:
     topic: str
     format: str = "json"
     tag_rows: bool = True
+    idempotent: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -171,7 +172,13 @@ class SinkOptions:
         format = (_option(options, "format", "json") or "json").lower()
         if format not in ("json", "msgpack"):
             raise ValueError(f"sink option format={format!r}: use json or msgpack")
-        return cls(url=url, topic=topic, format=format, tag_rows=_bool_option(options, "tagRows", True))
+        return cls(
+            url=url,
+            topic=topic,
+            format=format,
+            tag_rows=_bool_option(options, "tagRows", True),
+            idempotent=_bool_option(options, "idempotent", True),
+        )
 
 
 # ---- decoding (source) ------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from rstreams._topic_core import (
     CursorPolicy,
     Partitioner,
+    ProducerLedger,
     RetentionError,
     TopicLog,
     decode_block,
@@ -161,3 +162,16 @@ def test_a_block_is_an_arrow_binary_column_with_its_first_sequence() -> None:
         decode_block(data + b"x")
     with pytest.raises(ValueError):
         encode_block(0, [])
+
+
+def test_the_producer_ledger_drops_repeats_and_forgets_the_least_recent() -> None:
+    ledger = ProducerLedger(2)
+    framed = [encode_sequenced(i, b"%d" % i) for i in range(5)]
+    assert ledger.fresh("a", framed[:3]) == [b"0", b"1", b"2"]
+    ledger.advance("a", 3)
+    assert ledger.fresh("a", framed) == [b"3", b"4"] and ledger.duplicates == 3
+    with pytest.raises(ValueError, match="element 4 arrived, 3 was expected"):
+        ledger.fresh("a", framed[4:])
+    ledger.advance("b", 1)
+    ledger.advance("c", 1)  # a third producer: "a" is forgotten
+    assert len(ledger) == 2 and ledger.expected("a") == 0 and ledger.expected("c") == 1

@@ -38,7 +38,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
     app = rstreams.Router()
-    topics = {name: rstreams.Topic(name, partitions=2, capacity=10_000) for name in ("events", "again")}
+    topics = {name: rstreams.Topic(name, partitions=2, capacity=10_000) for name in ("events", "again", "input", "output")}
     for topic in topics.values():
         topic.mount(app)
     subscriptions: list[str] = []
@@ -129,3 +129,44 @@ def test_exactly_once_across_a_crash_and_restart_from_the_checkpoint(spark: Any,
     ns = sorted(n for rows in combined.values() for n, _, _ in rows)
     assert ns == list(range(1200))
     assert sorted(combined) == [0, 1, 2]
+
+
+async def read_all(url: str, topic: str) -> list[Any]:
+    async with rstreams.open_session(url) as session:
+        rows = []
+        for partition in (0, 1):
+            async with session.subscribe(f"{topic}?partition={partition}&from=0&until=now", codec=None) as sub:
+                rows += [msgpack.unpackb(rstreams.decode_sequenced(raw)[1]) async for raw in sub]
+        return rows
+
+
+def test_the_sink_writes_each_row_once_even_when_a_batch_is_run_again(spark: Any, served: Served, tmp_path: Path) -> None:
+    server = served.server
+    server.call(served.topics["input"].publish_many, [b"row-%d" % i for i in range(900)])
+    checkpoint = tmp_path / "ckpt"
+
+    def run() -> None:
+        frame = (
+            spark.readStream.format("rstreams").option("url", server.url).option("topic", "input")
+            .option("maxRowsPerBatch", "300").load().selectExpr("value")
+        )
+        query = (
+            frame.writeStream.format("rstreams").option("url", server.url).option("topic", "output")
+            .option("format", "msgpack").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        )
+        assert query.awaitTermination(QUERY_DEADLINE), "the sink query did not end"
+
+    run()
+    first = server.call(read_all, server.url, "output")
+    assert sorted(row["value"] for row in first) == sorted(b"row-%d" % i for i in range(900))
+    # Forget that the last batch was committed: the restarted query runs it
+    # again, and its tasks publish the same rows under the same producer ids.
+    commits = sorted((checkpoint / "commits").iterdir(), key=lambda path: int(path.name) if path.name.isdigit() else -1)
+    last = commits[-1]
+    assert last.name == "2"
+    last.unlink()
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)  # Hadoop's checksum of it
+    run()
+    again = server.call(read_all, server.url, "output")
+    assert sorted(row["value"] for row in again) == sorted(b"row-%d" % i for i in range(900))
+    assert served.topics["output"]._ledger.duplicates == 300
