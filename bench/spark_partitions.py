@@ -17,6 +17,11 @@ The server's process is separate so that its CPU is not the bench's; on a
 2-core machine it competes with Spark's two task slots all the same, which
 is the setting the issue's goal names.
 
+``--ceiling`` runs the same queries over a Python data source that makes
+the same rows from nothing (no rstreams, no network: one 100-byte value
+repeated, with the same per-partition batches and offsets), which is what
+Spark's Python data source path can do here at best.
+
 A benchmark, not a test: it asserts nothing about speed. ``--serve`` is the
 server side (internal).
 """
@@ -91,11 +96,84 @@ def spark_session(master: str) -> Any:
     return session
 
 
-def run_case(spark: Any, url: str, rows: int, max_rows: int) -> dict[str, float]:
+def register_ceiling(spark: Any) -> None:
+    """A streaming source of ``rows`` made-up rows over ``partitions`` partitions, planned like the topic source."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    from rstreams.spark._plan import plan_ends, positions, spark_offsets
+
+    class Range(InputPartition):
+        def __init__(self, partition: int, start: int, end: int) -> None:
+            super().__init__(partition)
+            self.partition, self.start, self.end = partition, start, end
+
+    class CeilingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options: Any) -> None:
+            self.partitions_count = int(options["partitions"])
+            self.rows = int(options["rows"])
+            self.max_rows = int(options["maxRowsPerBatch"])
+
+        def initialOffset(self) -> dict[str, list[int]]:
+            return spark_offsets([0] * self.partitions_count)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass  # the rows are all there from the start
+
+        def latestOffset(self) -> dict[str, list[int]]:
+            raise NotImplementedError  # the planned form below is the one Spark calls
+
+        def partitions(self, start: Any, end: Any) -> list[Range]:
+            return [Range(i, a, b) for i, (a, b) in enumerate(zip(positions(start), positions(end))) if b > a]
+
+        def read(self, partition: Range) -> Any:
+            from array import array
+
+            import pyarrow as pa
+
+            # As cheap as rows can be: one prebuilt column of 8192 values.
+            block = 8192
+            offsets = array("i", range(0, ELEMENT_SIZE * (block + 1), ELEMENT_SIZE))
+            values = pa.Array.from_buffers(pa.binary(), block, [None, pa.py_buffer(offsets), pa.py_buffer(b"x" * ELEMENT_SIZE * block)])
+            for low in range(partition.start, partition.end, block):
+                count = min(block, partition.end - low)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        values.slice(0, count),
+                        pa.repeat(pa.scalar(partition.partition, type=pa.int32()), count),
+                        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(array("q", range(low, low + count)))]),
+                    ],
+                    names=["value", "partition", "offset"],
+                )
+
+    def latest(self: CeilingReader, start: Any = None, limit: Any = None) -> dict[str, list[int]]:
+        per_partition = self.rows // self.partitions_count
+        begin = positions(start) if start is not None else [0] * self.partitions_count
+        return spark_offsets(plan_ends(begin, [per_partition] * self.partitions_count, self.max_rows))
+
+    CeilingReader.latestOffset = latest  # type: ignore[method-assign]
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rstreams_ceiling"
+
+        def schema(self) -> str:
+            return "value BINARY, partition INT, offset LONG"
+
+        def streamReader(self, schema: Any) -> CeilingReader:
+            return CeilingReader(self.options)
+
+    spark.dataSource.register(CeilingSource)
+
+
+def run_case(spark: Any, url: str, rows: int, max_rows: int, partitions: int = 0) -> dict[str, float]:
     checkpoint = tempfile.mkdtemp(prefix="rstreams-bench-")
-    frame = (
-        spark.readStream.format("rstreams").option("url", url).option("topic", "bench").option("maxRowsPerBatch", str(max_rows)).load()
-    )
+    if url:
+        reader = spark.readStream.format("rstreams").option("url", url).option("topic", "bench")
+    else:
+        reader = spark.readStream.format("rstreams_ceiling").option("partitions", str(partitions)).option("rows", str(rows))
+    frame = reader.option("maxRowsPerBatch", str(max_rows)).load()
     began = time.monotonic()
     query = frame.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
@@ -121,11 +199,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000, help="elements in the topic (default 2,000,000)")
     parser.add_argument("--max-rows", type=int, default=500_000, help="maxRowsPerBatch (default 500,000)")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--ceiling", action="store_true", help="also run Spark over made-up rows, without rstreams")
     args = parser.parse_args()
     if args.serve:
         serve(*args.serve)
         return
     spark = spark_session(args.master)
+    if args.ceiling:
+        register_ceiling(spark)
     print(f"{args.rows:,} rows of {ELEMENT_SIZE} bytes, maxRowsPerBatch {args.max_rows:,}, {args.master}, noop sink")
     print(f"{'partitions':>10} {'batches':>8} {'rows/s wall':>12} {'rows/s batches':>15} {'after the 1st':>14}")
     try:
@@ -142,6 +223,13 @@ def main() -> None:
                 f"{result['batch_rows_per_s']:>15,.0f} {result['steady_rows_per_s']:>14,.0f}",
                 flush=True,
             )
+            if args.ceiling:
+                result = run_case(spark, "", args.rows - args.rows % partitions, args.max_rows, partitions)
+                print(
+                    f"{'(ceiling)':>10} {result['batches']:>8.0f} {result['wall_rows_per_s']:>12,.0f} "
+                    f"{result['batch_rows_per_s']:>15,.0f} {result['steady_rows_per_s']:>14,.0f}",
+                    flush=True,
+                )
     finally:
         spark.stop()
 

@@ -21,6 +21,8 @@ from .conftest import ServerThread, require_spark
 
 require_spark()
 
+from rstreams.spark._range import RANGE_PACK  # noqa: E402
+
 pytestmark = pytest.mark.timeout(240)
 
 #: Every query must end (or be stopped) within this many seconds.
@@ -104,7 +106,7 @@ def test_a_two_partition_topic_is_read_in_parallel_by_the_executors(spark: Any, 
     # The topic was only ever read by range, one subscription per partition per batch.
     ranges = sorted(name for name in served.subscriptions if name.startswith("events?"))
     expected = sorted(
-        f"events?partition={p}&from={a}&until={a + 500}&pack=512" for p in (0, 1) for a in (0, 500, 1000)
+        f"events?partition={p}&from={a}&until={a + 500}&pack={RANGE_PACK}" for p in (0, 1) for a in (0, 500, 1000)
     )
     assert ranges == expected
 
