@@ -15,6 +15,12 @@
          .option("checkpointLocation", "/tmp/ckpt")
          .start())
 
+Reading a partitioned ``rstreams.Topic`` with ``.option("topic", NAME)``
+instead of ``publisher``, the driver only plans per-partition offset ranges
+and each executor task reads its range from the server itself
+(:class:`TopicStreamReader`); the sink publishes from every task with a
+producer id, so the topic keeps each row once across retries.
+
 Importing this module needs pyspark (4.2 or later, for admission control in
 Python sources) but no SparkSession. ``docs/spark.md`` has the options, the
 delivery guarantees and the back-pressure story.

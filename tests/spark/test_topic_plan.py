@@ -119,3 +119,13 @@ def test_a_range_the_topic_no_longer_holds_is_a_typed_error() -> None:
         assert (caught.value.behind, caught.value.oldest) == (4, 7)
     finally:
         server.close()
+
+
+def test_a_source_reads_a_publisher_or_a_topic_not_both(served: tuple[ServerThread, rstreams.Topic]) -> None:
+    server, _ = served
+    with pytest.raises(ValueError, match='either .option\\("publisher", NAME\\)'):
+        SourceOptions.parse({"url": server.url, "topic": "events", "publisher": "events"})
+    with pytest.raises(ValueError, match="startingOffsets='soon'"):
+        SourceOptions.parse({"url": server.url, "topic": "events", "startingOffsets": "soon"})
+    # latest: a new query starts at each partition's end.
+    assert reader(server.url, startingOffsets="latest").initialOffset() == {"offsets": [150, 150]}
