@@ -395,13 +395,14 @@ class Topic:
         while low < len(sequenced):
             high, size = low, 0
             while high < len(sequenced) and high - low < log.capacity:
-                size += len(sequenced[high]) - SEQUENCE_PREFIX
-                if limit_bytes is not None and size > limit_bytes and high > low:
+                element_size = len(sequenced[high]) - SEQUENCE_PREFIX
+                if limit_bytes is not None and size + element_size > limit_bytes:
+                    if high == low:
+                        raise ValueError(f"an element of {element_size} bytes is larger than capacity_bytes={limit_bytes}")
                     break
+                size += element_size
                 high += 1
             chunk = sequenced[low:high]
-            if limit_bytes is not None and size > limit_bytes:
-                raise ValueError(f"an element of {size} bytes is larger than capacity_bytes={limit_bytes}")
             while True:
                 self._check_open()
                 fresh = self._ledger.fresh(producer, chunk)

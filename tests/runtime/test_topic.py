@@ -320,3 +320,16 @@ async def test_a_retried_producer_publishes_each_element_once() -> None:
 
 async def serve_gappy(sink: rstreams.Sink) -> None:
     await sink.send_many([rstreams.encode_sequenced(0, b"g0"), rstreams.encode_sequenced(5, b"g5")])
+
+
+async def test_a_producer_publishes_into_a_topic_bounded_by_bytes_in_chunks_that_fit() -> None:
+    topic = rstreams.Topic("tight", capacity=100, capacity_bytes=50)
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router()) as writer, rstreams.open_session(url) as reader:
+            with trio.fail_after(10):
+                # 12 elements of 10 bytes: more than the 50 bytes held at once.
+                await rstreams.publish_to_topic(writer, "tight", (b"%010d" % i for i in range(12)), producer="p")
+                await rstreams.publish_to_topic(writer, "tight", (b"%010d" % i for i in range(12)), producer="p")
+                held = await read_partition(reader, "tight?from=earliest&until=now")
+    assert held == [(i, b"%010d" % i) for i in range(7, 12)]
+    assert topic.statistics().published == 12 and topic._ledger.duplicates == 12
