@@ -26,6 +26,7 @@ if _TYPE_CHECKING:
         HandshakeError,
         InvalidParameter,
         LocalProtocolError,
+        NotRetained,
         ProtocolError,
         PublisherError,
         RemoteProtocolError,
@@ -41,7 +42,8 @@ if _TYPE_CHECKING:
     from ._registry import UnsupportedScheme
     from ._session import Session, SessionStatistics, open_stream_session
     from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
-    from ._topic import Topic, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
+    from ._topic import Topic, TopicPartitionStatistics, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
+    from ._topic_offsets import OFFSETS_PUBLISHER, PartitionOffsets, topic_offsets
     from ._topic_core import decode_sequenced, encode_sequenced
     from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
     from .protocol import ElementBatch, ProtocolLimits
@@ -58,6 +60,9 @@ __all__ = [
     "JsonCodec",
     "LocalProtocolError",
     "MsgpackCodec",
+    "NotRetained",
+    "OFFSETS_PUBLISHER",
+    "PartitionOffsets",
     "ProtocolError",
     "ProtocolLimits",
     "PublisherError",
@@ -80,6 +85,7 @@ __all__ = [
     "SubscriptionError",
     "SubscriptionStatistics",
     "Topic",
+    "TopicPartitionStatistics",
     "TopicStatistics",
     "TopicSubscriberStatistics",
     "UnknownPublisher",
@@ -94,6 +100,7 @@ __all__ = [
     "open_stream_session",
     "parse_url",
     "publish_to_topic",
+    "topic_offsets",
     "decode_sequenced",
     "encode_sequenced",
     "publisher_from_async_gen",
@@ -104,6 +111,9 @@ __all__ = [
 
 #: Where each public name lives (module relative to this package).
 _LAZY_NAMES: dict[str, str] = {
+    "OFFSETS_PUBLISHER": "._topic_offsets",
+    "PartitionOffsets": "._topic_offsets",
+    "topic_offsets": "._topic_offsets",
     "ADAPTIVE_BYTE_BUDGET": "._subscribe",
     "ADAPTIVE_INITIAL": "._subscribe",
     "ADAPTIVE_MAXIMUM": "._subscribe",
@@ -117,6 +127,7 @@ _LAZY_NAMES: dict[str, str] = {
     "open_session": "._connect",
     "HandshakeError": "._errors",
     "InvalidParameter": "._errors",
+    "NotRetained": "._errors",
     "LocalProtocolError": "._errors",
     "ProtocolError": "._errors",
     "PublisherError": "._errors",
@@ -145,6 +156,7 @@ _LAZY_NAMES: dict[str, str] = {
     "Subscription": "._subscribe",
     "SubscriptionStatistics": "._subscribe",
     "Topic": "._topic",
+    "TopicPartitionStatistics": "._topic",
     "TopicStatistics": "._topic",
     "TopicSubscriberStatistics": "._topic",
     "publish_to_topic": "._topic",

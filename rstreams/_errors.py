@@ -17,6 +17,7 @@ stays up.
     │   └── SessionBroken           the transport died without goodbye
     └── SubscriptionError           one stream failed; the session stays up
         ├── PublisherError          the peer's publisher sent onError: .message
+        │   └── NotRetained         a replay asked for elements a topic no longer holds: .behind
         └── UnknownPublisher        the peer has no such publisher: .name
 
     ValueError
@@ -24,6 +25,8 @@ stays up.
 """
 
 from __future__ import annotations
+
+import re
 
 from .protocol import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError, RStreamsError
 
@@ -39,6 +42,7 @@ __all__ = [
     "PublisherError",
     "UnknownPublisher",
     "InvalidParameter",
+    "NotRetained",
     "describe_error",
 ]
 
@@ -101,6 +105,58 @@ class InvalidParameter(ValueError):
     subscriber's mistake, not the publisher's: escaping a publisher, it
     becomes onError and one log line naming the peer, never a traceback.
     """
+
+class NotRetained(PublisherError):
+    """A replaying subscription (``TOPIC?from=N``) asked for elements the
+    topic no longer holds: it fell ``behind`` elements too far back. Nothing
+    was skipped: the subscriber decides (start again from ``oldest``, or fail).
+
+    The topic says so in its onError text (:meth:`message_for`), which the
+    session turns back into this type, so it crosses the wire as a plain
+    wire-v0 onError.
+
+    Attributes:
+        topic: the topic's name.
+        partition: the partition asked for.
+        requested: the sequence number asked for.
+        oldest: the oldest sequence number the partition held then.
+        behind: ``oldest - requested``.
+    """
+
+    _PATTERN = re.compile(
+        r"^not retained: topic (?P<topic>.+?) partition (?P<partition>\d+): sequence (?P<requested>\d+) "
+        r"is no longer retained, (?P<behind>\d+) behind the oldest held \((?P<oldest>\d+)\)"
+    )
+
+    def __init__(self, message: str, *, topic: str, partition: int, requested: int, oldest: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.requested = requested
+        self.oldest = oldest
+        self.behind = oldest - requested
+
+    @staticmethod
+    def message_for(topic: str, partition: int, requested: int, oldest: int) -> str:
+        """The onError text a topic sends (and :meth:`from_message` reads)."""
+        return (
+            f"not retained: topic {topic} partition {partition}: sequence {requested} is no longer retained, "
+            f"{oldest - requested} behind the oldest held ({oldest})"
+        )
+
+    @classmethod
+    def from_message(cls, message: str) -> NotRetained | None:
+        """The error an onError text stands for, or None if it is another one."""
+        match = cls._PATTERN.match(message)
+        if match is None:
+            return None
+        return cls(
+            message,
+            topic=match["topic"],
+            partition=int(match["partition"]),
+            requested=int(match["requested"]),
+            oldest=int(match["oldest"]),
+        )
 
 
 def describe_error(error: BaseException) -> str:

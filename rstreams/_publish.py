@@ -68,7 +68,13 @@ __all__ = [
     "PublicationHandle",
     "new_request",
     "RESERVED_PREFIX",
+    "add_reserved_route",
 ]
+
+#: Publisher paths starting with this are the runtime's own (``$stats``,
+#: ``$offsets``): no application may register one, so a client asking for
+#: ``$stats`` or ``$offsets`` always gets the runtime's answer, whatever the app.
+RESERVED_PREFIX = "$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,12 +542,6 @@ def _takes_request(function: Callable[..., Any]) -> bool:
 
 RouteLike = Union[Route, PublisherFunction]
 
-#: Publisher names starting with this belong to the server (``$stats``):
-#: no app can register one, so a client asking for ``$stats`` always gets
-#: the server's statistics, whatever the app.
-RESERVED_PREFIX = "$"
-
-
 class Router:
     """Maps publisher names (``range?count=10``) to publishers, by path.
 
@@ -566,13 +566,16 @@ class Router:
         """Serve ``publisher`` at ``path``.
 
         Raises:
-            ValueError: ``path`` has a query, or starts with ``$`` (names the
-                server keeps for itself, such as ``$stats``).
+            ValueError: the path has a query, or starts with ``$`` (reserved
+                for the runtime's own publishers, such as ``$stats`` and ``$offsets``).
         """
         if "?" in path:
             raise ValueError(f"a route path has no query: {path!r}")
-        if path.startswith(RESERVED_PREFIX):
-            raise ValueError(f"route paths starting with {RESERVED_PREFIX!r} are the server's own ($stats): {path!r}")
+        if path.startswith(RESERVED_PREFIX) and not _is_runtime_route(publisher):
+            raise ValueError(f"publisher names starting with {RESERVED_PREFIX!r} are reserved for the runtime: {path!r}")
+        self._add(path, publisher, element_size, codec)
+
+    def _add(self, path: str, publisher: RouteLike, element_size: int, codec: CodecLike) -> None:
         if isinstance(publisher, Route):
             route = publisher
         else:
@@ -603,6 +606,28 @@ class Router:
     def paths(self) -> list[str]:
         """The paths served, sorted."""
         return sorted(self._routes)
+
+
+def add_reserved_route(router: Router, path: str, publisher: RouteLike) -> None:
+    """Serve one of the runtime's own publishers (``$offsets``) on ``router``.
+
+    Only the runtime calls this; :meth:`Router.add` refuses reserved names,
+    except for a :class:`Route` made here (so that copying a router's routes
+    into another, ``Router({p: app.resolve(p) for p in app.paths})``, works).
+    """
+    if not path.startswith(RESERVED_PREFIX):
+        raise ValueError(f"a reserved path starts with {RESERVED_PREFIX!r}: {path!r}")
+    router._add(path, publisher, 0, None)
+    _runtime_routes.add(router._routes[path])
+
+
+# The routes add_reserved_route made (one per router that serves topics): a
+# Route is frozen and has no room for a mark, so the runtime remembers them.
+_runtime_routes: set[Route] = set()
+
+
+def _is_runtime_route(publisher: RouteLike) -> bool:
+    return isinstance(publisher, Route) and publisher in _runtime_routes
 
 
 def publisher_from_async_gen(

@@ -42,6 +42,7 @@ from ._config import DEFAULT_CONFIG, SessionConfig
 from ._direct_socket import direct_socket
 from ._errors import (
     describe_error,
+    NotRetained,
     PublisherError,
     RemoteProtocolError,
     SessionBroken,
@@ -658,7 +659,7 @@ class Session(Peer):
     def _publisher_error(subscription: StreamReceiver, message: str) -> PublisherError:
         if not subscription._subscribed and message.startswith("no such publisher"):
             return UnknownPublisher(subscription.name, message)
-        return PublisherError(message)
+        return NotRetained.from_message(message) or PublisherError(message)
 
     # ---- publications -----------------------------------------------
 

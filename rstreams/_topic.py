@@ -24,43 +24,77 @@ policy is chosen per subscriber (``chat?policy=block|drop|latest``, see
 Replay: ``chat?from=N`` starts at sequence number N (``from=earliest``: the
 oldest element held) and frames every element as 8-byte big-endian sequence
 number + element (:func:`encode_sequenced`); a ``from`` older than what the
-topic holds is answered with onError, never silently skipped. ``until=now``
-completes the stream once it reached the element that was newest when it
-subscribed (a high-water mark, used by Spark's availableNow trigger).
+topic holds is answered with an onError that the subscriber sees as
+:class:`~rstreams.NotRetained` (saying how far behind it is), never silently
+skipped. ``until=M`` completes the stream once it sent element M-1 (waiting
+for it if need be); ``until=now`` once it reached the element that was newest
+when it subscribed (a high-water mark, used by Spark's availableNow trigger).
 ``history=N`` starts N elements back (as many as are held), unframed: a chat
-client joining sees the last messages, a chart its recent past.
+client joining sees the last messages, a chart its recent past. With ``from``,
+``pack=K`` sends up to K elements per wire element, as an Arrow binary column
+(:func:`~rstreams._topic_core.encode_block`); demand then counts blocks.
+That is how Spark's executors read: a topic serves a range at a cost per
+block, not per element.
 
-Memory: at most ``capacity`` elements per topic, plus what each subscriber's
-demand allows on the wire, plus for each client publishing into it at most
-``capacity`` elements requested and not yet accepted.
+Partitions: ``Topic("events", partitions=4, key=...)`` is four logs, each
+numbered from 0 on its own; an element goes to the partition its key picks
+(:class:`~rstreams._topic_core.Partitioner`), or round robin without a key.
+Subscribers name one: ``events?partition=2&from=N&until=M``; Spark's
+executors read the partitions in parallel that way. ``$offsets?topic=events``
+says where each partition ends (:mod:`rstreams._topic_offsets`).
+
+Memory: at most ``capacity`` elements (and ``capacity_bytes`` bytes, if set)
+per partition, plus what each subscriber's demand allows on the wire, plus
+for each client publishing into it at most ``capacity`` elements per
+partition requested and not yet accepted.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from ._codecs import CodecLike, resolve_codec
-from ._errors import InvalidParameter
-from ._publish import Router, Sink, SubscribeRequest
-from ._session import Session
-from ._topic_core import Cursor, CursorPolicy, RetentionError, TopicLog, encode_sequenced
+from ._errors import InvalidParameter, NotRetained
+from ._publish import RESERVED_PREFIX, Router, Sink, SubscribeRequest
+from ._topic_client import PUBLISH_BATCH, PUBLISH_SUFFIX, publish_to_topic
+from ._topic_core import (
+    Cursor,
+    CursorPolicy,
+    Partitioner,
+    ProducerLedger,
+    SEQUENCE_PREFIX,
+    RetentionError,
+    TopicLog,
+    encode_block,
+    encode_sequenced,
+)
+from ._topic_offsets import PartitionOffsets, serve_offsets
 
-__all__ = ["Topic", "TopicStatistics", "TopicSubscriberStatistics", "publish_to_topic"]
+__all__ = [
+    "Topic",
+    "TopicPartitionStatistics",
+    "TopicStatistics",
+    "TopicSubscriberStatistics",
+    "publish_to_topic",
+]
 
 #: The default number of elements a topic holds.
 DEFAULT_CAPACITY = 1024
 #: At most this many elements go to one subscriber per step, so that one
 #: fast subscriber with a huge demand does not hold the topic's attention.
 MAX_TAKE = 4096
-#: publish_to_topic hands a synchronous iterable over in batches of this many.
-PUBLISH_BATCH = 256
-#: The suffix of the route that clients publish through.
-PUBLISH_SUFFIX = "/publish"
+#: The same for a packed replay (``pack=K``), where elements cost the topic
+#: almost nothing each: a join per block, no framing per element.
+MAX_TAKE_PACKED = 32_768
+#: The largest ``pack`` a subscriber may ask for.
+MAX_PACK = 65_536
+#: Producer ids a topic remembers for idempotent publishing (see ProducerLedger).
+PRODUCERS_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +107,7 @@ class TopicSubscriberStatistics:
         lag: elements published that it has not taken yet.
         delivered: elements taken.
         dropped: elements skipped by its policy.
+        partition: the partition it reads.
     """
 
     policy: str
@@ -80,6 +115,30 @@ class TopicSubscriberStatistics:
     lag: int
     delivered: int
     dropped: int
+    partition: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionStatistics:
+    """One partition of a topic.
+
+    Attributes:
+        partition: its number.
+        held: elements held now.
+        held_bytes: bytes of the elements held.
+        first_sequence: the oldest sequence number held.
+        next_sequence: the sequence number of the next element published.
+        published: elements accepted since the topic was made.
+        room: elements publishers may add now.
+    """
+
+    partition: int
+    held: int
+    held_bytes: int
+    first_sequence: int
+    next_sequence: int
+    published: int
+    room: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +147,16 @@ class TopicStatistics:
 
     Attributes:
         name: the topic's name.
-        capacity: at most this many elements are held.
-        held: elements held now.
-        first_sequence: the oldest sequence number held.
-        next_sequence: the sequence number of the next element published.
-        published: elements accepted since the topic was made.
-        room: elements publishers may add now.
+        capacity: at most this many elements are held per partition.
+        held: elements held now (all partitions).
+        first_sequence: the oldest sequence number held in partition 0.
+        next_sequence: the sequence number of the next element of partition 0.
+        published: elements accepted since the topic was made (all partitions).
+        room: elements publishers may add now (see :attr:`Topic.room`).
         publishers: clients publishing into it right now.
         subscribers: one entry per subscriber.
+        partitions: one entry per partition.
+        capacity_bytes: at most this many bytes are held per partition (None: no bound).
     """
 
     name: str
@@ -107,6 +168,8 @@ class TopicStatistics:
     room: int
     publishers: int
     subscribers: tuple[TopicSubscriberStatistics, ...]
+    partitions: tuple[TopicPartitionStatistics, ...] = ()
+    capacity_bytes: int | None = None
 
 
 class Topic:
@@ -115,7 +178,16 @@ class Topic:
     Args:
         name: the route path subscribers ask for (``chat``); publishing
             clients use ``NAME/publish?source=...``.
-        capacity: at most this many elements are held in memory.
+        capacity: at most this many elements are held in memory, per
+            partition: the replay window by count.
+        capacity_bytes: at most this many bytes of elements are held, per
+            partition (None: bounded by ``capacity`` only).
+        partitions: how many logs the topic is split into (each numbered
+            from 0 on its own, each read by ``NAME?partition=I``).
+        key: a function of each published value (the decoded value for
+            elements that clients publish, if the topic has a codec; else
+            the bytes) returning an int, str or bytes that picks its
+            partition; None: round robin.
         codec: how :meth:`publish` encodes values (elements are stored as
             bytes); subscribers choose their own codec.
 
@@ -123,40 +195,76 @@ class Topic:
     :meth:`statistics` from another thread through ``trio.from_thread``.
     """
 
-    def __init__(self, name: str, *, capacity: int = DEFAULT_CAPACITY, codec: CodecLike = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        capacity_bytes: int | None = None,
+        partitions: int = 1,
+        key: Callable[[Any], Any] | None = None,
+        codec: CodecLike = None,
+    ) -> None:
         if not name or "?" in name:
             raise ValueError(f"a topic name is a route path without a query: {name!r}")
+        if name.startswith(RESERVED_PREFIX):
+            raise ValueError(f"names starting with {RESERVED_PREFIX!r} are reserved for the runtime: {name!r}")
         self.name = name
-        self._log = TopicLog(capacity)
+        self._partitioner = Partitioner(partitions, key)
+        self._logs = [TopicLog(capacity, capacity_bytes) for _ in range(partitions)]
         self._codec = resolve_codec(codec)
         self._lot = trio.lowlevel.ParkingLot()  # everyone waiting for a change
         self._closed = False
         self._publishers = 0
+        self._ledger = ProducerLedger(PRODUCERS_REMEMBERED)
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the topic has."""
+        return len(self._logs)
+
+    def offsets(self) -> tuple[PartitionOffsets, ...]:
+        """Where each partition is: the oldest sequence number held and the next one."""
+        return tuple(
+            PartitionOffsets(partition=i, earliest=log.first_sequence, end=log.next_sequence) for i, log in enumerate(self._logs)
+        )
 
     # ---- routes ------------------------------------------------------------
 
     def mount(self, app: Router) -> None:
-        """Serve this topic on ``app``: ``NAME`` to subscribe, ``NAME/publish`` to publish."""
+        """Serve this topic on ``app``: ``NAME`` to subscribe, ``NAME/publish``
+        to publish, and its offsets in the reserved ``$offsets?topic=NAME``."""
         app.add(self.name, self._serve_subscriber)
         app.add(self.name + PUBLISH_SUFFIX, self._serve_publisher)
+        serve_offsets(app, self)
 
     # ---- publishing -----------------------------------------------------------
 
     @property
     def room(self) -> int:
-        """Elements that may be published now (see the module docstring of ``_topic_core``)."""
-        return self._log.room()
+        """Elements that may be published now (see the module docstring of ``_topic_core``).
+
+        With partitions: the least room of any partition, times the number
+        of partitions for round robin (which spreads elements evenly), or
+        once with a key (which may send them all to one partition).
+        """
+        least = min(log.room() for log in self._logs)
+        return least * len(self._logs) if self._partitioner.key is None else least
 
     def publish_nowait(self, value: Any) -> None:
         """Publish one value now.
 
         Raises:
-            trio.WouldBlock: no room (a blocking subscriber is ``capacity`` behind).
+            trio.WouldBlock: no room in its partition (a blocking subscriber
+                is ``capacity`` behind).
             trio.ClosedResourceError: the topic is closed.
         """
         self._check_open()
-        if not self._log.append([self._encode(value)]):
+        element = self._encode(value)
+        partition = self._partitioner.next_partition(value)
+        if not self._logs[partition].append([element]):
             raise trio.WouldBlock
+        self._partitioner.advance()
         self._lot.unpark_all()
 
     async def publish(self, value: Any) -> None:
@@ -178,23 +286,35 @@ class Topic:
         """
         # In chunks, so a long (or endless) iterable is never held whole.
         iterator = iter(values)
-        chunk = [self._encode(value) for value in itertools.islice(iterator, PUBLISH_BATCH)]
-        if not chunk:
+        values_chunk = list(itertools.islice(iterator, PUBLISH_BATCH))
+        if not values_chunk:
             await trio.lowlevel.checkpoint()
             return
-        while chunk:
-            await self._append_all(chunk)
-            chunk = [self._encode(value) for value in itertools.islice(iterator, PUBLISH_BATCH)]
+        while values_chunk:
+            chunk = [self._encode(value) for value in values_chunk]
+            await self._append_routed(self._partitioner.split(chunk, values_chunk))
+            values_chunk = list(itertools.islice(iterator, PUBLISH_BATCH))
 
-    async def _append_all(self, pending: list[bytes]) -> None:
+    async def _append_routed(self, routed: list[list[bytes]]) -> None:
+        # Each partition's share in order; a full partition waits for its
+        # slowest blocking subscriber while the others go on.
         await trio.lowlevel.checkpoint_if_cancelled()
+        pending = [(partition, elements) for partition, elements in enumerate(routed) if elements]
         while pending:
             self._check_open()
-            accepted = self._log.append(pending)
-            if accepted:
+            progressed = False
+            waiting: list[tuple[int, list[bytes]]] = []
+            for partition, elements in pending:
+                accepted = self._logs[partition].append(elements)
+                if accepted:
+                    progressed = True
+                    elements = elements[accepted:]
+                if elements:
+                    waiting.append((partition, elements))
+            pending = waiting
+            if progressed:
                 self._lot.unpark_all()
-                pending = pending[accepted:]
-            else:
+            elif pending:
                 await self._lot.park()
         await trio.lowlevel.cancel_shielded_checkpoint()
 
@@ -207,7 +327,7 @@ class Topic:
         await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             self._check_open()
-            room = self._log.room()
+            room = self.room
             if room:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return room
@@ -223,8 +343,8 @@ class Topic:
         return self._closed
 
     def statistics(self) -> TopicStatistics:
-        """A snapshot: the log, the publishers and every subscriber's lag."""
-        log = self._log
+        """A snapshot: the partitions, the publishers and every subscriber's lag."""
+        logs = self._logs
         subscribers = tuple(
             TopicSubscriberStatistics(
                 policy=cursor.policy.value,
@@ -232,20 +352,80 @@ class Topic:
                 lag=max(0, log.next_sequence - cursor.position),
                 delivered=cursor.delivered,
                 dropped=cursor.dropped,
+                partition=partition,
             )
+            for partition, log in enumerate(logs)
             for cursor in sorted(log.cursors, key=lambda c: c.position)
+        )
+        partitions = tuple(
+            TopicPartitionStatistics(
+                partition=partition,
+                held=len(log),
+                held_bytes=log.held_bytes,
+                first_sequence=log.first_sequence,
+                next_sequence=log.next_sequence,
+                published=log.published,
+                room=log.room(),
+            )
+            for partition, log in enumerate(logs)
         )
         return TopicStatistics(
             name=self.name,
-            capacity=log.capacity,
-            held=len(log),
-            first_sequence=log.first_sequence,
-            next_sequence=log.next_sequence,
-            published=log.published,
-            room=log.room(),
+            capacity=logs[0].capacity,
+            held=sum(p.held for p in partitions),
+            first_sequence=logs[0].first_sequence,
+            next_sequence=logs[0].next_sequence,
+            published=sum(p.published for p in partitions),
+            room=self.room,
             publishers=self._publishers,
             subscribers=subscribers,
+            partitions=partitions,
+            capacity_bytes=logs[0].capacity_bytes,
         )
+
+    async def _append_once(self, producer: str, sequenced: list[bytes]) -> None:
+        # Idempotent publishing: in chunks small enough to fit the topic
+        # whole, each appended in one synchronous step together with the
+        # ledger's advance, after dropping what the producer already has in
+        # the topic (another attempt may have added some while this waited).
+        await trio.lowlevel.checkpoint_if_cancelled()
+        log = self._logs[0]
+        limit_bytes = log.capacity_bytes
+        low = 0
+        while low < len(sequenced):
+            high, size = low, 0
+            while high < len(sequenced) and high - low < log.capacity:
+                element_size = len(sequenced[high]) - SEQUENCE_PREFIX
+                if limit_bytes is not None and size + element_size > limit_bytes:
+                    if high == low:
+                        raise ValueError(f"an element of {element_size} bytes is larger than capacity_bytes={limit_bytes}")
+                    break
+                size += element_size
+                high += 1
+            chunk = sequenced[low:high]
+            while True:
+                self._check_open()
+                fresh = self._ledger.fresh(producer, chunk)
+                routed = self._route_received(fresh, advance=False)
+                if all(self._logs[p].fits(share) for p, share in enumerate(routed)):
+                    break
+                await self._lot.park()
+            for partition, share in enumerate(routed):
+                if share:
+                    self._logs[partition].append(share)
+            self._partitioner.advance_by(len(fresh))
+            self._ledger.advance(producer, len(fresh))
+            self._lot.unpark_all()
+            low = high
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _route_received(self, batch: Sequence[bytes], *, advance: bool = True) -> list[list[bytes]]:
+        # Elements from a publishing client are bytes already; a key
+        # function sees them decoded when the topic has a codec.
+        elements = [bytes(element) for element in batch]
+        if self._partitioner.key is None or self._codec is None:
+            return self._partitioner.split(elements, advance=advance)
+        return self._partitioner.split(elements, [self._codec.decode(element) for element in elements], advance=advance)
 
     def _encode(self, value: Any) -> bytes:
         if self._codec is not None:
@@ -260,46 +440,64 @@ class Topic:
 
     # ---- the routes' publishers ------------------------------------------------
 
+    def _partition_param(self, request: SubscribeRequest) -> int:
+        if "partition" not in request.params:
+            if len(self._logs) > 1:
+                raise ValueError(f"topic {self.name} has {len(self._logs)} partitions: subscribe {self.name}?partition=I")
+            return 0
+        return request.int_param("partition", 0, minimum=0, maximum=len(self._logs) - 1)
+
     async def _serve_subscriber(self, sink: Sink, request: SubscribeRequest) -> None:
         policy_name = request.params.get("policy", CursorPolicy.BLOCK.value)
         try:
             policy = CursorPolicy(policy_name)
         except ValueError:
             raise InvalidParameter(f"parameter policy={policy_name!r}: use block, drop or latest") from None
+        partition = self._partition_param(request)
+        log = self._logs[partition]
         raw_from = request.params.get("from")
         sequenced = raw_from is not None
         start: int | None = None
         if raw_from == "earliest":
-            start = self._log.first_sequence
+            start = log.first_sequence
         elif raw_from is not None:
             start = request.int_param("from", 0, minimum=0)
         if "history" in request.params:
             if sequenced:
                 raise InvalidParameter("parameters from and history exclude each other")
             history = request.int_param("history", 0, minimum=0)
-            start = max(self._log.first_sequence, self._log.next_sequence - history)
+            start = max(log.first_sequence, log.next_sequence - history)
         until: int | None = None
         if request.params.get("until") == "now":
-            until = self._log.next_sequence
+            until = log.next_sequence
         elif "until" in request.params:
-            raise InvalidParameter("parameter until: only until=now is understood")
+            until = request.int_param("until", 0, minimum=0 if start is None else start)
+        pack: int | None = None
+        if "pack" in request.params:
+            if not sequenced:
+                raise InvalidParameter("parameter pack needs from: a block carries sequence numbers")
+            pack = request.int_param("pack", 1, minimum=1, maximum=MAX_PACK)
         try:
-            cursor = self._log.attach(policy, start)
+            cursor = log.attach(policy, start)
         except RetentionError as error:
-            raise RuntimeError(f"topic {self.name}: {error}") from None
+            if error.behind:
+                raise RuntimeError(NotRetained.message_for(self.name, partition, error.requested, error.oldest)) from None
+            raise RuntimeError(f"topic {self.name} partition {partition}: {error}") from None
         try:
-            await self._feed(sink, cursor, sequenced, until)
+            await self._feed(sink, log, cursor, sequenced, until, pack)
         finally:
-            self._log.detach(cursor)
+            log.detach(cursor)
             self._lot.unpark_all()  # publishers it held back may have room now
 
-    async def _feed(self, sink: Sink, cursor: Cursor, sequenced: bool, until: int | None) -> None:
-        log = self._log
+    async def _feed(
+        self, sink: Sink, log: TopicLog, cursor: Cursor, sequenced: bool, until: int | None, pack: int | None = None
+    ) -> None:
         while True:
             if until is not None and cursor.position >= until:
                 return
             await sink.wait_demand()
-            limit = min(sink.demand, MAX_TAKE)
+            # Packed, demand counts blocks of up to ``pack`` elements.
+            limit = min(sink.demand, MAX_TAKE) if pack is None else min(sink.demand * pack, MAX_TAKE_PACKED)
             if until is not None:
                 limit = min(limit, until - cursor.position)
             first, elements = log.take(cursor, limit)
@@ -309,7 +507,9 @@ class Topic:
                 await self._lot.park()
                 continue
             self._lot.unpark_all()  # a cursor moved: a publisher may have room
-            if sequenced:
+            if pack is not None:
+                elements = [encode_block(first + i, elements[i : i + pack]) for i in range(0, len(elements), pack)]
+            elif sequenced:
                 elements = [encode_sequenced(first + i, element) for i, element in enumerate(elements)]
             # Demand covers them all (limit <= demand), so this queues at once.
             await sink.send_many(elements)
@@ -318,6 +518,7 @@ class Topic:
         source = request.params.get("source")
         if not source:
             raise ValueError(f"publishing into a topic needs a source: {self.name}{PUBLISH_SUFFIX}?source=NAME")
+        producer = request.params.get("producer")
         self._check_open()
         self._publishers += 1
         try:
@@ -337,76 +538,9 @@ class Topic:
                     except StopAsyncIteration:
                         return
                     outstanding -= len(batch)
-                    await self._append_all(list(batch))  # already bytes
+                    if producer is None:
+                        await self._append_routed(self._route_received(batch))
+                    else:
+                        await self._append_once(producer, [bytes(raw) for raw in batch])
         finally:
             self._publishers -= 1
-
-
-async def publish_to_topic(
-    session: Session,
-    topic: str,
-    values: Iterable[Any] | AsyncIterable[Any],
-    *,
-    codec: CodecLike = None,
-    source: str | None = None,
-) -> int:
-    """Publish ``values`` into the peer's topic ``topic``; return how many.
-
-    The session must have been opened with an ``app`` (a :class:`Router`,
-    possibly empty): a route named ``source`` (default: a fresh name) is
-    added to it for the duration of the call, and the server subscribes back
-    to it. The server asks only for what the topic has room for, so a full
-    topic holds this call back instead of filling memory: a synchronous
-    iterable is read at most PUBLISH_BATCH values ahead of demand, an async
-    iterable one value (each is sent as soon as it comes and demand allows).
-    Returns once the server has accepted every element into the topic.
-
-    Raises:
-        ValueError: the session has no app to serve the source from.
-        PublisherError: the topic refused (closed, or unknown).
-
-    Cancellation cancels the source; elements already accepted stay published.
-    """
-    app = session.app
-    if app is None:
-        raise ValueError("publish_to_topic needs a session opened with app=rstreams.Router()")
-    encoder = resolve_codec(codec)
-    source = source or f"rstreams-topic-source-{next(_source_numbers)}"
-    count = 0
-
-    async def publisher(sink: Sink) -> None:
-        nonlocal count
-        batch: list[Any] = []
-
-        async def flush() -> None:
-            nonlocal count, batch
-            await sink.send_many(batch)
-            count += len(batch)
-            batch = []
-
-        if isinstance(values, AsyncIterable):
-            # A live source (a sensor): send each value as it comes, so
-            # nothing waits in a batch for the next reading.
-            async for value in values:
-                batch.append(encoder.encode(value) if encoder is not None else value)
-                await flush()
-            return
-        for value in values:
-            batch.append(encoder.encode(value) if encoder is not None else value)
-            if len(batch) >= PUBLISH_BATCH:
-                await flush()
-        if batch:
-            await flush()
-
-    app.add(source, publisher)
-    try:
-        async with session.subscribe(f"{topic}{PUBLISH_SUFFIX}?source={source}", prefetch=1) as done:
-            async for _ in done:
-                pass
-    finally:
-        # Router has no public removal; the route was ours for this call only.
-        app._routes.pop(source, None)
-    return count
-
-
-_source_numbers = itertools.count()

@@ -29,6 +29,19 @@ elements (the replay window for ``from=N`` subscribers). Memory is bounded
 by ``capacity`` elements whatever the subscribers do; each subscriber adds
 at most its own demand on the wire.
 
+Retention by bytes (``capacity_bytes``) works the same way in bytes: the
+elements held never add up to more, and the bytes from the slowest blocking
+cursor to the newest element never exceed it either::
+
+    room in bytes = capacity_bytes - bytes(floor .. next_seq)
+
+A log is told both bounds and keeps whichever is tighter. To know the bytes
+between any sequence number and the newest in O(1), the log keeps, for each
+element held, the bytes published up to and including it (``_ends``).
+
+A partitioned topic is one log per partition; :class:`Partitioner` decides
+which log an element goes to.
+
 This module imports no trio: :mod:`rstreams._topic` does the waiting.
 """
 
@@ -36,10 +49,29 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections import deque
+import sys
+import zlib
+from array import array
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Cursor", "CursorPolicy", "TopicLog", "RetentionError", "encode_sequenced", "decode_sequenced", "SEQUENCE_PREFIX"]
+__all__ = [
+    "Cursor",
+    "CursorPolicy",
+    "Partitioner",
+    "ProducerLedger",
+    "TopicLog",
+    "RetentionError",
+    "encode_sequenced",
+    "decode_sequenced",
+    "encode_block",
+    "decode_block",
+    "split_block",
+    "SEQUENCE_PREFIX",
+    "BLOCK_HEADER",
+]
 
 #: Bytes of the sequence-number prefix of a sequenced element.
 SEQUENCE_PREFIX = 8
@@ -65,6 +97,65 @@ def decode_sequenced(data: bytes) -> tuple[int, bytes]:
     return int.from_bytes(data[:SEQUENCE_PREFIX], "big"), bytes(data[SEQUENCE_PREFIX:])
 
 
+#: Bytes before a block's offsets: first sequence (8, big-endian) and count (4, big-endian).
+BLOCK_HEADER = 12
+
+
+def encode_block(first: int, elements: Sequence[bytes]) -> bytes:
+    """Elements ``first`` .. ``first+len-1`` packed into one wire element.
+
+    The packed replay (``NAME?partition=I&from=N&pack=K``): instead of one
+    wire element per element, each carries up to K of them, laid out as an
+    Apache Arrow binary column so a reader can wrap it without touching
+    each element::
+
+        first sequence   8 bytes, big-endian
+        count n          4 bytes, big-endian
+        offsets          (n + 1) x int32, little-endian: 0, end of element 0, ...
+        data             the elements, back to back
+
+    Raises:
+        ValueError: no elements, or more than 2 GiB of them (int32 offsets).
+    """
+    if not elements:
+        raise ValueError("a block holds at least one element")
+    offsets = array("i", itertools.accumulate(map(len, elements), initial=0))
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    header = first.to_bytes(SEQUENCE_PREFIX, "big") + len(elements).to_bytes(4, "big")
+    return b"".join((header, offsets.tobytes(), *elements))
+
+
+def decode_block(data: bytes) -> tuple[int, int, memoryview, memoryview]:
+    """A block's first sequence, count, offsets bytes and data bytes (views, no copies).
+
+    Raises:
+        ValueError: too short, or the offsets do not match the data.
+    """
+    if len(data) < BLOCK_HEADER + 4:
+        raise ValueError(f"a block has at least {BLOCK_HEADER + 4} bytes; got {len(data)}")
+    view = memoryview(data)
+    first = int.from_bytes(view[:SEQUENCE_PREFIX], "big")
+    count = int.from_bytes(view[SEQUENCE_PREFIX:BLOCK_HEADER], "big")
+    offsets_end = BLOCK_HEADER + 4 * (count + 1)
+    if len(data) < offsets_end:
+        raise ValueError(f"a block of {count} elements needs {offsets_end} bytes of header and offsets; got {len(data)}")
+    last = int.from_bytes(view[offsets_end - 4 : offsets_end], "little")
+    if len(data) - offsets_end != last:
+        raise ValueError(f"a block's offsets end at {last}, its data has {len(data) - offsets_end} bytes")
+    return first, count, view[BLOCK_HEADER:offsets_end], view[offsets_end:]
+
+
+def split_block(data: bytes) -> tuple[int, list[bytes]]:
+    """A block's first sequence and its elements (for readers without Arrow)."""
+    first, count, offsets_bytes, payload = decode_block(data)
+    offsets = array("i")
+    offsets.frombytes(offsets_bytes)
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    return first, [bytes(payload[offsets[i] : offsets[i + 1]]) for i in range(count)]
+
+
 class CursorPolicy(enum.Enum):
     """What a subscriber that falls behind does (see the module docstring)."""
 
@@ -74,7 +165,24 @@ class CursorPolicy(enum.Enum):
 
 
 class RetentionError(LookupError):
-    """A cursor asked for elements the log no longer holds (or never will)."""
+    """A cursor asked for elements the log no longer holds (or never will).
+
+    Attributes:
+        requested: the sequence number asked for.
+        oldest: the oldest sequence number held.
+        next_sequence: the sequence number the next element will get.
+    """
+
+    def __init__(self, message: str, *, requested: int, oldest: int, next_sequence: int) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.oldest = oldest
+        self.next_sequence = next_sequence
+
+    @property
+    def behind(self) -> int:
+        """How many elements older than the oldest held were asked for (0: ahead instead)."""
+        return max(0, self.oldest - self.requested)
 
 
 @dataclass(eq=False, slots=True)
@@ -99,17 +207,26 @@ class TopicLog:
 
     Args:
         capacity: at most this many elements are held (> 0).
+        capacity_bytes: at most this many bytes of elements are held
+            (> 0), or None for no bound in bytes.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, capacity_bytes: int | None = None) -> None:
         if type(capacity) is not int or capacity <= 0:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if capacity_bytes is not None and (type(capacity_bytes) is not int or capacity_bytes <= 0):
+            raise ValueError(f"capacity_bytes must be a positive int or None, got {capacity_bytes!r}")
         self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
         self._elements: deque[bytes] = deque()
+        # _ends[i]: bytes published up to and including _elements[i].
+        self._ends: deque[int] = deque()
         self._first = 0  # sequence number of _elements[0]
         self._cursors: set[Cursor] = set()
         self.published = 0
         self.evicted = 0
+        self.published_bytes = 0
+        self.evicted_bytes = 0
 
     @property
     def first_sequence(self) -> int:
@@ -120,6 +237,11 @@ class TopicLog:
     def next_sequence(self) -> int:
         """The sequence number the next published element gets."""
         return self._first + len(self._elements)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the elements held."""
+        return self.published_bytes - self.evicted_bytes
 
     @property
     def cursors(self) -> frozenset[Cursor]:
@@ -142,12 +264,22 @@ class TopicLog:
         if start is None:
             start = self.next_sequence
         if start < self._first:
-            raise RetentionError(f"sequence {start} is no longer retained (the oldest held is {self._first})")
+            raise RetentionError(
+                f"sequence {start} is no longer retained, {self._first - start} behind the oldest held ({self._first})",
+                requested=start,
+                oldest=self._first,
+                next_sequence=self.next_sequence,
+            )
         if start > self.next_sequence:
             # Most likely a checkpoint from another life of this topic (the
             # server restarted and numbers from 0 again): waiting for that
             # number would silently skip everything until then.
-            raise RetentionError(f"sequence {start} is ahead of the newest ({self.next_sequence - 1})")
+            raise RetentionError(
+                f"sequence {start} is ahead of the newest ({self.next_sequence - 1})",
+                requested=start,
+                oldest=self._first,
+                next_sequence=self.next_sequence,
+            )
         cursor = Cursor(policy, start)
         self._cursors.add(cursor)
         return cursor
@@ -204,25 +336,234 @@ class TopicLog:
                 floor = cursor.position
         return floor
 
+    def _bytes_before(self, sequence: int) -> int:
+        # Bytes published before element ``sequence`` (first <= sequence <= next).
+        if sequence <= self._first:
+            return self.evicted_bytes
+        return self._ends[sequence - self._first - 1]
+
     def room(self) -> int:
-        """How many elements may be published now without losing any a blocking subscriber needs."""
+        """How many elements may be published now without losing any a blocking subscriber needs.
+
+        Counted in elements; with ``capacity_bytes`` an element may still be
+        refused by :meth:`append` for want of room in bytes (:meth:`room_bytes`).
+        """
         return max(0, self.capacity - (self.next_sequence - self._floor()))
 
-    def append(self, elements: list[bytes]) -> int:
+    def fits(self, elements: Sequence[bytes]) -> bool:
+        """Whether :meth:`append` would take all of ``elements`` now."""
+        if len(elements) > self.room():
+            return False
+        room_bytes = self.room_bytes()
+        return room_bytes is None or sum(map(len, elements)) <= room_bytes
+
+    def room_bytes(self) -> int | None:
+        """Bytes that may be published now (None: no bound in bytes)."""
+        if self.capacity_bytes is None:
+            return None
+        return max(0, self.capacity_bytes - (self.published_bytes - self._bytes_before(self._floor())))
+
+    def append(self, elements: Sequence[bytes]) -> int:
         """Append as many of ``elements`` as :meth:`room` allows; return how many.
 
-        Elements beyond ``capacity`` that no blocking cursor needs are
-        evicted, oldest first.
+        Elements beyond ``capacity`` (or ``capacity_bytes``) that no
+        blocking cursor needs are evicted, oldest first.
+
+        Raises:
+            ValueError: an element is larger than ``capacity_bytes``: it
+                could never be held.
         """
-        count = min(len(elements), self.room())
+        floor = self._floor()
+        count = min(len(elements), self.capacity - (self.next_sequence - floor))
         if count <= 0:
             return 0
-        self._elements.extend(elements[:count] if count < len(elements) else elements)
+        accepted = elements[:count] if count < len(elements) else elements
+        ends = list(itertools.accumulate((len(element) for element in accepted), initial=self.published_bytes))[1:]
+        if self.capacity_bytes is not None:
+            limit = self._bytes_before(floor) + self.capacity_bytes
+            if ends[-1] > limit:
+                count = _count_within(ends, limit)
+                if count == 0:
+                    size = len(accepted[0])
+                    if size > self.capacity_bytes:
+                        raise ValueError(f"an element of {size} bytes is larger than capacity_bytes={self.capacity_bytes}")
+                    return 0
+                accepted, ends = accepted[:count], ends[:count]
+        self._elements.extend(accepted)
+        self._ends.extend(ends)
         self.published += count
-        excess = len(self._elements) - self.capacity
+        self.published_bytes = ends[-1]
+        self._evict()
+        return count
+
+    def _evict(self) -> None:
+        # The room rules keep everything from the floor on within both
+        # bounds, so this never evicts an element a blocking cursor needs.
+        elements, ends = self._elements, self._ends
+        excess = len(elements) - self.capacity
         if excess > 0:
             for _ in range(excess):
-                self._elements.popleft()
+                elements.popleft()
+                self.evicted_bytes = ends.popleft()
             self._first += excess
             self.evicted += excess
-        return count
+        if self.capacity_bytes is not None:
+            while self.published_bytes - self.evicted_bytes > self.capacity_bytes:
+                elements.popleft()
+                self.evicted_bytes = ends.popleft()
+                self._first += 1
+                self.evicted += 1
+
+
+def _count_within(ends: list[int], limit: int) -> int:
+    # How many leading entries of the ascending ``ends`` are <= limit.
+    low, high = 0, len(ends)
+    while low < high:
+        middle = (low + high) // 2
+        if ends[middle] <= limit:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+class Partitioner:
+    """Which partition of a topic each element goes to.
+
+    Args:
+        partitions: how many (> 0).
+        key: a function of the published value whose result picks the
+            partition: an int by its value modulo ``partitions``, a str or
+            bytes by its CRC-32 (stable across processes and runs, unlike
+            ``hash``). None: round robin, element by element.
+
+    Elements with the same key always go to the same partition, in the
+    order they were published.
+    """
+
+    def __init__(self, partitions: int, key: Callable[[Any], Any] | None = None) -> None:
+        if type(partitions) is not int or partitions <= 0:
+            raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+        self.partitions = partitions
+        self.key = key
+        self._next = 0  # round robin: the partition of the next element
+
+    def partition_of(self, key: Any) -> int:
+        """The partition for one key (see the class docstring).
+
+        Raises:
+            TypeError: the key is not an int, str or bytes.
+        """
+        if isinstance(key, int):
+            return key % self.partitions
+        if isinstance(key, str):
+            key = key.encode()
+        if isinstance(key, (bytes, bytearray, memoryview)):
+            return zlib.crc32(key) % self.partitions
+        raise TypeError(f"a partition key is an int, str or bytes; the key function returned {type(key).__name__}")
+
+    def next_partition(self, value: Any) -> int:
+        """The partition one value would go to now; round robin moves on
+        only at :meth:`advance` (once the element was accepted)."""
+        if self.key is not None:
+            return self.partition_of(self.key(value))
+        return self._next
+
+    def advance(self) -> None:
+        """One element went where :meth:`next_partition` said."""
+        if self.key is None:
+            self._next = (self._next + 1) % self.partitions
+
+    def advance_by(self, count: int) -> None:
+        """``count`` elements went where a ``split(..., advance=False)`` said."""
+        if self.key is None:
+            self._next = (self._next + count) % self.partitions
+
+    def split(
+        self, elements: Sequence[bytes], values: Sequence[Any] | None = None, *, advance: bool = True
+    ) -> list[list[bytes]]:
+        """``elements`` as one list per partition, each in publishing order.
+
+        ``values`` are what the key function is applied to (default: the
+        elements themselves); ignored for round robin. With ``advance``
+        false round robin stays where it is (for a split that may be
+        retried; :meth:`advance_by` once it is used).
+        """
+        count = self.partitions
+        if count == 1:
+            return [list(elements)]
+        if self.key is None:
+            # Element i goes to (start + i) % count: a slice per partition.
+            start = self._next
+            if advance:
+                self._next = (start + len(elements)) % count
+            return [list(elements[(partition - start) % count :: count]) for partition in range(count)]
+        key = self.key
+        routed: list[list[bytes]] = [[] for _ in range(count)]
+        for element, value in zip(elements, elements if values is None else values, strict=True):
+            routed[self.partition_of(key(value))].append(element)
+        return routed
+
+
+class ProducerLedger:
+    """Which elements of each idempotent producer a topic already holds.
+
+    A producer (a Spark task, say) numbers its elements from 0 and sends
+    them with its producer id; a retry of the same work under the same id
+    sends the same numbers again. The ledger keeps, per producer id, the
+    next sequence number it expects: older ones are duplicates and are
+    dropped, the expected one is new, anything beyond is a gap (elements
+    lost on the way), which is an error rather than a silent hole.
+
+    The topic advances the ledger only once the elements are in the log, in
+    the same synchronous step, so a publisher cancelled halfway never has
+    elements marked that the log does not hold.
+
+    Args:
+        capacity: producer ids remembered (> 0); the least recently used is
+            forgotten first. A producer forgotten and then retried would be
+            taken as new: the window of exactly-once is this many producers.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if type(capacity) is not int or capacity <= 0:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity = capacity
+        self._next: OrderedDict[str, int] = OrderedDict()
+        self.duplicates = 0
+
+    def __len__(self) -> int:
+        return len(self._next)
+
+    def expected(self, producer: str) -> int:
+        """The sequence number the ledger expects next from ``producer``."""
+        return self._next.get(producer, 0)
+
+    def fresh(self, producer: str, sequenced: Sequence[bytes]) -> list[bytes]:
+        """The payloads of ``sequenced`` elements (replay framing) not held yet, in order.
+
+        Does not change the ledger: call :meth:`advance` once they are held.
+
+        Raises:
+            ValueError: an element is not framed, or a sequence number skips
+                ahead of the next expected one.
+        """
+        expected = self.expected(producer)
+        payloads: list[bytes] = []
+        for raw in sequenced:
+            sequence, payload = decode_sequenced(raw)
+            if sequence < expected:
+                self.duplicates += 1
+                continue
+            if sequence != expected:
+                raise ValueError(f"producer {producer}: element {sequence} arrived, {expected} was expected next")
+            payloads.append(payload)
+            expected += 1
+        return payloads
+
+    def advance(self, producer: str, count: int) -> None:
+        """``count`` more elements of ``producer`` are held."""
+        self._next[producer] = self._next.get(producer, 0) + count
+        self._next.move_to_end(producer)
+        while len(self._next) > self.capacity:
+            self._next.popitem(last=False)

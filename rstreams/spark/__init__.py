@@ -15,6 +15,12 @@
          .option("checkpointLocation", "/tmp/ckpt")
          .start())
 
+Reading a partitioned ``rstreams.Topic`` with ``.option("topic", NAME)``
+instead of ``publisher``, the driver only plans per-partition offset ranges
+and each executor task reads its range from the server itself
+(:class:`TopicStreamReader`); the sink publishes from every task with a
+producer id, so the topic keeps each row once across retries.
+
 Importing this module needs pyspark (4.2 or later, for admission control in
 Python sources) but no SparkSession. ``docs/spark.md`` has the options, the
 delivery guarantees and the back-pressure story.
@@ -28,9 +34,10 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from ._feed import Feed, FeedStatistics
-from ._rows import RAW_SCHEMA, BadElement, SinkOptions, SourceOptions
+from ._rows import RAW_SCHEMA, TOPIC_RAW_SCHEMA, BadElement, SinkOptions, SourceOptions
 from ._sink import RstreamsCommitMessage, RstreamsStreamWriter, foreach_batch_publisher, publish_elements
 from ._source import ElementsPartition, RstreamsStreamReader
+from ._topic_source import TopicRangePartition, TopicStreamReader
 
 __all__ = [
     "BadElement",
@@ -44,6 +51,9 @@ __all__ = [
     "RstreamsStreamWriter",
     "SinkOptions",
     "SourceOptions",
+    "TOPIC_RAW_SCHEMA",
+    "TopicRangePartition",
+    "TopicStreamReader",
     "foreach_batch_publisher",
     "publish_elements",
     "register",
@@ -62,13 +72,16 @@ class RstreamsDataSource(DataSource):
         options = SourceOptions.parse(self.options)
         if options.format != "raw":
             raise ValueError(f"format={options.format} decodes into typed columns: give the columns with .schema(...)")
-        return RAW_SCHEMA
+        return options.raw_schema
 
-    def streamReader(self, schema: StructType) -> RstreamsStreamReader:
+    def streamReader(self, schema: StructType) -> RstreamsStreamReader | TopicStreamReader:
         options = SourceOptions.parse(self.options)
         fields = [(field.name, field.dataType.typeName()) for field in schema.fields]
-        if options.format == "raw" and [name for name, _ in fields] != ["value", "offset"]:
-            raise ValueError(f"without a format option the columns are {RAW_SCHEMA}; set format to msgpack or json for others")
+        raw_names = [name.split()[0] for name in options.raw_schema.split(", ")]
+        if options.format == "raw" and [name for name, _ in fields] != raw_names:
+            raise ValueError(f"without a format option the columns are {options.raw_schema}; set format to msgpack or json for others")
+        if options.topic is not None:
+            return TopicStreamReader(options, fields)
         return RstreamsStreamReader(options, fields)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RstreamsStreamWriter:

@@ -20,12 +20,16 @@ __all__ = [
     "SinkOptions",
     "BadElement",
     "RAW_SCHEMA",
+    "TOPIC_RAW_SCHEMA",
     "row_decoder",
     "encode_rows",
 ]
 
 #: The schema without ``.schema(...)`` and without a ``format`` option.
 RAW_SCHEMA = "value BINARY, offset LONG"
+#: The same, reading a partitioned topic (``topic`` option): offsets count
+#: within a partition, so the partition is a column too.
+TOPIC_RAW_SCHEMA = "value BINARY, partition INT, offset LONG"
 
 FORMATS = ("raw", "msgpack", "json")
 
@@ -85,7 +89,7 @@ class SourceOptions:
     """The source's options (``docs/spark.md`` lists them with their defaults)."""
 
     url: str
-    publisher: str
+    publisher: str  # "" when reading a topic
     format: str = "raw"
     max_rows_per_batch: int = 1000
     buffer_rows: int = 2000
@@ -97,13 +101,27 @@ class SourceOptions:
     replay_timeout: float = 30.0
     bad_elements: str = "fail"
     num_partitions: int = 1
+    topic: str | None = None
+    starting_offsets: str = "earliest"
+
+    @property
+    def raw_schema(self) -> str:
+        """The schema of ``format=raw`` in this mode."""
+        return TOPIC_RAW_SCHEMA if self.topic is not None else RAW_SCHEMA
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         url = _option(options, "url")
         publisher = _option(options, "publisher")
-        if not url or not publisher:
-            raise ValueError('the rstreams source needs .option("url", "tcp://HOST:PORT") and .option("publisher", NAME)')
+        topic = _option(options, "topic")
+        if not url or bool(publisher) == bool(topic):
+            raise ValueError(
+                'the rstreams source needs .option("url", "tcp://HOST:PORT") and either .option("publisher", NAME) '
+                'or, for a partitioned topic read by the executors in parallel, .option("topic", NAME)'
+            )
+        starting = (_option(options, "startingOffsets", "earliest") or "earliest").lower()
+        if starting not in ("earliest", "latest"):
+            raise ValueError(f"option startingOffsets={starting!r}: use earliest or latest")
         format = (_option(options, "format", "raw") or "raw").lower()
         if format not in FORMATS:
             raise ValueError(f"option format={format!r}: use one of {', '.join(FORMATS)}")
@@ -118,7 +136,9 @@ class SourceOptions:
             raise ValueError(f"option badElements={bad!r}: use fail or skip")
         return cls(
             url=url,
-            publisher=publisher,
+            publisher=publisher or "",
+            topic=topic or None,
+            starting_offsets=starting,
             format=format,
             max_rows_per_batch=max_rows,
             buffer_rows=buffer_rows,
@@ -141,6 +161,7 @@ class SinkOptions:
     topic: str
     format: str = "json"
     tag_rows: bool = True
+    idempotent: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -151,7 +172,13 @@ class SinkOptions:
         format = (_option(options, "format", "json") or "json").lower()
         if format not in ("json", "msgpack"):
             raise ValueError(f"sink option format={format!r}: use json or msgpack")
-        return cls(url=url, topic=topic, format=format, tag_rows=_bool_option(options, "tagRows", True))
+        return cls(
+            url=url,
+            topic=topic,
+            format=format,
+            tag_rows=_bool_option(options, "tagRows", True),
+            idempotent=_bool_option(options, "idempotent", True),
+        )
 
 
 # ---- decoding (source) ------------------------------------------------------

@@ -9,10 +9,16 @@ and what is queued is flushed before the task waits for more demand
 (``Sink.send_many`` wakes the writer per step). ``write`` returns once the
 server has accepted every row.
 
-Delivery is at-least-once: a retried task or a re-run batch (restart from a
-checkpoint) publishes its rows again. Each row is tagged with ``_batch``,
-``_partition`` and ``_row``; consumers that must not see duplicates drop
-rows whose tag they have seen.
+Delivery is exactly-once where the topic can tell: each task publishes
+with the producer id ``QUERY-bBATCH-pPARTITION`` (the same for every
+attempt of that task, and for the batch re-run after a restart from the
+checkpoint) and numbers its rows from 0, so the topic drops the rows of a
+retried attempt that it already holds (``rstreams._topic_core.ProducerLedger``).
+That holds when a task's rows are the same, in the same order, on every
+attempt (a deterministic query, a replayable source), and within the
+topic's memory of producers. Each row is still tagged with ``_batch``,
+``_partition`` and ``_row`` (``tagRows``), and with ``idempotent=false``
+the sink is at-least-once and the tags are the way to drop duplicates.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from .._publish import Router
 from .._topic import publish_to_topic
 from ._rows import SinkOptions, encode_rows
 
-__all__ = ["RstreamsStreamWriter", "RstreamsCommitMessage", "foreach_batch_publisher", "publish_elements"]
+__all__ = ["RstreamsStreamWriter", "RstreamsCommitMessage", "foreach_batch_publisher", "producer_id", "publish_elements"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +49,19 @@ class RstreamsCommitMessage(WriterCommitMessage):
     rows: int
 
 
-async def publish_elements(url: str, topic: str, elements: Iterable[bytes]) -> int:
-    """Publish ``elements`` into ``topic`` at ``url``; return how many were accepted."""
+async def publish_elements(url: str, topic: str, elements: Iterable[bytes], producer: str | None = None) -> int:
+    """Publish ``elements`` into ``topic`` at ``url``; return how many were sent.
+
+    With a ``producer`` id the topic keeps each element once across retries
+    under that id (see :func:`rstreams.publish_to_topic`).
+    """
     async with open_session(url, app=Router()) as session:
-        return await publish_to_topic(session, topic, elements)
+        return await publish_to_topic(session, topic, elements, producer=producer)
+
+
+def producer_id(query_id: str, batch_id: int, partition: int) -> str:
+    """The producer id of one sink task: the same for every attempt of it."""
+    return f"{query_id}-b{batch_id}-p{partition}"
 
 
 class RstreamsStreamWriter(DataSourceStreamWriter):
@@ -67,7 +82,9 @@ class RstreamsStreamWriter(DataSourceStreamWriter):
         rows = (row.asDict(recursive=True) for row in itertools.chain([first], iterator))
         tag = (batch_id, partition) if options.tag_rows else None
         elements = encode_rows(rows, format=options.format, tag=tag)
-        count = trio.run(publish_elements, options.url, options.topic, elements)
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
+        producer = producer_id(query_id, batch_id, partition) if options.idempotent and query_id and batch_id >= 0 else None
+        count = trio.run(publish_elements, options.url, options.topic, elements, producer)
         return RstreamsCommitMessage(batch_id, partition, count)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
@@ -75,7 +92,8 @@ class RstreamsStreamWriter(DataSourceStreamWriter):
         pass
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        # Rows already accepted cannot be taken back (at-least-once).
+        # Rows already accepted cannot be taken back; a retry under the same
+        # producer ids adds only what is missing.
         pass
 
 

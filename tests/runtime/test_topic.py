@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+import json
 
 import pytest
 import trio
 
 import rstreams
+from rstreams._topic_core import split_block
 
 
 @asynccontextmanager
@@ -157,3 +159,177 @@ async def test_publish_many_waits_for_room_and_cancels_cleanly() -> None:
                 with trio.fail_after(5):
                     assert [await sub.__anext__() for _ in range(2)] == [b"0", b"1"]
                     assert await topic.wait_room() == 2
+
+
+async def read_partition(session: rstreams.Session, name: str) -> list[tuple[int, bytes]]:
+    async with session.subscribe(name) as replay:
+        return [rstreams.decode_sequenced(raw) async for raw in replay]
+
+
+async def test_a_partitioned_topic_routes_by_key_and_each_partition_replays_its_range() -> None:
+    topic = rstreams.Topic("readings", partitions=2, key=lambda reading: reading["sensor"], codec="json")
+    readings = [{"sensor": sensor, "n": i} for i, sensor in enumerate(["a", "b", "c", "d"] * 25)]
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router()) as writer, rstreams.open_session(url) as reader:
+            with trio.fail_after(10):
+                # From a client: the topic routes what it receives by the key too.
+                await rstreams.publish_to_topic(writer, "readings", readings[:50], codec="json")
+                await topic.publish_many(readings[50:])
+                partitions = [await read_partition(reader, f"readings?partition={p}&from=0&until=now") for p in (0, 1)]
+                middle = await read_partition(reader, "readings?partition=1&from=3&until=6")
+    decoded = [[(sequence, rstreams.JsonCodec().decode(raw)) for sequence, raw in partition] for partition in partitions]
+    for partition, got in enumerate(decoded):
+        # Numbered from 0 in each partition, every reading of a sensor in one, in order.
+        assert [sequence for sequence, _ in got] == list(range(len(got)))
+        expected = [r for r in readings if topic._partitioner.partition_of(r["sensor"]) == partition]
+        assert [reading for _, reading in got] == expected
+    assert len(decoded[0]) + len(decoded[1]) == 100 and decoded[0] and decoded[1]
+    assert middle == partitions[1][3:6]
+    stats = topic.statistics()
+    assert [p.next_sequence for p in stats.partitions] == [len(decoded[0]), len(decoded[1])]
+    assert stats.published == 100
+
+
+async def test_until_waits_for_elements_not_yet_published() -> None:
+    topic = rstreams.Topic("rr", partitions=2)
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as session:
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    got: list[list[tuple[int, bytes]]] = []
+
+                    async def read() -> None:
+                        got.append(await read_partition(session, "rr?partition=1&from=0&until=3"))
+
+                    nursery.start_soon(read)
+                    await wait_until(lambda: len(topic.statistics().subscribers) == 1)
+                    # Round robin: partition 1 gets elements 1, 3, 5, ...
+                    for i in range(8):
+                        await topic.publish(b"e%d" % i)
+    assert got == [[(0, b"e1"), (1, b"e3"), (2, b"e5")]]
+
+
+async def test_a_partitioned_topic_needs_a_partition_and_a_sane_range() -> None:
+    topic = rstreams.Topic("p", partitions=3)
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as session:
+            with trio.fail_after(5):
+                with pytest.raises(rstreams.PublisherError, match=r"has 3 partitions: subscribe p\?partition=I"):
+                    await read_partition(session, "p?from=0")
+                with pytest.raises(rstreams.PublisherError, match="above the maximum 2"):
+                    await read_partition(session, "p?partition=3&from=0")
+                with pytest.raises(rstreams.PublisherError, match="until=1 is below the minimum 2"):
+                    await read_partition(session, "p?partition=0&from=2&until=1")
+
+
+async def test_asking_for_evicted_elements_is_a_typed_error_saying_how_far_behind() -> None:
+    topic = rstreams.Topic("bounded", partitions=2, capacity=100, capacity_bytes=40)
+    await topic.publish_many([b"%010d" % i for i in range(20)])  # 10 bytes each: 10 per partition
+    stats = topic.statistics()
+    # 40 bytes per partition: the 4 newest of each are held.
+    assert [(p.first_sequence, p.next_sequence, p.held_bytes) for p in stats.partitions] == [(6, 10, 40), (6, 10, 40)]
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as session:
+            with trio.fail_after(5):
+                with pytest.raises(rstreams.NotRetained) as caught:
+                    await read_partition(session, "bounded?partition=1&from=2")
+                assert await read_partition(session, "bounded?partition=1&from=6&until=now") == [
+                    (6, b"0000000013"), (7, b"0000000015"), (8, b"0000000017"), (9, b"0000000019")
+                ]
+    error = caught.value
+    assert (error.topic, error.partition, error.requested, error.oldest, error.behind) == ("bounded", 1, 2, 6, 4)
+    assert "4 behind the oldest held (6)" in str(error)
+
+
+async def test_the_offsets_query_answers_every_partitions_end_without_elements() -> None:
+    events = rstreams.Topic("events", partitions=3, capacity=4)
+    other = rstreams.Topic("other")
+    await events.publish_many([b"x%d" % i for i in range(20)])  # 7, 7, 6; the 4 newest of each held
+    async with served(events, other) as url:
+        async with rstreams.open_session(url) as session:
+            with trio.fail_after(5):
+                offsets = await rstreams.topic_offsets(session, "events")
+                assert offsets == (
+                    rstreams.PartitionOffsets(partition=0, earliest=3, end=7),
+                    rstreams.PartitionOffsets(partition=1, earliest=3, end=7),
+                    rstreams.PartitionOffsets(partition=2, earliest=2, end=6),
+                )
+                async with session.subscribe("$offsets") as every:
+                    answers = [json.loads(raw) async for raw in every]
+                assert [answer["topic"] for answer in answers] == ["events", "other"]
+                assert answers[1]["partitions"] == [{"partition": 0, "earliest": 0, "end": 0}]
+                with pytest.raises(rstreams.PublisherError, match="no such topic: nothing"):
+                    await rstreams.topic_offsets(session, "nothing")
+
+
+def test_names_starting_with_a_dollar_are_reserved() -> None:
+    app = rstreams.Router()
+    with pytest.raises(ValueError, match="reserved"):
+        app.add("$offsets", lambda sink: None)
+    with pytest.raises(ValueError, match="reserved"):
+        rstreams.Topic("$mine")
+    rstreams.Topic("t").mount(app)
+    assert "$offsets" in app.paths
+    # Copying a router's routes keeps the runtime's own.
+    copy = rstreams.Router({path: route for path in app.paths if (route := app.resolve(path)) is not None})
+    assert copy.resolve("$offsets") is app.resolve("$offsets")
+
+
+async def test_a_packed_replay_sends_blocks_of_elements_and_demand_counts_blocks() -> None:
+    topic = rstreams.Topic("packed", capacity=100)
+    await topic.publish_many([b"e%d" % i for i in range(25)])
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as session:
+            with trio.fail_after(5):
+                async with session.subscribe("packed?from=3&until=20&pack=8", prefetch=0) as blocks:
+                    blocks.request(2)  # two blocks: 16 elements
+                    first = [split_block(bytes(await blocks.__anext__())) for _ in range(2)]
+                    assert first == [(3, [b"e%d" % i for i in range(3, 11)]), (11, [b"e%d" % i for i in range(11, 19)])]
+                    blocks.request(5)
+                    assert [split_block(bytes(raw)) async for raw in blocks] == [(19, [b"e19"])]
+                with pytest.raises(rstreams.PublisherError, match="pack needs from"):
+                    async with session.subscribe("packed?pack=8") as unsequenced:
+                        async for _ in unsequenced:
+                            pass
+
+
+async def test_a_retried_producer_publishes_each_element_once() -> None:
+    topic = rstreams.Topic("once", partitions=2, capacity=1000)
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router({"gappy": serve_gappy})) as writer:
+            with trio.fail_after(10):
+                # The first attempt dies after 60 of its 100 elements...
+                await rstreams.publish_to_topic(writer, "once", (b"r%d" % i for i in range(60)), producer="batch-7-task-0")
+                # ...the retry sends all 100 again: only the last 40 are new.
+                await rstreams.publish_to_topic(writer, "once", (b"r%d" % i for i in range(100)), producer="batch-7-task-0")
+                # Another producer is another story.
+                await rstreams.publish_to_topic(writer, "once", [b"other"], producer="batch-7-task-1")
+                # A producer whose numbers skip ahead lost elements: an error, not a hole.
+                with pytest.raises(rstreams.PublisherError, match="element 5 arrived, 1 was expected"):
+                    async with writer.subscribe("once/publish?source=gappy&producer=p", prefetch=1) as done:
+                        async for _ in done:
+                            pass
+        async with rstreams.open_session(url) as reader:
+            with trio.fail_after(10):
+                held = [await read_partition(reader, f"once?partition={p}&from=0&until=now") for p in (0, 1)]
+    payloads = sorted(payload for partition in held for _, payload in partition)
+    assert b"g5" not in payloads  # never past a gap (g0 may or may not be in, by how the batch came)
+    assert [p for p in payloads if not p.startswith(b"g")] == sorted([b"r%d" % i for i in range(100)] + [b"other"])
+    assert topic._ledger.duplicates == 60
+
+
+async def serve_gappy(sink: rstreams.Sink) -> None:
+    await sink.send_many([rstreams.encode_sequenced(0, b"g0"), rstreams.encode_sequenced(5, b"g5")])
+
+
+async def test_a_producer_publishes_into_a_topic_bounded_by_bytes_in_chunks_that_fit() -> None:
+    topic = rstreams.Topic("tight", capacity=100, capacity_bytes=50)
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router()) as writer, rstreams.open_session(url) as reader:
+            with trio.fail_after(10):
+                # 12 elements of 10 bytes: more than the 50 bytes held at once.
+                await rstreams.publish_to_topic(writer, "tight", (b"%010d" % i for i in range(12)), producer="p")
+                await rstreams.publish_to_topic(writer, "tight", (b"%010d" % i for i in range(12)), producer="p")
+                held = await read_partition(reader, "tight?from=earliest&until=now")
+    assert held == [(i, b"%010d" % i) for i in range(7, 12)]
+    assert topic.statistics().published == 12 and topic._ledger.duplicates == 12
