@@ -421,7 +421,13 @@ async def _answer(
     headers = [("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"), ("Connection", "close")]
     if route.kind is RouteKind.ENDPOINT:
         assert endpoints is not None
-        status, kind, body = endpoints[route.name]()
+        try:
+            status, kind, body = endpoints[route.name]()
+        except Exception:
+            # Our bug, not the client's: it costs this answer, never the
+            # listener (an escaping error would end every connection on it).
+            logger.exception("the %s endpoint failed", route.name)
+            status, body = 500, b"internal error: see the server's log\n"
     if route.kind is RouteKind.FILE:
         assert static_dir is not None
         content = await trio.to_thread.run_sync(_read_static, static_dir, route.name)

@@ -150,6 +150,15 @@ class RelinkServer:
         """The live links."""
         return tuple(self._links.values())
 
+    @property
+    def connections(self) -> frozenset[RelinkConnection]:
+        """The TCP (or TLS) connections open now, links' and handshaking ones.
+
+        What the kit's ``ListenerService.statistics`` (``rstreams serve``'s
+        ``/stats``) reads of every bridge server.
+        """
+        return frozenset(self._connections)
+
     def _config_for(self, request: HandshakeRequest) -> LinkConfig | None:
         choice = self.endpoints.get(request.endpoint_name)
         if choice is None or isinstance(choice, LinkConfig):

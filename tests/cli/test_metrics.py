@@ -61,3 +61,38 @@ def test_pub_takes_metrics_too(tmp_path: Path) -> None:
         base = line.rsplit(" ", 1)[1].removesuffix("/metrics")
         assert fetch(base + "/healthz")[::2] == (200, b"ok\n")
         assert json.loads(fetch(base + "/stats")[2])["totals"]["sessions"] == 0
+
+
+def test_stats_and_metrics_cover_every_bridge(tmp_path: Path) -> None:
+    # Every installed bridge's server reports its connections; a scrape with
+    # all of them listening once crashed the server (Relink's had none).
+    bridges = {"emp": "--emp", "epoxy": "--epoxy", "mm2": "--micromsg2", "relink": "--relink"}
+    args = ["serve", "rstreams.demo:app", "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]
+    for option in bridges.values():
+        args += [option, "127.0.0.1:0"]
+    with open(tmp_path / "stderr.log", "wb") as log:
+        process = start(*args, stderr=log)
+    try:
+        output = OutputLines(process.stdout)  # type: ignore[arg-type]
+        lines = [line.decode() for line in output.readlines(2 + len(bridges))]
+        metrics_url = next(line.rsplit(" ", 1)[1] for line in lines if " metrics on " in line)
+        relink_url = next(line.rsplit(" ", 1)[1] for line in lines if " on relink://" in line)
+        assert rstreams("sub", relink_url, "range?count=3", "--format", "hex").returncode == 0
+        base = metrics_url.removesuffix("/metrics")
+        for _ in range(2):
+            status, _, body = fetch(base + "/stats")
+            assert status == 200
+            assert set(json.loads(body)["bridges"]) == set(bridges)
+            status, _, text = fetch(metrics_url)
+            assert status == 200
+            for name in bridges:
+                assert f'rstreams_bridge_connections{{bridge="{name}"}}'.encode() in text
+        assert fetch(base + "/healthz")[::2] == (200, b"ok\n")
+        assert stop(process) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()
+    assert b"Traceback" not in (tmp_path / "stderr.log").read_bytes()

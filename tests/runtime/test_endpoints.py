@@ -151,3 +151,23 @@ async def test_a_scrape_reflects_a_closed_session_once_it_ended() -> None:
     assert samples[("rstreams_sessions", 'transport="tcp"')] == 0
     assert samples[("rstreams_sessions_opened_total", 'transport="tcp"')] == 1
     assert samples[("rstreams_elements_sent_total", 'transport="tcp"')] == 9
+
+
+class _BrokenSource:
+    """A bridge's statistics that fail: our bug, which must cost one answer."""
+
+    def statistics(self) -> dict[str, int]:
+        raise RuntimeError("broken statistics")
+
+
+async def test_a_failing_endpoint_answers_500_and_the_listener_stays(kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    server = rstreams.Server(standard_app())
+    server.add_bridge_services("broken", [_BrokenSource()])  # type: ignore[list-item]
+    with trio.fail_after(TIMEOUT):
+        async with listening(server, kind) as (port, _):
+            for path in ("/stats", "/metrics"):
+                status, _, body = await scrape(port, path)
+                assert status == 500 and b"internal error" in body
+            status, _, body = await scrape(port, "/healthz")
+            assert (status, body) == (200, b"ok\n")
+    assert any("endpoint failed" in record.getMessage() for record in caplog.records)
