@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from bond_test_schema import Base, Color, Containers, Derived, Everything, Outer, Scalars
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +172,16 @@ def test_mutated_payloads_only_raise_decode_errors(
         wire[position % len(wire)] = byte
     only_decode_errors(bytes(wire), protocol)
     only_decode_errors(bytes(wire[: mutations[0][0] % len(wire)]), protocol)
+
+
+@pytest.mark.parametrize("protocol", list(Protocol))
+@pytest.mark.parametrize("n", [0, -1, None])
+def test_a_nullable_holding_zero_is_written_and_null_is_omitted(protocol: Protocol, n: int | None) -> None:
+    # Found by test_structs_round_trip: a nullable's default is null, so a
+    # nullable holding 0 (falsy, but not null) must be written.
+    value = Containers(n=n)
+    wire = bond.serialize(value, protocol)
+    assert bond.deserialize(Containers, wire, protocol).n == n
+    tree = bond.read_tree(wire, protocol)
+    assert isinstance(tree, StructValue)
+    assert (3 in {field.id for field in tree.fields}) is (n is not None)

@@ -80,8 +80,10 @@ class _Nothing:
 NOTHING: Any = _Nothing()
 _UNSET: Any = object()
 
-# How the writer decides that an optional field holds its default.
-OMIT_NEVER, OMIT_EQUAL, OMIT_EMPTY, OMIT_NOTHING = range(4)
+# How the writer decides that an optional field holds its default: never;
+# equal to it; empty (a container or blob); nothing (a ``bond.NOTHING``
+# default, or a nullable's null: a nullable holding 0 or "" is not null).
+OMIT_NEVER, OMIT_EQUAL, OMIT_EMPTY, OMIT_NOTHING, OMIT_NULL = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +173,10 @@ def _field_info(owner: str, name: str, spec: _FieldSpec) -> FieldInfo:
         default = field_type.implicit_default() if kind in (SCALAR, ENUM, BLOB_KIND, NULLABLE) else None
         if kind in (SCALAR, ENUM):
             return FieldInfo(spec.id, name, field_type, spec.modifier, default, None, OMIT_EQUAL)
-        if kind in (BLOB_KIND, NULLABLE):
+        if kind == BLOB_KIND:
             return FieldInfo(spec.id, name, field_type, spec.modifier, default, None, OMIT_EMPTY)
+        if kind == NULLABLE:
+            return FieldInfo(spec.id, name, field_type, spec.modifier, default, None, OMIT_NULL)
         omit = OMIT_EMPTY if kind in (LIST, SET, MAP) else OMIT_NEVER
         return FieldInfo(spec.id, name, field_type, spec.modifier, None, field_type.implicit_default, omit)
     if kind not in (SCALAR, ENUM):

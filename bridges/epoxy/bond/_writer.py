@@ -26,6 +26,7 @@ from ._schema import (
     OMIT_EMPTY,
     OMIT_EQUAL,
     OMIT_NOTHING,
+    OMIT_NULL,
     Bonded,
     Modifier,
     Struct,
@@ -183,7 +184,9 @@ class Writer:
                         continue
                     raise BondEncodeError(f"{struct_class.__name__}.{info.name} is required but holds nothing")
                 if info.modifier is _OPTIONAL and (
-                    (omit == OMIT_EQUAL and item == info.default) or (omit == OMIT_EMPTY and not item)
+                    (omit == OMIT_EQUAL and item == info.default)
+                    or (omit == OMIT_EMPTY and not item)
+                    or (omit == OMIT_NULL and item is None)
                 ):
                     continue
                 field_type = info.type
