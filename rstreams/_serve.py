@@ -19,6 +19,7 @@ from typing import NoReturn
 import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
+from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
 from ._publish import Router
 from ._session import Session, open_stream_session
@@ -237,6 +238,7 @@ async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
 
 async def serve_stream(app: Router, stream: trio.abc.Stream, *, config: SessionConfig | None = None) -> None:
     """Serve ``app`` over one connected stream until the session closes."""
+    require_trio("serve_stream")
     await Server(app, config=config).serve_stream(stream)
 
 
@@ -263,6 +265,7 @@ async def serve_tcp(
             beyond it is answered hello + goodbye ("server busy") and closed.
         handler_nursery: where per-connection tasks run (default: inside).
     """
+    require_trio("serve_tcp")
     server = Server(app, config=config, max_connections=max_connections)
     await server.serve_tcp(host, port, ssl_context, handler_nursery=handler_nursery, task_status=task_status)
 
@@ -287,6 +290,7 @@ async def serve_websocket(
     files of ``static_dir`` to browsers. See :meth:`Server.serve_websocket`
     for the arguments; for a graceful shutdown, use :class:`Server`.
     """
+    require_trio("serve_websocket")
     server = Server(app, config=config, max_connections=max_connections)
     await server.serve_websocket(
         host,
