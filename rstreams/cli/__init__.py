@@ -84,7 +84,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000          # any app: MODULE:APP
-  seq 10 | rstreams pub numbers --tcp 127.0.0.1:9001
+  seq 10 | rstreams pub --serve numbers --tcp 127.0.0.1:9001
   rstreams sub tcp://127.0.0.1:9001 numbers
   rstreams serve rstreams.demo:app --emp 127.0.0.1:7000
   rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex    # the same, over EMP

@@ -73,7 +73,7 @@ COMMAND_SUMMARIES = {
     "demo": "serve the demo app over TCP and WebSocket, with its page",
     "serve": "serve an app's publishers",
     "sub": "print a publisher's elements",
-    "pub": "serve the lines of stdin as a publisher",
+    "pub": "publish lines of stdin into a server's topic (or serve them: --serve)",
 }
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -90,7 +90,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'ticker?interval=0.5' --format msgpack --count 10
   rstreams sub tcp://127.0.0.1:9000 'blob?count=3&size=16' --format hex
-  rstreams sub tcp://127.0.0.1:9000 lines                     # what `rstreams pub lines` reads
+  rstreams sub tcp://127.0.0.1:9000 lines                     # what `rstreams pub --serve lines` reads
   rstreams sub tls://example.org:9443 ticker --ca ca.pem --format msgpack
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'range?count=1000000' --format hex | head -3

@@ -44,7 +44,7 @@ def test_jsonl_decodes_values_as_asked(demo_server: ServeProcess) -> None:
 
 
 def test_jsonl_text_of_published_lines(tmp_path: Any) -> None:
-    with ServeProcess.start(["pub", "lines", "--tcp", "127.0.0.1:0"], tmp_path / "log", stdin=subprocess.PIPE) as server:
+    with ServeProcess.start(["pub", "--serve", "lines", "--tcp", "127.0.0.1:0"], tmp_path / "log", stdin=subprocess.PIPE) as server:
         assert server.process.stdin is not None
         server.process.stdin.write("one\nzwei ü\n".encode())
         server.process.stdin.close()
