@@ -45,7 +45,7 @@ from typing import Any
 import trio
 
 from ._codecs import CodecLike, resolve_codec
-from ._publish import Router, Sink, SubscribeRequest
+from ._publish import Route, Router, Sink, SubscribeRequest
 from ._session import Session
 from ._topic_core import Cursor, CursorPolicy, RetentionError, TopicLog, encode_sequenced
 
@@ -136,8 +136,8 @@ class Topic:
 
     def mount(self, app: Router) -> None:
         """Serve this topic on ``app``: ``NAME`` to subscribe, ``NAME/publish`` to publish."""
-        app.add(self.name, self._serve_subscriber)
-        app.add(self.name + PUBLISH_SUFFIX, self._serve_publisher)
+        app.add(self.name, Route(self._serve_subscriber, kind="topic"))
+        app.add(self.name + PUBLISH_SUFFIX, Route(self._serve_publisher, kind="topic publishing"))
 
     # ---- publishing -----------------------------------------------------------
 
