@@ -66,6 +66,7 @@ __all__ = [
     "publisher_from_async_gen",
     "unknown_publisher_message",
     "PUBLISHERS_PATH",
+    "PING_PATH",
     "RESERVED_PREFIX",
     "PublishingSession",
     "PublicationHandle",
@@ -543,6 +544,9 @@ RESERVED_PREFIX = "$"
 #: ``{"name": PATH, "kind": KIND, "element_size": N}``, sorted by name
 #: (what ``rstreams ls`` prints).
 PUBLISHERS_PATH = "$publishers"
+#: The reserved publisher that completes at once, with no element: one
+#: subscribe round trip, what ``rstreams ping`` measures.
+PING_PATH = "$ping"
 #: "no such publisher" names the closest known paths only for routers up to
 #: this size, so that a flood of unknown names costs little on huge ones.
 MAX_ROUTES_TO_SUGGEST = 1000
@@ -565,7 +569,7 @@ class Router:
 
     def __init__(self, routes: Mapping[str, RouteLike] | None = None) -> None:
         self._routes: dict[str, Route] = {}
-        self._directory = Route(self._list_routes, codec="json")
+        self._reserved = {PUBLISHERS_PATH: Route(self._list_routes, codec="json"), PING_PATH: Route(_complete_at_once)}
         for path, route in (routes or {}).items():
             self.add(path, route)
 
@@ -579,7 +583,9 @@ class Router:
         if "?" in path:
             raise ValueError(f"a route path has no query: {path!r}")
         if path.startswith(RESERVED_PREFIX):
-            raise ValueError(f"paths starting with {RESERVED_PREFIX!r} are reserved for the runtime ({PUBLISHERS_PATH}): {path!r}")
+            raise ValueError(
+                f"paths starting with {RESERVED_PREFIX!r} are reserved for the runtime ({PUBLISHERS_PATH}, {PING_PATH}): {path!r}"
+            )
         if isinstance(publisher, Route):
             route = publisher
         else:
@@ -603,10 +609,10 @@ class Router:
         return register
 
     def resolve(self, path: str) -> Route | None:
-        """The route for ``path`` (``$publishers`` included), or None."""
+        """The route for ``path`` (``$publishers`` and ``$ping`` included), or None."""
         route = self._routes.get(path)
-        if route is None and path == PUBLISHERS_PATH:
-            return self._directory
+        if route is None and path.startswith(RESERVED_PREFIX):
+            return self._reserved.get(path)
         return route
 
     def closest_paths(self, path: str, count: int = 3) -> list[str]:
@@ -628,6 +634,11 @@ class Router:
     def paths(self) -> list[str]:
         """The paths served, sorted."""
         return sorted(self._routes)
+
+
+def _complete_at_once(sink: Sink) -> None:
+    # A plain def: subscribed and onComplete leave in one write, no task.
+    return None
 
 
 def unknown_publisher_message(name: str, path: str, app: Router | None) -> str:

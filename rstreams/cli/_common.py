@@ -73,6 +73,8 @@ COMMAND_SUMMARIES = {
     "demo": "serve the demo app over TCP and WebSocket, with its page",
     "serve": "serve an app's publishers",
     "sub": "print a publisher's elements",
+    "ls": "list a server's publishers and topics",
+    "ping": "measure round trips to a server",
     "pub": "publish lines of stdin into a server's topic (or serve them: --serve)",
 }
 

@@ -980,3 +980,12 @@ async def test_an_unknown_name_is_answered_with_the_closest_paths(connect) -> No
             with pytest.raises(rstreams.UnknownPublisher) as info:
                 await client.fetch("zzz", 1)
             assert info.value.message == "no such publisher: zzz"
+
+
+async def test_ping_completes_at_once_with_nothing(connect) -> None:
+    with trio.fail_after(10):
+        async with connect(rstreams.Router()) as (client, server):
+            assert await client.fetch("$ping", 1) == []
+            # Reserved names are answered only for the reserved paths.
+            with pytest.raises(rstreams.UnknownPublisher):
+                await client.fetch("$pong", 1)
