@@ -111,6 +111,7 @@ COMMAND_MODULES = {
     "pub": "._pub",
     "ls": "._ls",
     "ping": "._ping",
+    "completion": "._completion",
 }
 
 

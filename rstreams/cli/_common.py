@@ -75,6 +75,7 @@ COMMAND_SUMMARIES = {
     "sub": "print a publisher's elements",
     "ls": "list a server's publishers and topics",
     "ping": "measure round trips to a server",
+    "completion": "print a bash or zsh completion script",
     "pub": "publish lines of stdin into a server's topic (or serve them: --serve)",
 }
 

@@ -17,7 +17,7 @@ from rstreams.cli._common import server_from_arguments
 from ._support import RSTREAMS, ROOT, SHUTDOWN_TIMEOUT, OutputLines, ServeProcess, rstreams, start, stop
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["sub"], ["pub"], ["ls"], ["ping"]])
+@pytest.mark.parametrize("command", [[], ["serve"], ["sub"], ["pub"], ["ls"], ["ping"], ["completion"]])
 def test_every_command_has_help_with_examples(command: list[str]) -> None:
     result = rstreams(*command, "--help")
     assert result.returncode == 0, result.stderr
