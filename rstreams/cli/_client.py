@@ -66,16 +66,19 @@ def report(message: str, code: int) -> int:
     return code
 
 
-def client_url(url: str | None, name: str) -> str:
+def client_url(url: str | None, name: str | None = None) -> str:
     """The URL given, else ``$RSTREAMS_URL``.
 
-    URL is optional before NAME: with one positional argument, it is NAME and
-    the URL comes from the environment.
+    For the commands that take NAME too (``sub``, ``pub``), URL is optional
+    before it: with one positional argument, it is NAME and the URL comes
+    from the environment.
     """
     if url is not None:
         return url
     from_environment = os.environ.get(URL_VARIABLE, "").strip()
     if not from_environment:
+        if name is None:
+            raise CommandError(f"no URL: give one, or set {URL_VARIABLE}", EXIT_USAGE)
         if "://" in name:
             raise CommandError(f"expected URL NAME: {name!r} looks like a URL, and no NAME was given", EXIT_USAGE)
         raise CommandError(f"no URL: give one before NAME, or set {URL_VARIABLE}", EXIT_USAGE)

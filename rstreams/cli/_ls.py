@@ -117,5 +117,5 @@ async def _list(url: str, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    url = client_url(args.url, "")
+    url = client_url(args.url)
     return run_command(lambda: _list(url, args))

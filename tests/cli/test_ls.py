@@ -77,3 +77,10 @@ def test_a_served_stdin_lists_its_one_publisher(tmp_path: Path) -> None:
         result = rstreams("ls", server.url)
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"lines  publisher\n"
+
+
+def test_no_url_says_where_one_comes_from() -> None:
+    environment = {key: value for key, value in os.environ.items() if key != "RSTREAMS_URL"}
+    result = subprocess.run([RSTREAMS, "ls"], cwd=ROOT, capture_output=True, timeout=COMMAND_TIMEOUT, env=environment)
+    assert result.returncode == 2
+    assert result.stderr == b"rstreams: no URL: give one, or set RSTREAMS_URL\n"
