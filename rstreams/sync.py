@@ -61,12 +61,20 @@ class _TrioThread(Generic[T]):
     # or until the run fails. The run's main task owns every context it
     # entered, so they are left in the task that entered them, as trio's
     # cancel scopes require; other threads only call into the run.
+    #
+    # close() may come at any moment: before the run started (then the run
+    # sees _closing and ends at once), while it connects (the connecting is
+    # cancelled), or once connected (the stop event: the contexts are left
+    # normally, so the stream is cancelled and the session says goodbye).
 
     def __init__(self, enter: Callable[[AsyncExitStack], Awaitable[T]]) -> None:
         self._enter = enter
         self._ready = threading.Event()
+        self._closing = False
         self._token: trio.lowlevel.TrioToken | None = None
+        self._scope: trio.CancelScope | None = None
         self._stop: trio.Event | None = None
+        self._entered = False
         self._error: BaseException | None = None
         self._value: T | None = None
         # A daemon thread: a subscription never closed must not keep the
@@ -74,8 +82,8 @@ class _TrioThread(Generic[T]):
         self._thread = threading.Thread(target=self._run, name="rstreams.sync", daemon=True)
 
     def start(self) -> T:
-        self._thread.start()
         try:
+            self._thread.start()
             self._ready.wait()
         except BaseException:  # Ctrl-C while connecting: leave nothing behind
             self.close()
@@ -95,12 +103,24 @@ class _TrioThread(Generic[T]):
             self._ready.set()
 
     async def _main(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
-        async with AsyncExitStack() as stack:
-            self._value = await self._enter(stack)
-            self._ready.set()
-            await self._stop.wait()
+        with trio.CancelScope() as self._scope:
+            self._token = trio.lowlevel.current_trio_token()
+            if self._closing:  # close() came before the token: it cannot reach us
+                return
+            async with AsyncExitStack() as stack:
+                self._value = await self._enter(stack)
+                self._entered = True
+                self._ready.set()
+                await self._stop.wait()
+
+    def _stop_soon(self) -> None:
+        if self._entered:
+            assert self._stop is not None
+            self._stop.set()  # leave the contexts in order, politely
+        else:
+            assert self._scope is not None
+            self._scope.cancel()  # still connecting: give up
 
     def call(self, function: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``function`` in the trio thread; raise what ended the run, if it ended."""
@@ -114,9 +134,11 @@ class _TrioThread(Generic[T]):
             raise RuntimeError("the rstreams.sync connection is closed") from None
 
     def close(self) -> None:
-        if self._token is not None and self._stop is not None:
+        self._closing = True
+        token = self._token
+        if token is not None:
             try:
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+                trio.from_thread.run_sync(self._stop_soon, trio_token=token)
             except trio.RunFinishedError:
                 pass  # already over
         if self._thread.is_alive():

@@ -215,3 +215,32 @@ class socket_closed_port:
 
     def __exit__(self, *exc_info: object) -> None:
         pass
+
+
+def test_ctrl_c_while_connecting_leaves_nothing_behind() -> None:
+    # A server that accepts and never says hello: the client waits in the
+    # handshake, and Ctrl-C (SIGINT, sent once the connection is accepted)
+    # interrupts subscribe() and cancels the connecting.
+    import os
+    import signal
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        accepted: list[socket.socket] = []
+
+        def accept_then_interrupt() -> None:
+            connection, _ = listener.accept()
+            accepted.append(connection)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=accept_then_interrupt, daemon=True)
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            rstreams.sync.subscribe(f"tcp://127.0.0.1:{port}", "range")
+        interrupter.join(WAIT)
+        for connection in accepted:
+            connection.close()
+    assert sync_threads() == []
