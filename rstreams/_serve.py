@@ -121,6 +121,7 @@ class Server:
         accept loop leaves the sessions running until :meth:`aclose` has said
         goodbye on each.
         """
+        require_trio("Server.serve_tcp")
         listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
         await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
@@ -161,6 +162,7 @@ class Server:
             ValueError: an entry of ``allowed_origins`` is not an origin.
             OSError: the address cannot be listened on.
         """
+        require_trio("Server.serve_websocket")
         policy_extra = list(allowed_origins)
         OriginPolicy((), policy_extra)  # fail before listening on a bad origin
         tcp_listeners = await trio.open_tcp_listeners(port, host=host)

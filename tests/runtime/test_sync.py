@@ -196,7 +196,10 @@ def test_the_trio_api_under_asyncio_says_what_to_do(server: ServerThread) -> Non
     async def serve() -> None:
         await rstreams.serve_tcp(rstreams.Router(), "127.0.0.1", 0)
 
-    for main in (connect, open_session, serve):
+    async def server_serve_websocket() -> None:
+        await rstreams.Server(rstreams.Router()).serve_websocket("127.0.0.1", 0)
+
+    for main in (connect, open_session, serve, server_serve_websocket):
         with pytest.raises(RuntimeError) as caught:
             asyncio.run(main())
         message = str(caught.value)
