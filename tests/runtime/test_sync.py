@@ -257,3 +257,34 @@ def test_ctrl_c_while_connecting_leaves_nothing_behind() -> None:
         for connection in accepted:
             connection.close()
     assert sync_threads() == []
+
+
+def test_the_readme_example_runs() -> None:
+    # README.md's rstreams.sync example, against the demo app, as written
+    # (only the port differs): so that it never rots.
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### From asyncio, scripts and notebooks", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert example is not None and "rstreams.sync" in example.group(1)
+    serve_demo = f"""
+import threading, trio, rstreams, rstreams.demo
+ready = threading.Event(); port = []
+async def serve():
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(rstreams.serve_tcp, rstreams.demo.app, "127.0.0.1", 0)
+        port.append(rstreams.listener_port(listeners[0])); ready.set()
+threading.Thread(target=trio.run, args=(serve,), daemon=True).start()
+assert ready.wait({WAIT})
+"""
+    code = serve_demo + example.group(1).replace('"tcp://127.0.0.1:9000"', 'f"tcp://127.0.0.1:{port[0]}"')
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == repr([bytes(7) + bytes([i]) for i in range(5)])
+    assert [line.split()[0] for line in lines[1:5]] == ["0", "1", "2", "3"]  # the ticker's seq
+    assert lines[6:] == ["0000000000000000", "0000000000000001", "0000000000000002"]
