@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from ._config import DEFAULT_CONFIG, SessionConfig
+from ._event_loop import require_trio
 from ._memory import memory_stream_pair
 from ._peer import Peer
 from ._publish import Router
@@ -50,10 +51,12 @@ async def open_session(
             ``ConnectionRefusedError`` when the server answered the upgrade
             with an HTTP error such as 403, ``TimeoutError`` when it did not
             answer within ``config.handshake_timeout``).
+        RuntimeError: awaited under asyncio (use :mod:`rstreams.sync`).
 
     The session says goodbye when the block ends, or closes forcefully if the
     block is cancelled.
     """
+    require_trio("open_session")
     config = DEFAULT_CONFIG if config is None else config
     endpoint = parse_url(url)
     if endpoint.websocket:
@@ -96,7 +99,9 @@ async def connect(
             ``ValueError`` whose message lists the schemes that are handled).
         ValueError: a malformed URL.
         OSError: the connection could not be made.
+        RuntimeError: awaited under asyncio (use :mod:`rstreams.sync`).
     """
+    require_trio("connect")
     scheme = url_scheme(url)
     if scheme in SCHEMES:
         async with open_session(url, ssl_context=ssl_context, config=config) as session:

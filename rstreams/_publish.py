@@ -39,6 +39,7 @@ long: anything that waits belongs in the awaitable it returns.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -64,6 +65,10 @@ __all__ = [
     "Route",
     "Router",
     "publisher_from_async_gen",
+    "unknown_publisher_message",
+    "PUBLISHERS_PATH",
+    "PING_PATH",
+    "RESERVED_PREFIX",
     "PublishingSession",
     "PublicationHandle",
     "new_request",
@@ -503,11 +508,14 @@ class Route:
             or a plain ``def`` that answers at once (see the module docs).
         element_size: fixed element size announced in subscribed (0: variable).
         codec: how values are encoded ("raw", "msgpack", "json", or a Codec).
+        kind: what ``$publishers`` (``rstreams ls``) calls it: "publisher",
+            or "topic" and "topic publishing" for a topic's two routes.
     """
 
     publisher: PublisherFunction
     element_size: int = 0
     codec: CodecLike = None
+    kind: str = "publisher"
     # Whether the publisher takes the request: looked up once here, because
     # inspect.signature costs more than a whole subscribe round trip.
     takes_request: bool = field(init=False, repr=False, compare=False)
@@ -542,6 +550,18 @@ def _takes_request(function: Callable[..., Any]) -> bool:
 
 RouteLike = Union[Route, PublisherFunction]
 
+#: The reserved publisher every router serves: one JSON record per route,
+#: ``{"name": PATH, "kind": KIND, "element_size": N}``, sorted by name
+#: (what ``rstreams ls`` prints).
+PUBLISHERS_PATH = "$publishers"
+#: The reserved publisher that completes at once, with no element: one
+#: subscribe round trip, what ``rstreams ping`` measures.
+PING_PATH = "$ping"
+#: "no such publisher" names the closest known paths only for routers up to
+#: this size, so that a flood of unknown names costs little on huge ones.
+MAX_ROUTES_TO_SUGGEST = 1000
+
+
 class Router:
     """Maps publisher names (``range?count=10``) to publishers, by path.
 
@@ -559,6 +579,7 @@ class Router:
 
     def __init__(self, routes: Mapping[str, RouteLike] | None = None) -> None:
         self._routes: dict[str, Route] = {}
+        self._reserved = {PUBLISHERS_PATH: Route(self._list_routes, codec="json"), PING_PATH: Route(_complete_at_once)}
         for path, route in (routes or {}).items():
             self.add(path, route)
 
@@ -567,12 +588,14 @@ class Router:
 
         Raises:
             ValueError: the path has a query, or starts with ``$`` (reserved
-                for the runtime's own publishers, such as ``$stats`` and ``$offsets``).
+                for the runtime's own publishers, such as ``$stats``, ``$offsets``, ``$publishers``).
         """
         if "?" in path:
             raise ValueError(f"a route path has no query: {path!r}")
         if path.startswith(RESERVED_PREFIX) and not _is_runtime_route(publisher):
-            raise ValueError(f"publisher names starting with {RESERVED_PREFIX!r} are reserved for the runtime: {path!r}")
+            raise ValueError(
+                f"paths starting with {RESERVED_PREFIX!r} are reserved for the runtime ($stats, $offsets, {PUBLISHERS_PATH}, {PING_PATH}): {path!r}"
+            )
         self._add(path, publisher, element_size, codec)
 
     def _add(self, path: str, publisher: RouteLike, element_size: int, codec: CodecLike) -> None:
@@ -599,8 +622,26 @@ class Router:
         return register
 
     def resolve(self, path: str) -> Route | None:
-        """The route for ``path``, or None."""
-        return self._routes.get(path)
+        """The route for ``path`` (``$publishers`` and ``$ping`` included), or None."""
+        route = self._routes.get(path)
+        if route is None and path.startswith(RESERVED_PREFIX):
+            return self._reserved.get(path)
+        return route
+
+    def closest_paths(self, path: str, count: int = 3) -> list[str]:
+        """Up to ``count`` served paths that look like ``path``, closest first."""
+        if len(self._routes) > MAX_ROUTES_TO_SUGGEST:
+            return []
+        return difflib.get_close_matches(path, self._routes, n=count)
+
+    async def _list_routes(self, sink: Sink) -> None:
+        # A snapshot at subscribe time, sent as demand allows.
+        records = [
+            {"name": path, "kind": route.kind, "element_size": route.element_size}
+            for path, route in sorted(self._routes.items())
+        ]
+        for record in records:
+            await sink.send(record)
 
     @property
     def paths(self) -> list[str]:
@@ -628,6 +669,23 @@ _runtime_routes: set[Route] = set()
 
 def _is_runtime_route(publisher: RouteLike) -> bool:
     return isinstance(publisher, Route) and publisher in _runtime_routes
+
+
+def _complete_at_once(sink: Sink) -> None:
+    # A plain def: subscribed and onComplete leave in one write, no task.
+    return None
+
+
+def unknown_publisher_message(name: str, path: str, app: Router | None) -> str:
+    """The onError text for a subscribe to a path ``app`` does not serve.
+
+    ``no such publisher: NAME``, then the closest known paths if any look
+    alike: ``no such publisher: rnage (closest: range)``.
+    """
+    closest = app.closest_paths(path) if app is not None else []
+    if closest:
+        return f"no such publisher: {name} (closest: {', '.join(closest)})"
+    return f"no such publisher: {name}"
 
 
 def publisher_from_async_gen(

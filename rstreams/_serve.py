@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._config import DEFAULT_CONFIG, SessionConfig
+from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
 from ._endpoints import operator_endpoints
 from ._logs import peer_address, transport_name
@@ -212,6 +213,7 @@ class Server:
         accept loop leaves the sessions running until :meth:`aclose` has said
         goodbye on each.
         """
+        require_trio("Server.serve_tcp")
         listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
         await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
@@ -252,6 +254,7 @@ class Server:
             ValueError: an entry of ``allowed_origins`` is not an origin.
             OSError: the address cannot be listened on.
         """
+        require_trio("Server.serve_websocket")
         policy_extra = list(allowed_origins)
         OriginPolicy((), policy_extra)  # fail before listening on a bad origin
         tcp_listeners = await trio.open_tcp_listeners(port, host=host)
@@ -333,6 +336,7 @@ async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
 
 async def serve_stream(app: Router, stream: trio.abc.Stream, *, config: SessionConfig | None = None) -> None:
     """Serve ``app`` over one connected stream until the session closes."""
+    require_trio("serve_stream")
     await Server(app, config=config).serve_stream(stream)
 
 
@@ -359,6 +363,7 @@ async def serve_tcp(
             beyond it is answered hello + goodbye ("server busy") and closed.
         handler_nursery: where per-connection tasks run (default: inside).
     """
+    require_trio("serve_tcp")
     server = Server(app, config=config, max_connections=max_connections)
     await server.serve_tcp(host, port, ssl_context, handler_nursery=handler_nursery, task_status=task_status)
 
@@ -383,6 +388,7 @@ async def serve_websocket(
     files of ``static_dir`` to browsers. See :meth:`Server.serve_websocket`
     for the arguments; for a graceful shutdown, use :class:`Server`.
     """
+    require_trio("serve_websocket")
     server = Server(app, config=config, max_connections=max_connections)
     await server.serve_websocket(
         host,

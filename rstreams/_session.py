@@ -53,7 +53,7 @@ from ._errors import (
 from ._groups import caller_sees_its_own_exception
 from ._logs import peer_address
 from ._peer import DEFAULT_PREFETCH, Peer
-from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request
+from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
 from ._subscribe import StreamReceiver, Subscription, _Fetch
 from .protocol import (
     Cancel,
@@ -692,7 +692,7 @@ class Session(Peer):
         if self.app is not None:
             route = self.app.resolve(path)
         if route is None:
-            conn.fail(subscriber, f"no such publisher: {name}")
+            conn.fail(subscriber, unknown_publisher_message(name, path, self.app))
             if self._log_streams:
                 self._log_stream("stream_error", subscriber, "no such publisher %r", name, reason="no such publisher")
             return

@@ -60,7 +60,7 @@ import trio
 
 from ._codecs import CodecLike, resolve_codec
 from ._errors import InvalidParameter, NotRetained
-from ._publish import RESERVED_PREFIX, Router, Sink, SubscribeRequest
+from ._publish import RESERVED_PREFIX, Route, Router, Sink, SubscribeRequest
 from ._topic_client import PUBLISH_BATCH, PUBLISH_SUFFIX, publish_to_topic
 from ._topic_core import (
     Cursor,
@@ -234,8 +234,8 @@ class Topic:
     def mount(self, app: Router) -> None:
         """Serve this topic on ``app``: ``NAME`` to subscribe, ``NAME/publish``
         to publish, and its offsets in the reserved ``$offsets?topic=NAME``."""
-        app.add(self.name, self._serve_subscriber)
-        app.add(self.name + PUBLISH_SUFFIX, self._serve_publisher)
+        app.add(self.name, Route(self._serve_subscriber, kind="topic"))
+        app.add(self.name + PUBLISH_SUFFIX, Route(self._serve_publisher, kind="topic publishing"))
         serve_offsets(app, self)
 
     # ---- publishing -----------------------------------------------------------

@@ -392,6 +392,16 @@ test("a refusal 'no such publisher' is UnknownPublisher, and subscribed rejects"
   );
 });
 
+test("UnknownPublisher names the publisher asked for, whatever the server adds after it", async () => {
+  const { session, ws } = await open();
+  const sub = session.subscribe("rnage?count=3");
+  ws.deliver(HELLO, [Code.onError, 1, "no such publisher: rnage?count=3 (closest: range)"]);
+  await assert.rejects(
+    sub.subscribed,
+    (err) => err instanceof UnknownPublisher && err.publisherName === "rnage?count=3" && err.message.endsWith("(closest: range)"),
+  );
+});
+
 test("break cancels; late messages for the cancelled Id are dropped silently", async () => {
   const { session, ws } = await open();
   const sub = session.subscribe("range?count=100", { prefetch: 4 });

@@ -1,9 +1,10 @@
-"""The ``rstreams`` command line: ``demo``, ``serve``, ``sub``, ``pub`` and ``stats``, and each bridge's own.
+"""The ``rstreams`` command line: ``demo``, ``serve``, ``sub``, ``pub``, ``stats``, ``ls`` and ``ping``, and each bridge's own.
 
 Each command lives in its own module (``_demo``, ``_serve``, ``_sub``,
-``_pub``) with its parser, its help and examples, and a ``run(args) -> exit
+``_pub``, ``_ls``, ``_ping``) with its parser, its help and examples, and a ``run(args) -> exit
 status``; what they share (exit codes, addresses, TLS) is in ``_common``,
-serving until a signal in ``_serving``, ``sub``'s formats in ``_formats``.
+serving until a signal in ``_serving``, ``sub``'s formats in ``_formats``,
+what the client commands share (URL, errors, ``--json``) in ``_client``.
 Bridges add their commands (``rstreams emp ...``) and their ``serve``
 options (``--emp HOST:PORT``) through the bridge registry
 (:mod:`rstreams.support`); what their command-line modules need is exported
@@ -74,8 +75,9 @@ __all__ = [
 
 DESCRIPTION = """\
 Reactive Streams over the network, on trio: serve publishers, subscribe to
-them, and publish standard input (wire profile v0 over tcp://, tls://,
-ws:// and wss://, and every installed bridge's protocol).
+them, publish standard input into them, list them and ping a server (wire
+profile v0 over tcp://, tls://, ws:// and wss://, and every installed
+bridge's protocol).
 """
 
 EPILOG = """\
@@ -84,7 +86,10 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000          # any app: MODULE:APP
-  seq 10 | rstreams pub numbers --tcp 127.0.0.1:9001
+  seq 3 | rstreams pub tcp://127.0.0.1:9000 chat                # stdin lines into the demo's topic chat
+  rstreams ls tcp://127.0.0.1:9000                               # its publishers and topics
+  rstreams ping tcp://127.0.0.1:9000 --count 3
+  seq 10 | rstreams pub --serve numbers --tcp 127.0.0.1:9001
   rstreams sub tcp://127.0.0.1:9001 numbers
   rstreams serve rstreams.demo:app --emp 127.0.0.1:7000
   rstreams sub emp://127.0.0.1:7000 'range?count=3' --format hex    # the same, over EMP
@@ -92,14 +97,24 @@ examples:
 
 Run `rstreams COMMAND --help` for each command's options and examples.
 
-exit status: serve and pub exit 0 after a clean shutdown (Ctrl-C, SIGTERM),
-1 when they cannot run, 2 on bad arguments; `rstreams sub --help` lists
-the statuses of sub.
+exit status: serve and pub --serve exit 0 after a clean shutdown (Ctrl-C,
+SIGTERM), 1 when they cannot run, 2 on bad arguments; `rstreams sub --help`
+lists the statuses of sub, and the client commands (pub, ls, ping) use the
+same ones.
 """
 
 
 #: The runtime's own commands and the modules that implement them.
-COMMAND_MODULES = {"demo": "._demo", "serve": "._serve", "sub": "._sub", "pub": "._pub", "stats": "._stats"}
+COMMAND_MODULES = {
+    "demo": "._demo",
+    "serve": "._serve",
+    "sub": "._sub",
+    "pub": "._pub",
+    "ls": "._ls",
+    "ping": "._ping",
+    "completion": "._completion",
+    "stats": "._stats",
+}
 
 
 def _command_module(name: str) -> ModuleType:

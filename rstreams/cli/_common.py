@@ -73,7 +73,10 @@ COMMAND_SUMMARIES = {
     "demo": "serve the demo app over TCP and WebSocket, with its page",
     "serve": "serve an app's publishers",
     "sub": "print a publisher's elements",
-    "pub": "serve the lines of stdin as a publisher",
+    "ls": "list a server's publishers and topics",
+    "ping": "measure round trips to a server",
+    "completion": "print a bash or zsh completion script",
+    "pub": "publish lines of stdin into a server's topic (or serve them: --serve)",
     "stats": "show a server's statistics, refreshed every second",
 }
 

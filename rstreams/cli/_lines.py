@@ -1,6 +1,6 @@
 """Lines from a file descriptor, read only when someone asks, each handed out once.
 
-``rstreams pub`` serves standard input to any number of subscribers. Three
+``rstreams pub --serve`` serves standard input to any number of subscribers. Three
 rules shape this module:
 
 * **Read on demand.** The descriptor is read only while a caller waits in

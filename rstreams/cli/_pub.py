@@ -1,8 +1,10 @@
-"""``rstreams pub NAME``: serve the lines of standard input as a publisher."""
+"""``rstreams pub``: publish lines into a running server (``pub URL NAME``,
+in ``_pub_client``), or serve them as a publisher (``pub --serve NAME``, here)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import trio
@@ -19,45 +21,75 @@ from ._common import (
     server_from_arguments,
     server_ssl_context,
 )
+from ._client import URL_HELP, add_ca_argument
 from ._serving import serve_until_stopped
 from ._lines import LineReader
 
 __all__ = ["add_parser", "LinePublisher"]
 
+#: The choices of ``--format``; ``_pub_client.LINE_FORMATS`` implements them
+#: (named here so that building the parser imports no client code).
+LINE_FORMATS = ("raw", "jsonl", "msgpack")
+
 STDIN_FD = 0  # read directly: sys.stdin may be None when no stdin was given
 
 DESCRIPTION = """\
-Serve the lines of standard input as the publisher NAME.
+Publish the lines of standard input (or of --file F), one element per line,
+into the topic or publisher NAME of the server at URL; or, with --serve,
+serve them as the publisher NAME for subscribers to come and read.
 
-Each element is one line as raw bytes, without its trailing newline. Input
-is read only when a subscriber has demand, through one reader that every
-subscriber shares: each line goes to exactly one subscriber (several
-subscribers take turns, in the order they asked). A subscriber that cancels
-while pub waits for input leaves the next line to the others; a line already
-on its way when the cancel arrives is dropped by that subscriber, as the
-protocol says of elements in flight. The query of a subscriber's NAME is
-ignored.
+Into a running server (pub [URL] NAME): URL is tcp://HOST:PORT,
+tls://HOST:PORT, ws://HOST:PORT/ or wss://HOST:PORT/ (default:
+$RSTREAMS_URL). Elements move only on demand, so pub serves its lines as a
+publisher named "stdin" on its own connection and subscribes to a route of
+the server that subscribes back to it:
+  NAME               a topic: pub subscribes to NAME/publish?source=stdin, and
+                     the topic asks for lines only while it has room
+  NAME?source=       any publisher that reads the source it is given (the
+                     demo's echo): pub fills in "stdin" and prints on stdout
+                     what that publisher streams back
+Input is read only when the server asks for it. pub exits 0 once the input
+ended and the server accepted every line (a topic completes the stream then).
 
-At the end of input, every open subscription completes, and so does any
-later one. pub notices the end of input only when a subscriber asks for a
-line; once it has, and no subscription remains open, it says goodbye to
-every session and exits with status 0. Ctrl-C or SIGTERM shut it down as
-for `rstreams serve`.
+formats (--format):
+  raw      each line as its bytes, without the newline (the default)
+  jsonl    each line is a JSON value, sent as compact JSON (blank lines skipped)
+  msgpack  each line is a JSON value, sent as MessagePack (blank lines skipped)
 
-Once listening it prints, per listener:
+Serving (pub --serve NAME --tcp HOST:PORT): each line goes to exactly one
+subscriber, read only when a subscriber has demand, through one reader that
+every subscriber shares (several subscribers take turns, in the order they
+asked). A subscriber that cancels while pub waits for input leaves the next
+line to the others; a line already on its way when the cancel arrives is
+dropped by that subscriber, as the protocol says of elements in flight. The
+query of a subscriber's NAME is ignored. At the end of input, every open
+subscription completes, and so does any later one. pub notices the end of
+input only when a subscriber asks for a line; once it has, and no
+subscription remains open, it says goodbye to every session and exits with
+status 0. Ctrl-C or SIGTERM shut it down as for `rstreams serve`. Once
+listening it prints, per listener:
   rstreams: serving stdin as NAME on tcp://HOST:PORT
-(tls://HOST:PORT with --tls-cert). Subscribers use those URLs; for ws://
-and wss:// serve an app with `rstreams serve MODULE:APP --ws HOST:PORT`.
+(tls://HOST:PORT with --tls-cert).
+
+exit status: 0 done (or a clean shutdown of --serve), 1 the server's
+publisher failed or refused (no such topic), 2 bad arguments, 3 the server
+said goodbye, 4 could not connect or the connection was lost, 5 a line is
+not JSON for --format jsonl/msgpack, 130 Ctrl-C.
 """
 
 EPILOG = """\
 examples:
-  tail -f app.log | rstreams pub logs --tcp 127.0.0.1:9000
-  rstreams sub tcp://127.0.0.1:9000 logs                      # in another shell
+  rstreams demo                                               # serves the topics chat and sensors, and echo
+  seq 5 | rstreams pub tcp://127.0.0.1:9000 chat              # five lines into the topic chat
+  rstreams sub tcp://127.0.0.1:9000 'chat?history=5'          # read them back
+  printf 'hello\\nworld\\n' | rstreams pub ws://127.0.0.1:8000/ 'echo?source='   # prints them back
+  rstreams pub tcp://127.0.0.1:9000 chat --file notes.txt
+  echo '{"t": 21.5}' | rstreams pub tcp://127.0.0.1:9000 chat --format msgpack
 
-  seq 1000 | rstreams pub numbers --tcp 127.0.0.1:0
-  rstreams pub chat --tcp 127.0.0.1:9000                      # type lines; Ctrl-D ends
-  rstreams pub events --tcp 127.0.0.1:9443 --tls-cert cert.pem --tls-key key.pem
+  tail -f app.log | rstreams pub --serve logs --tcp 127.0.0.1:9001
+  rstreams sub tcp://127.0.0.1:9001 logs                      # in another shell
+  rstreams pub --serve chat --tcp 127.0.0.1:9001              # type lines; Ctrl-D ends
+  rstreams pub --serve events --tcp 127.0.0.1:9443 --tls-cert cert.pem --tls-key key.pem
 """
 
 
@@ -69,8 +101,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("name", metavar="NAME", help="the publisher path subscribers ask for (no '?')")
-    add_server_arguments(parser)
+    parser.add_argument("url", metavar="URL", nargs="?", help=f"the server to publish into: {URL_HELP} (not with --serve)")
+    parser.add_argument(
+        "name",
+        metavar="NAME",
+        help="the topic (or NAME?source= publisher) to publish into; with --serve, the publisher path subscribers ask for (no '?')",
+    )
+    parser.add_argument("--serve", action="store_true", help="serve the lines as the publisher NAME instead (needs --tcp)")
+    parser.add_argument("--file", metavar="FILE", help="read the lines from FILE instead of standard input")
+    parser.add_argument("--format", choices=LINE_FORMATS, default="raw", help="how a line becomes an element (default: raw)")
+    add_ca_argument(parser)
+    add_server_arguments(parser, tcp_required=False)
     parser.set_defaults(run=run)
     return parser
 
@@ -116,7 +157,32 @@ class LinePublisher:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    lines = LineReader(STDIN_FD)
+    if not args.serve:
+        if args.tcp:
+            raise CommandError("--tcp is for serving the lines: rstreams pub --serve NAME --tcp HOST:PORT", EXIT_USAGE)
+        for option, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--max-connections", args.max_connections)):
+            if value is not None:
+                raise CommandError(f"{option} is for --serve", EXIT_USAGE)
+        from ._pub_client import run_client
+
+        return run_client(args)
+    if args.url is not None:
+        raise CommandError("--serve takes NAME alone (it serves; publishing into URL is pub URL NAME)", EXIT_USAGE)
+    if not args.tcp:
+        raise CommandError("--serve needs at least one --tcp HOST:PORT", EXIT_USAGE)
+    if args.format != "raw" or args.ca is not None:
+        raise CommandError("--format and --ca are for publishing into a server (pub URL NAME)", EXIT_USAGE)
+    return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    fd = STDIN_FD
+    if args.file is not None:
+        try:
+            fd = os.open(args.file, os.O_RDONLY)
+        except OSError as exc:
+            raise CommandError(f"cannot read {args.file!r}: {exc.strerror}", EXIT_USAGE) from None
+    lines = LineReader(fd)
     publisher = LinePublisher(lines)
     if not args.name:
         raise CommandError("the publisher name must not be empty", EXIT_USAGE)

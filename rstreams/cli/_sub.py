@@ -29,8 +29,8 @@ from typing import Any, BinaryIO
 import trio
 
 from .._connect import connect
-from .._errors import PublisherError, RStreamsError, SessionBroken, SessionClosed
-from .._registry import find_scheme, url_is_secure
+from .._errors import PublisherError, RStreamsError, SessionClosed
+from .._registry import find_scheme
 from .._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription
 from .._url import SCHEMES, url_scheme
 from ..protocol import AdaptiveDemand
@@ -47,10 +47,10 @@ from ._common import (
     CommandError,
     HelpFormatter,
     add_log_level_argument,
-    client_ssl_context,
     configure_logging,
     run_command,
 )
+from ._client import URL_HELP, add_ca_argument, client_ssl, client_url, report, session_closed, set_json_errors
 from ._formats import DECODERS, FORMATS, DecodeError, JsonLines
 from ._progress import Progress
 
@@ -91,7 +91,7 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'ticker?interval=0.5' --format msgpack --count 10
   rstreams sub tcp://127.0.0.1:9000 'blob?count=3&size=16' --format hex
-  rstreams sub tcp://127.0.0.1:9000 lines                     # what `rstreams pub lines` reads
+  rstreams sub tcp://127.0.0.1:9000 lines                     # what `rstreams pub --serve lines` reads
   rstreams sub tls://example.org:9443 ticker --ca ca.pem --format msgpack
   rstreams sub ws://127.0.0.1:8000/ 'range?count=5' --format hex
   rstreams sub tcp://127.0.0.1:9000 'range?count=1000000' --format hex | head -3
@@ -101,6 +101,7 @@ examples:
   RSTREAMS_URL=ws://127.0.0.1:8000/ rstreams sub 'range?count=3' --format jsonl
   rstreams sub tcp://127.0.0.1:9000 'range?count=100000000' --format hex --stats   # a progress line on stderr
   rstreams sub tcp://127.0.0.1:9000 '$stats' --format jsonl --decode json   # the server's statistics
+  rstreams sub tcp://127.0.0.1:9000 nope --json               # stderr: {"error": "publisher error: ...", "exit": 1}
 
 """
     + EXIT_CODES_HELP
@@ -139,8 +140,6 @@ def _positive_seconds(text: str) -> float:
 #: goodbye before it is closed forcefully.
 TIMEOUT_GOODBYE_GRACE = 1.0
 
-#: The environment variable that gives ``sub`` its URL when none is given.
-URL_VARIABLE = "RSTREAMS_URL"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -155,8 +154,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "url",
         metavar="URL",
         nargs="?",
-        help="tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/, wss://HOST:PORT/, or a bridge's URL "
-        f"(emp://HOST:PORT, ...); default: ${URL_VARIABLE}",
+        help=URL_HELP,
     )
     parser.add_argument("name", metavar="NAME", help="the publisher name, e.g. 'range?count=5'")
     parser.add_argument("--count", metavar="N", type=_non_negative_int, help="stop after N elements (then cancel)")
@@ -187,9 +185,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=_positive_seconds,
         help="stop once SECONDS pass without an element (exit status 124)",
     )
-    parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
+    add_ca_argument(parser)
     parser.add_argument(
         "--stats", action="store_true", help="print a progress line on stderr every second: elements, rate, bytes"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='report a failure on stderr as one JSON object, {"error": MESSAGE, "exit": STATUS}, for programs',
     )
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
@@ -337,10 +340,10 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                     peer = await stack.enter_async_context(connect(url, ssl_context=ssl_context))
                 except OSError as exc:
                     # Connecting failed (the session itself reports later failures).
-                    return _report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
+                    return report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
                 except ValueError as exc:
                     # A bridge's URL it cannot use (an unknown option, say).
-                    return _report(str(exc), EXIT_USAGE)
+                    return report(str(exc), EXIT_USAGE)
                 except RStreamsError as exc:
                     # A bridge's handshake failed (the peer's error, a timeout).
                     return _bridge_error(url, exc)
@@ -368,11 +371,11 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                             async with peer.subscribe(args.name, prefetch=0) as subscription:
                                 await _print_elements(subscription, demand, format_element, out, restart_idle_timeout, progress)
                         except PublisherError as exc:
-                            status = _report(f"publisher error: {exc.message}", EXIT_FAILURE)
+                            status = report(f"publisher error: {exc.message}", EXIT_FAILURE)
                         except SessionClosed as exc:
-                            status = _session_closed(exc)
+                            status = session_closed(exc)
                         except DecodeError as exc:
-                            status = _report(str(exc), EXIT_DECODE)
+                            status = report(str(exc), EXIT_DECODE)
                         except BrokenPipeError:
                             _silence_stdout()
                         except RStreamsError as exc:
@@ -381,16 +384,16 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                             if progress is not None:
                                 progress.finish()  # also after Ctrl-C or a timeout: the totals of the run
                     if overall.cancelled_caught:
-                        status = _report(f"--timeout: {args.timeout:g} s passed, after {demand.printed} elements", EXIT_TIMEOUT)
+                        status = report(f"--timeout: {args.timeout:g} s passed, after {demand.printed} elements", EXIT_TIMEOUT)
                     elif idle.cancelled_caught:
-                        status = _report(
+                        status = report(
                             f"--idle-timeout: no element for {args.idle_timeout:g} s, after {demand.printed} elements", EXIT_TIMEOUT
                         )
                     if status == EXIT_TIMEOUT:
                         bound.deadline = trio.current_time() + TIMEOUT_GOODBYE_GRACE
                     nursery.cancel_scope.cancel()
         if bound.cancelled_caught and not connected:
-            return _report(f"--timeout: {args.timeout:g} s passed while connecting to {url}", EXIT_TIMEOUT)
+            return report(f"--timeout: {args.timeout:g} s passed while connecting to {url}", EXIT_TIMEOUT)
     return status
 
 
@@ -402,39 +405,8 @@ def _bridge_error(url: str, exc: RStreamsError) -> int:
         if bridge.error_status is not None:
             answer = bridge.error_status(exc)
             if answer is not None:
-                return _report(answer[1], answer[0])
-    return _report(str(exc), EXIT_FAILURE)
-
-
-def _session_closed(exc: SessionClosed) -> int:
-    if isinstance(exc, SessionBroken):
-        return _report(f"connection lost: {_with_cause(exc.reason, exc)}", EXIT_CONNECTION)
-    if exc.by_peer:
-        return _report(f"the server said goodbye: {exc.reason}", EXIT_GOODBYE)
-    return _report(f"session closed: {exc.reason}", EXIT_GOODBYE)
-
-
-def _with_cause(reason: str, exc: BaseException) -> str:
-    # A transport error often says nothing itself (trio.BrokenResourceError())
-    # while its cause says what happened (a TLS certificate that failed to
-    # verify, a reset): name the innermost cause that has something to say.
-    detail = ""
-    seen: set[int] = set()
-    cause = exc.__cause__
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        detail = str(cause) or detail
-        cause = cause.__cause__
-    reason = reason.rstrip(": ")
-    if detail and detail not in reason:
-        reason = f"{reason}: {detail}" if reason else detail
-    # "connection lost: connection lost: ..." says it twice.
-    return reason.removeprefix("connection lost: ") or "no reason given"
-
-
-def _report(message: str, code: int) -> int:
-    print(f"rstreams: {message}", file=sys.stderr, flush=True)
-    return code
+                return report(answer[1], answer[0])
+    return report(str(exc), EXIT_FAILURE)
 
 
 def _silence_stdout() -> None:
@@ -446,29 +418,16 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
-def _url(args: argparse.Namespace) -> str:
-    # URL is optional before NAME: with one positional argument, it is NAME
-    # and the URL comes from the environment.
-    if args.url is not None:
-        return str(args.url)
-    url = os.environ.get(URL_VARIABLE, "").strip()
-    if not url:
-        if "://" in args.name:
-            raise CommandError(f"expected URL NAME: {args.name!r} looks like a URL, and no NAME was given", EXIT_USAGE)
-        raise CommandError(f"no URL: give one before NAME, or set {URL_VARIABLE}", EXIT_USAGE)
-    return url
-
-
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    if args.decode is not None and args.format != "jsonl":
-        raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
-    url = _url(args)
+    set_json_errors(args.json)
     try:
-        secure = url_is_secure(url)
-    except ValueError as exc:  # UnsupportedScheme included: it names the known schemes
-        raise CommandError(str(exc), EXIT_USAGE) from None
-    ssl_context = client_ssl_context(secure, args.ca, ca_hint="--ca is for tls:// and wss:// URLs (and the bridges' TLS schemes, such as emps://)")
+        if args.decode is not None and args.format != "jsonl":
+            raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
+        url = client_url(args.url, args.name)
+        ssl_context = client_ssl(url, args.ca)
+    except CommandError as exc:
+        return report(exc.message, exc.code)
     out = sys.stdout.buffer
 
     async def subscribe() -> int:

@@ -234,7 +234,7 @@ export class Session {
         const prefix = "no such publisher: ";
         const error =
           event.refused && event.message.startsWith(prefix)
-            ? new UnknownPublisher(event.message, event.message.slice(prefix.length))
+            ? new UnknownPublisher(event.message, sub.name) // the text may go on: " (closest: range)"
             : new PublisherError(event.message);
         return sub._onEnd(error);
       }

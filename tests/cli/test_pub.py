@@ -34,7 +34,7 @@ TIMEOUT = 20
 
 @pytest.fixture
 def pub(tmp_path: Path) -> Iterator[ServeProcess]:
-    args = ["pub", "lines", "--tcp", "127.0.0.1:0"]
+    args = ["pub", "--serve", "lines", "--tcp", "127.0.0.1:0"]
     with ServeProcess.start(args, tmp_path / "log", stdin=subprocess.PIPE) as server:
         yield server
 
@@ -84,7 +84,7 @@ def test_pub_stops_on_ctrl_c_while_waiting_for_input(pub: ServeProcess) -> None:
 
 
 def test_names_with_a_query_are_refused() -> None:
-    result = run_rstreams("pub", "lines?x=1", "--tcp", "127.0.0.1:0")
+    result = run_rstreams("pub", "--serve", "lines?x=1", "--tcp", "127.0.0.1:0")
     assert result.returncode == 2
     assert b"bad publisher name" in result.stderr
 

@@ -17,7 +17,7 @@ from rstreams.cli._common import server_from_arguments
 from ._support import RSTREAMS, ROOT, SHUTDOWN_TIMEOUT, OutputLines, ServeProcess, rstreams, start, stop
 
 
-@pytest.mark.parametrize("command", [[], ["serve"], ["sub"], ["pub"], ["stats"]])
+@pytest.mark.parametrize("command", [[], ["serve"], ["sub"], ["pub"], ["stats"], ["ls"], ["ping"], ["completion"]])
 def test_every_command_has_help_with_examples(command: list[str]) -> None:
     result = rstreams(*command, "--help")
     assert result.returncode == 0, result.stderr
@@ -185,7 +185,7 @@ def test_python_dash_m_works_too() -> None:
     assert result.returncode == 0 and result.stdout.startswith(b"rstreams ")
 
 
-@pytest.mark.parametrize("command", [["serve", "examples.demo:app"], ["pub", "lines"]])
+@pytest.mark.parametrize("command", [["serve", "examples.demo:app"], ["pub", "--serve", "lines"]])
 def test_busy_poll_sets_the_servers_session_config(command: list[str]) -> None:
     parser = build_parser()
     default = server_from_arguments(Router(), parser.parse_args([*command, "--tcp", "127.0.0.1:0"]))

@@ -71,12 +71,12 @@ def test_the_loader_would_notice(tmp_path: Path) -> None:
 def test_help_lists_every_command_and_loads_no_spark_or_trio_websocket(tmp_path: Path) -> None:
     status, modules, out = imported(tmp_path, "--help")
     assert status == 0
-    for command in ("demo", "serve", "sub", "pub", "emp", "epoxy"):
+    for command in ("demo", "serve", "sub", "pub", "ls", "ping", "emp", "epoxy"):
         assert f"\n    {command} " in out, command
     assert loaded(modules, SPARK + ("trio_websocket",)) == []
 
 
-@pytest.mark.parametrize("command", ["sub", "pub", "demo"])
+@pytest.mark.parametrize("command", ["sub", "pub", "ls", "ping", "demo"])
 def test_a_runtime_command_loads_no_bridge_to_start(tmp_path: Path, command: str) -> None:
     status, modules, out = imported(tmp_path, command, "--help")
     assert status == 0

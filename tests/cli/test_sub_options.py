@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ._support import COMMAND_TIMEOUT, RSTREAMS, ROOT, ServeProcess, rstreams
+from ._support import COMMAND_TIMEOUT, RSTREAMS, ROOT, ServeProcess, free_port, rstreams
 
 EXIT_TIMEOUT = 124
 
@@ -44,7 +44,7 @@ def test_jsonl_decodes_values_as_asked(demo_server: ServeProcess) -> None:
 
 
 def test_jsonl_text_of_published_lines(tmp_path: Any) -> None:
-    with ServeProcess.start(["pub", "lines", "--tcp", "127.0.0.1:0"], tmp_path / "log", stdin=subprocess.PIPE) as server:
+    with ServeProcess.start(["pub", "--serve", "lines", "--tcp", "127.0.0.1:0"], tmp_path / "log", stdin=subprocess.PIPE) as server:
         assert server.process.stdin is not None
         server.process.stdin.write("one\nzwei ü\n".encode())
         server.process.stdin.close()
@@ -126,3 +126,44 @@ def test_without_url_or_rstreams_url_says_so(demo_server: ServeProcess) -> None:
     result = sub_with_environment(demo_server.url, url=None)
     assert result.returncode == 2
     assert b"looks like a URL, and no NAME was given" in result.stderr
+
+
+# ---- --json -------------------------------------------------------------------
+
+
+def json_error(stderr: bytes) -> dict[str, Any]:
+    """The one JSON object that ``--json`` makes of stderr (nothing else on it)."""
+    lines = stderr.decode().splitlines()
+    assert len(lines) == 1, stderr
+    error = json.loads(lines[0])
+    assert list(error) == ["error", "exit"]
+    return dict(error)
+
+
+def test_json_reports_a_publisher_error_as_one_object(demo_server: ServeProcess) -> None:
+    result = rstreams("sub", demo_server.url, "fail?after=1", "--json", "--format", "hex")
+    assert result.returncode == 1
+    assert result.stdout == b"0000000000000000\n"
+    error = json_error(result.stderr)
+    assert error["exit"] == 1 and error["error"].startswith("publisher error: ")
+
+
+def test_json_reports_a_refused_connection() -> None:
+    unused_port = free_port()
+    result = rstreams("sub", f"tcp://127.0.0.1:{unused_port}", "range", "--json")
+    assert result.returncode == 4
+    error = json_error(result.stderr)
+    assert error["exit"] == 4 and error["error"].startswith(f"cannot connect to tcp://127.0.0.1:{unused_port}")
+
+
+def test_json_reports_usage_errors_found_after_parsing() -> None:
+    environment = {key: value for key, value in os.environ.items() if key != "RSTREAMS_URL"}
+    result = subprocess.run([RSTREAMS, "sub", "range", "--json"], cwd=ROOT, capture_output=True, timeout=COMMAND_TIMEOUT, env=environment)
+    assert result.returncode == 2
+    assert json_error(result.stderr) == {"error": "no URL: give one before NAME, or set RSTREAMS_URL", "exit": 2}
+
+
+def test_without_json_errors_stay_one_plain_line(demo_server: ServeProcess) -> None:
+    result = rstreams("sub", demo_server.url, "nope")
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("rstreams: publisher error: ")

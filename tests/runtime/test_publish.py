@@ -673,12 +673,13 @@ def test_router_api() -> None:
 async def test_unknown_publisher(connect) -> None:
     with trio.fail_after(10):
         async with connect(standard_app()) as (client, server):
-            for name in ("nope", "nope?count=3", "range/extra"):
+            # The server names the closest paths it serves, when some look alike.
+            for name, closest in (("nope", ""), ("nope?count=3", ""), ("range/extra", " (closest: range)")):
                 with pytest.raises(rstreams.UnknownPublisher) as info:
                     async with client.subscribe(name):
                         pass  # pragma: no cover
-                assert str(info.value) == f"no such publisher: {name}"
-                assert info.value.message == f"no such publisher: {name}"
+                assert str(info.value) == f"no such publisher: {name}{closest}"
+                assert info.value.message == f"no such publisher: {name}{closest}"
                 assert info.value.name == name
                 assert isinstance(info.value, rstreams.PublisherError)
                 assert isinstance(info.value, rstreams.SubscriptionError)
@@ -930,3 +931,61 @@ async def test_answers_to_a_large_read_leave_in_slices(repeat: int) -> None:
             assert next(count for count in answers if count) in (31, 63)
             await client_stream.send_all(encode(Goodbye(reason="bye")))
             await server.wait_closed()
+
+
+# ---- the router's own publisher: $publishers ------------------------------------
+
+
+def test_paths_starting_with_dollar_are_reserved() -> None:
+    router = rstreams.Router()
+    for path in ("$publishers", "$mine"):
+        with pytest.raises(ValueError, match="reserved"):
+            router.add(path, range_publisher_for_listing)
+    with pytest.raises(ValueError, match="reserved"):
+        rstreams.Router({"$x": range_publisher_for_listing})
+    assert router.paths == []
+
+
+async def range_publisher_for_listing(sink: rstreams.Sink) -> None:
+    await sink.send(b"x")
+
+
+async def test_publishers_lists_every_route_and_topic(connect) -> None:
+    app = standard_app()
+    app.add("fixed", range_publisher_for_listing, element_size=1)
+    rstreams.Topic("chat").mount(app)
+    with trio.fail_after(10):
+        async with connect(app) as (client, server):
+            records = await client.fetch("$publishers", 100, codec="json")
+            assert records == [
+                {"name": "blob", "kind": "publisher", "element_size": 0},
+                {"name": "chat", "kind": "topic", "element_size": 0},
+                {"name": "chat/publish", "kind": "topic publishing", "element_size": 0},
+                {"name": "fixed", "kind": "publisher", "element_size": 1},
+                {"name": "range", "kind": "publisher", "element_size": 0},
+            ]
+            # Demand-driven like any publisher: one at a time if asked so.
+            async with client.subscribe("$publishers", prefetch=1, codec="json") as listing:
+                assert [record["name"] async for record in listing] == ["blob", "chat", "chat/publish", "fixed", "range"]
+
+
+async def test_an_unknown_name_is_answered_with_the_closest_paths(connect) -> None:
+    app = rstreams.Router({path: range_publisher_for_listing for path in ("ticker", "tickets", "range", "chat")})
+    with trio.fail_after(10):
+        async with connect(app) as (client, server):
+            with pytest.raises(rstreams.UnknownPublisher) as info:
+                await client.fetch("tickr?interval=1", 1)
+            assert info.value.name == "tickr?interval=1"
+            assert info.value.message == "no such publisher: tickr?interval=1 (closest: ticker, tickets)"
+            with pytest.raises(rstreams.UnknownPublisher) as info:
+                await client.fetch("zzz", 1)
+            assert info.value.message == "no such publisher: zzz"
+
+
+async def test_ping_completes_at_once_with_nothing(connect) -> None:
+    with trio.fail_after(10):
+        async with connect(rstreams.Router()) as (client, server):
+            assert await client.fetch("$ping", 1) == []
+            # Reserved names are answered only for the reserved paths.
+            with pytest.raises(rstreams.UnknownPublisher):
+                await client.fetch("$pong", 1)

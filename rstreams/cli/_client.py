@@ -1,0 +1,132 @@
+"""What the client commands (``sub``, ``pub``, ``ls``, ``ping``) share.
+
+Their URL (the positional one, else ``$RSTREAMS_URL``), their TLS context,
+and how a failure becomes an exit status and one line on stderr: either
+``rstreams: MESSAGE``, or with ``--json`` one JSON object,
+``{"error": MESSAGE, "exit": STATUS}``, for programs that run them. The
+choice is made once per command run (:func:`set_json_errors`) and read by
+:func:`report`, so the code paths that fail need not carry it around; it is
+a context variable, which trio hands to every task of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from ._common import EXIT_CONNECTION, EXIT_GOODBYE, EXIT_USAGE, CommandError, client_ssl_context
+
+if TYPE_CHECKING:
+    import ssl
+
+    from .._errors import SessionClosed
+
+__all__ = [
+    "URL_VARIABLE",
+    "URL_HELP",
+    "CA_HINT",
+    "client_url",
+    "client_ssl",
+    "report",
+    "set_json_errors",
+    "session_closed",
+    "with_cause",
+    "add_ca_argument",
+]
+
+#: The environment variable that gives a client command its URL when none is given.
+URL_VARIABLE = "RSTREAMS_URL"
+
+URL_HELP = (
+    "tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/, wss://HOST:PORT/, or a bridge's URL "
+    f"(emp://HOST:PORT, ...); default: ${URL_VARIABLE}"
+)
+
+CA_HINT = "--ca is for tls:// and wss:// URLs (and the bridges' TLS schemes, such as emps://)"
+
+_json_errors: ContextVar[bool] = ContextVar("rstreams_cli_json_errors", default=False)
+
+
+def set_json_errors(enabled: bool) -> None:
+    """Make :func:`report` (and the command's usage errors) write JSON objects."""
+    _json_errors.set(enabled)
+
+
+def report(message: str, code: int) -> int:
+    """Say why the command fails on stderr; return ``code`` (its exit status)."""
+    if _json_errors.get():
+        line = json.dumps({"error": message, "exit": code}, ensure_ascii=False)
+    else:
+        line = f"rstreams: {message}"
+    print(line, file=sys.stderr, flush=True)
+    return code
+
+
+def client_url(url: str | None, name: str | None = None) -> str:
+    """The URL given, else ``$RSTREAMS_URL``.
+
+    For the commands that take NAME too (``sub``, ``pub``), URL is optional
+    before it: with one positional argument, it is NAME and the URL comes
+    from the environment.
+    """
+    if url is not None:
+        return url
+    from_environment = os.environ.get(URL_VARIABLE, "").strip()
+    if not from_environment:
+        if name is None:
+            raise CommandError(f"no URL: give one, or set {URL_VARIABLE}", EXIT_USAGE)
+        if "://" in name:
+            raise CommandError(f"expected URL NAME: {name!r} looks like a URL, and no NAME was given", EXIT_USAGE)
+        raise CommandError(f"no URL: give one before NAME, or set {URL_VARIABLE}", EXIT_USAGE)
+    return from_environment
+
+
+def client_ssl(url: str, ca: str | None) -> ssl.SSLContext | None:
+    """The TLS context for ``url`` (None: not a TLS URL); ``ca`` from ``--ca``."""
+    from .._registry import url_is_secure
+
+    try:
+        secure = url_is_secure(url)
+    except ValueError as exc:  # UnsupportedScheme included: it names the known schemes
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    return client_ssl_context(secure, ca, ca_hint=CA_HINT)
+
+
+def add_ca_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
+
+
+def session_closed(exc: SessionClosed) -> int:
+    """Report a session that ended under the command: 4 if lost, 3 after goodbye."""
+    from .._errors import SessionBroken
+
+    if isinstance(exc, SessionBroken):
+        return report(f"connection lost: {with_cause(exc.reason, exc)}", EXIT_CONNECTION)
+    if exc.by_peer:
+        return report(f"the server said goodbye: {exc.reason}", EXIT_GOODBYE)
+    return report(f"session closed: {exc.reason}", EXIT_GOODBYE)
+
+
+def with_cause(reason: str, exc: BaseException) -> str:
+    """``reason``, with the innermost cause of ``exc`` that has something to say.
+
+    A transport error often says nothing itself (``trio.BrokenResourceError()``)
+    while its cause says what happened (a TLS certificate that failed to
+    verify, a reset).
+    """
+    detail = ""
+    seen: set[int] = set()
+    cause = exc.__cause__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        detail = str(cause) or detail
+        cause = cause.__cause__
+    reason = reason.rstrip(": ")
+    if detail and detail not in reason:
+        reason = f"{reason}: {detail}" if reason else detail
+    # "connection lost: connection lost: ..." says it twice.
+    return reason.removeprefix("connection lost: ") or "no reason given"

@@ -1,0 +1,205 @@
+"""``rstreams pub URL NAME``: publish lines into a running server's topic or publisher.
+
+The protocol has no "push" message: only a subscriber's demand moves
+elements. So the client publishes the way :func:`rstreams.publish_to_topic`
+does, by the convention the topics and the demo's ``echo`` follow: it serves
+a publisher of its own, ``stdin``, on the connection it opened, then
+subscribes to a route of the server that subscribes back to it:
+
+* ``NAME`` without a ``source`` parameter is a topic: the client subscribes
+  to ``NAME/publish?source=stdin`` (the route ``Topic.mount`` serves). The
+  server asks for lines only while the topic has room, so a full topic holds
+  the reading of standard input back.
+* ``NAME`` with one (``echo?source=``) names any publisher that subscribes
+  back to the ``source`` it is given: the client fills in ``stdin`` and
+  prints whatever that publisher streams back (the demo's ``echo`` returns
+  each line).
+
+Input is read only on the server's demand. The command ends when the stream
+it subscribed to does: a topic completes it once the client's publisher
+completed (end of input) and the topic accepted every line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from urllib.parse import parse_qsl, urlencode
+
+import trio
+
+from .._connect import open_session
+from .._errors import PublisherError, SessionClosed
+from .._publish import Router, Sink
+from .._url import SCHEMES, url_scheme
+from ._client import client_ssl, client_url, report, session_closed
+from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, run_command
+from ._lines import LineReader
+
+__all__ = ["LINE_FORMATS", "SOURCE", "publish_route", "run_client"]
+
+#: The name of the publisher the client serves on its connection.
+SOURCE = "stdin"
+
+STDIN_FD = 0
+
+
+class LineError(ValueError):
+    """A line that is not what ``--format`` says (not JSON)."""
+
+
+def _raw(line: bytes) -> bytes:
+    return line
+
+
+def _json_value(line: bytes) -> object:
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise LineError(f"not JSON ({exc}): {line[:80]!r}") from None
+
+
+def _jsonl(line: bytes) -> bytes:
+    return json.dumps(_json_value(line), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _msgpack(line: bytes) -> bytes:
+    import msgpack
+
+    packed: bytes = msgpack.packb(_json_value(line))
+    return packed
+
+
+#: How one input line becomes one element; blank lines are skipped by the
+#: formats that read JSON (a JSON document cannot be empty).
+LINE_FORMATS: dict[str, Callable[[bytes], bytes]] = {"raw": _raw, "jsonl": _jsonl, "msgpack": _msgpack}
+
+
+def publish_route(name: str, source: str = SOURCE) -> str:
+    """The route to subscribe to so that ``name`` reads from our ``source``.
+
+    ``chat`` → ``chat/publish?source=stdin``; ``echo?source=`` →
+    ``echo?source=stdin`` (other parameters kept).
+    """
+    path, question, query = name.partition("?")
+    parameters = parse_qsl(query, keep_blank_values=True)
+    if any(key == "source" for key, _ in parameters):
+        parameters = [(key, source if key == "source" else value) for key, value in parameters]
+        return f"{path}?{urlencode(parameters)}"
+    return f"{path}/publish?{urlencode([*parameters, ('source', source)])}"
+
+
+class _LineSource:
+    # The client's publisher: one line per element, read only on demand.
+    # A line that --format refuses ends the input there: the source
+    # completes, so that the server keeps every line before it (a topic
+    # accepts them and completes the stream), and the command reports the
+    # line and exits 5.
+
+    def __init__(self, lines: LineReader, encode: Callable[[bytes], bytes], skip_blank: bool) -> None:
+        self.lines = lines
+        self.encode = encode
+        self.skip_blank = skip_blank
+        self.sent = 0
+        self.bad_line: str | None = None
+
+    async def publish(self, sink: Sink) -> None:
+        while True:
+            await sink.wait_demand()  # read nothing the server did not ask for
+            line = await self.lines.readline()
+            if line is None:
+                return
+            if self.skip_blank and not line.strip():
+                continue
+            try:
+                element = self.encode(line)
+            except LineError as exc:
+                self.bad_line = f"line {self.sent + 1}: {exc}"
+                return
+            try:
+                await sink.send(element)  # atomic: queued, or Cancelled and not queued
+            except BaseException:
+                self.lines.unread(line)
+                raise
+            self.sent += 1
+
+
+def _open_input(path: str | None) -> int:
+    if path is None or path == "-":
+        return STDIN_FD
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise CommandError(f"cannot read {path!r}: {exc.strerror}", EXIT_USAGE) from None
+
+
+async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
+    source = _LineSource(LineReader(fd), LINE_FORMATS[args.format], skip_blank=args.format != "raw")
+    app = Router()
+    app.add(SOURCE, source.publish)
+    route = publish_route(args.name)
+    ssl_context = client_ssl(url, args.ca)
+    out = sys.stdout.buffer
+    status = EXIT_OK
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signal() -> None:
+                nonlocal status
+                signum = await signals.__anext__()
+                status = 128 + signum  # 130 for SIGINT, as shells report it
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(on_signal)
+            nursery.start_soon(source.lines.run)
+            try:
+                async with open_session(url, app=app, ssl_context=ssl_context) as session:
+                    async with session.subscribe(route) as answers:
+                        async for element in answers:
+                            out.write(element + b"\n")
+                            out.flush()
+                if source.bad_line is not None:
+                    status = report(
+                        f"--format {args.format}: {source.bad_line} (the {source.sent} lines before it were published)",
+                        EXIT_DECODE,
+                    )
+            except BrokenPipeError:
+                # The reader of our stdout went away (``| head``): a normal
+                # way to stop listening to what comes back.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            except OSError as exc:
+                status = report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
+            except PublisherError as exc:
+                status = report(f"publisher error: {exc.message}", EXIT_FAILURE)
+            except SessionClosed as exc:
+                status = session_closed(exc)
+            nursery.cancel_scope.cancel()
+    if status == EXIT_OK:
+        print(f"rstreams: published {source.sent} lines into {args.name}", file=sys.stderr, flush=True)
+    return status
+
+
+def run_client(args: argparse.Namespace) -> int:
+    """``rstreams pub [URL] NAME`` (the command-line module's ``run`` without ``--serve``)."""
+    if not args.name or args.name.startswith("?"):
+        raise CommandError("NAME must name a topic or publisher", EXIT_USAGE)
+    url = client_url(args.url, args.name)
+    scheme = url_scheme(url)
+    if scheme not in SCHEMES:
+        raise CommandError(
+            f"pub publishes over {', '.join(f'{known}://' for known in SCHEMES)}, not {scheme}:// "
+            "(publishing needs the server to subscribe back, which only the rstreams protocol does)",
+            EXIT_USAGE,
+        )
+    fd = _open_input(args.file)
+    try:
+        return run_command(lambda: _publish(args, url, fd))
+    finally:
+        if fd != STDIN_FD:
+            os.close(fd)
