@@ -632,13 +632,16 @@ class Router:
         """Up to ``count`` served paths that look like ``path``, closest first."""
         if len(self._routes) > MAX_ROUTES_TO_SUGGEST:
             return []
-        return difflib.get_close_matches(path, self._routes, n=count)
+        paths = [known for known in self._routes if not known.startswith(RESERVED_PREFIX)]
+        return difflib.get_close_matches(path, paths, n=count)
 
     async def _list_routes(self, sink: Sink) -> None:
-        # A snapshot at subscribe time, sent as demand allows.
+        # A snapshot at subscribe time, sent as demand allows: the app's
+        # routes, not the runtime's own $ ones (docs/PROTOCOL.md lists those).
         records = [
             {"name": path, "kind": route.kind, "element_size": route.element_size}
             for path, route in sorted(self._routes.items())
+            if not path.startswith(RESERVED_PREFIX)
         ]
         for record in records:
             await sink.send(record)

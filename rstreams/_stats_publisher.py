@@ -93,11 +93,16 @@ class ServerRoutes(Router):
         self._app.add(path, publisher, element_size=element_size, codec=codec)
 
     def resolve(self, path: str) -> Route | None:
-        """The app's route, else the server's own for a ``$`` name."""
+        """The app's route, else the server's own for a ``$`` name, else the
+        app's reserved ones (``$publishers``, ``$ping``)."""
         route = self._app_routes.get(path)
         if route is None and path[:1] == RESERVED_PREFIX:
-            return self._own.get(path)
+            return self._own.get(path) or self._app.resolve(path)
         return route
+
+    def closest_paths(self, path: str, count: int = 3) -> list[str]:
+        """The app's paths that look like ``path`` (for "no such publisher")."""
+        return self._app.closest_paths(path, count)
 
     @property
     def paths(self) -> list[str]:

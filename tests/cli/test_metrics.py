@@ -54,7 +54,7 @@ def test_serve_with_metrics_reports_tcp_and_bridge_figures(tmp_path: Path) -> No
 
 
 def test_pub_takes_metrics_too(tmp_path: Path) -> None:
-    args = ["pub", "lines", "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]
+    args = ["pub", "--serve", "lines", "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]
     with ServeProcess.start(args, tmp_path / "log", stdin=subprocess.PIPE) as server:
         line = server.output.readline().decode()
         assert line.startswith("rstreams: metrics on http://127.0.0.1:"), line
