@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import trio
 
-from ._config import DEFAULT_CONFIG, SessionConfig
+from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
 from ._publish import Router
 from ._session import Session, open_stream_session
@@ -46,7 +46,8 @@ class Server:
 
     Args:
         app: the publishers to serve.
-        config: settings of each session (None: the defaults, ``SessionConfig()``).
+        config: settings of each session (None: ``DEFAULT_SERVER_CONFIG``, the
+            defaults plus a 300 s idle timeout).
         max_connections: at most this many sessions at once; a connection
             beyond it is answered hello + goodbye ("server busy") and closed.
     """
@@ -61,7 +62,7 @@ class Server:
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
         self.app = app
-        self.config = DEFAULT_CONFIG if config is None else config
+        self.config = DEFAULT_SERVER_CONFIG if config is None else config
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens
