@@ -625,7 +625,7 @@ class Session(Peer):
                 finally:
                     self._dispatching = False
                 idle = self._idle
-                if idle is not None and (len(events) > 1 or type(events[0]) not in _KEEPALIVE_EVENTS):
+                if idle is not None and any(type(event) not in _KEEPALIVE_EVENTS for event in events):
                     idle.heard(trio.current_time())
                 if len(events) >= _DISPATCH_BATCH and conn.has_data_to_send:
                     # A read full of control messages (subscribes, say): let
