@@ -18,6 +18,7 @@ from typing import NoReturn
 
 import trio
 
+from ._accept import serve_listeners
 from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._http import DEFAULT_STATIC_DIR, OriginPolicy, Site, accept_http, listener_origins
 from ._publish import Router
@@ -122,7 +123,7 @@ class Server:
         goodbye on each.
         """
         listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
-        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
+        await serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def serve_websocket(
         self,
@@ -173,7 +174,7 @@ class Server:
         )
         listeners = with_tls(tcp_listeners, ssl_context)
         handler = partial(self._serve_http, site)
-        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
+        await serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def _serve_http(self, site: Site, stream: trio.abc.Stream) -> None:
         websocket = await accept_http(stream, site)
