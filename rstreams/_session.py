@@ -284,6 +284,11 @@ class Session(Peer):
                 # shield only lets it run here, where we may already be.
                 with trio.CancelScope(shield=True):
                     await trio.aclose_forcefully(self._stream)
+            # The error that closed us holds its traceback, whose frames
+            # hold this session: a cycle that only the cycle collector
+            # would free, with every buffer the session still points to.
+            # The streams have it (as the cause of their error) already.
+            self._stream_error = None
             self._closed.set()
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
@@ -835,8 +840,16 @@ class Session(Peer):
             raise
         finally:
             self._fetching -= 1
-        if fetch._error is not None:
-            raise fetch._error
+        error = fetch._error
+        if error is not None:
+            # Raised from locals that the error's traceback holds (this
+            # frame, and the _Fetch): let go of them, or they and the
+            # session would wait for the cycle collector.
+            fetch._error = None
+            try:
+                raise error
+            finally:
+                del error, fetch
         if not fetch._ended:
             self._cancel_subscription(fetch)
         elements = fetch.elements()

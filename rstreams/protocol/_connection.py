@@ -290,7 +290,14 @@ class Connection:
         """
         if self._deferred_error is not None:
             error, self._deferred_error = self._deferred_error, None
-            raise error
+            try:
+                raise error
+            finally:
+                # The error's traceback holds this frame: without the del,
+                # frame and error hold each other (and the caller's frames,
+                # and through them the session) until the cycle collector
+                # runs.
+                del error
         events: list[Event] = []
         if self._answer_pending:
             self._answer_pending.clear()  # the last batch's subscribes are answered
