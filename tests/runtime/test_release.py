@@ -33,7 +33,7 @@ def no_cycle_collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # publisher keeps its traceback, whose frames hold the session: keep
     # the runtime's records away from it (a handler that writes them out,
     # as logging normally does, keeps nothing).
-    monkeypatch.setattr(logging.getLogger("rstreams"), "propagate", False)
+    monkeypatch.setattr(logging.getLogger("rstreams"), "disabled", True)
     gc.collect()
     gc.disable()
     try:
