@@ -138,6 +138,7 @@ class Subscription(_OneWaiter):
         "_ended",
         "_cancelled",
         "_error",
+        "_failed",
         "_busy",
         "__weakref__",
     )
@@ -166,6 +167,7 @@ class Subscription(_OneWaiter):
         self._ended = False
         self._cancelled = False
         self._error: BaseException | None = None
+        self._failed = False  # (stays when a refusal lets go of _error)
         self._busy = False
 
     # ---- called by the session's reader (synchronously) ----------------
@@ -188,6 +190,7 @@ class Subscription(_OneWaiter):
             return
         self._ended = True
         self._error = error
+        self._failed = error is not None
         self._wake()
 
     # ---- context manager -------------------------------------------------
@@ -205,8 +208,17 @@ class Subscription(_OneWaiter):
         except BaseException:
             self.cancel()
             raise
-        if not self._subscribed and self._error is not None:
-            raise self._error
+        error = self._error
+        if not self._subscribed and error is not None:
+            # A refused subscription cannot be used again: let go of the
+            # error, whose traceback holds this frame and so this object
+            # (and its session), or the two would wait for the cycle
+            # collector.
+            self._error = None
+            try:
+                raise error
+            finally:
+                del error
         return self
 
     async def __aexit__(
@@ -420,7 +432,7 @@ class Subscription(_OneWaiter):
         if self._cancelled:
             state = "cancelled"
         elif self._ended:
-            state = "failed" if self._error is not None else "completed"
+            state = "failed" if self._failed else "completed"
         else:
             state = "open" if self._subscribed else "opening"
         outstanding = self._session._outstanding_demand(self.subscriber) if self.subscriber is not None else 0

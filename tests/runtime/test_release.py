@@ -145,6 +145,9 @@ async def test_closed_client_and_server_sessions_are_freed(no_cycle_collector: N
                 assert await client.fetch("range?count=3", 3)
                 with pytest.raises(rstreams.PublisherError):
                     await client.fetch("failing", 5)
+                with pytest.raises(rstreams.UnknownPublisher):
+                    async with client.subscribe("nothing"):
+                        pass  # pragma: no cover
             del client
         del client_stream, server_stream
     assert len(refs) == 2
