@@ -31,6 +31,7 @@ much as the whole per-element budget at a million elements per second.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -228,6 +229,11 @@ class Subscription(_OneWaiter):
         traceback: TracebackType | None,
     ) -> None:
         self.cancel()
+        if exc_value is not None and exc_value is self._error:
+            # Our terminal error leaves the block: its traceback holds the
+            # frames that raised it, and so this object; let go of it here,
+            # or the two (and the session) would wait for the cycle collector.
+            self._error = None
 
     def cancel(self) -> None:
         """Cancel the stream (a no-op once it ended). Synchronous, never blocks."""
@@ -270,8 +276,17 @@ class Subscription(_OneWaiter):
     def _make_window(self) -> DemandWindow | AdaptiveDemand:
         if not self._adaptive:
             return DemandWindow(self._prefetch)
+        # The window asks this subscription, which holds the window: through
+        # a weak reference, so the two are no cycle that only the cycle
+        # collector would free (with the session this refers to).
+        probe = weakref.WeakMethod(self._probe)
+
+        def probe_subscription() -> tuple[int, int]:
+            method = probe()
+            return method() if method is not None else (0, 0)
+
         return AdaptiveDemand(
-            self._probe,
+            probe_subscription,
             initial=self._prefetch,
             maximum=ADAPTIVE_MAXIMUM,
             byte_budget=ADAPTIVE_BYTE_BUDGET,

@@ -145,6 +145,16 @@ async def test_closed_client_and_server_sessions_are_freed(no_cycle_collector: N
                 assert await client.fetch("range?count=3", 3)
                 with pytest.raises(rstreams.PublisherError):
                     await client.fetch("failing", 5)
+                # An adaptive window (prefetch None) asks its subscription
+                # for the demand outstanding, and the subscription holds it.
+                async with client.subscribe("range?count=100", prefetch=None) as adaptive:
+                    assert len([_ async for _ in adaptive]) == 100
+                del adaptive
+                with pytest.raises(rstreams.PublisherError):
+                    async with client.subscribe("failing", prefetch=None) as failing_stream:
+                        async for _ in failing_stream:
+                            pass
+                del failing_stream
                 with pytest.raises(rstreams.UnknownPublisher):
                     async with client.subscribe("nothing"):
                         pass  # pragma: no cover
