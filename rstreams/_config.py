@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from .protocol import DEFAULT_LIMITS, ProtocolLimits
 
-__all__ = ["SessionConfig", "DEFAULT_CONFIG"]
+__all__ = ["SessionConfig", "DEFAULT_CONFIG", "DEFAULT_SERVER_CONFIG", "DEFAULT_IDLE_TIMEOUT"]
 
 KiB = 1024
 
@@ -48,6 +48,26 @@ class SessionConfig:
             only; 0 turns it off). Spends up to that much CPU per read to
             save waking a sleeping core, which on loopback or a fast LAN is
             a third or more of a round trip (see ``_direct_socket``).
+        idle_timeout: seconds after which a session whose peer sent nothing
+            (keepalive pings and pongs aside) and that has no stream open
+            either way is closed, with goodbye ``idle timeout: ...``; None
+            (the default for sessions we open) never. Servers default to
+            :data:`DEFAULT_IDLE_TIMEOUT` (see :data:`DEFAULT_SERVER_CONFIG`).
+            Checked every quarter of it while streams are open, so a session
+            closes between ``idle_timeout`` and 1.25 times it after its last
+            stream ended.
+        keepalive_interval: announce the keepalive extension in our hello
+            and, when the peer's lists it too, ping it this many seconds
+            after its last pong; None: do not announce it (the peer may
+            still not ping us then). Default 30 s: below the idle timeouts
+            of common NATs and load balancers (60 s and up), at the cost of
+            a 3-byte ping and pong per half minute.
+        keepalive_timeout: seconds a ping may wait for its pong; then the
+            peer is taken for dead, the session says goodbye
+            (``keepalive timeout: ...``) and closes, and its streams end
+            with ``SessionBroken``. A dead peer is found at most
+            ``keepalive_interval + keepalive_timeout`` after it last
+            answered (default 30 s: a minute in all).
     """
 
     limits: ProtocolLimits = field(default_factory=lambda: DEFAULT_LIMITS)
@@ -59,8 +79,15 @@ class SessionConfig:
     max_queued_bytes: int = 256 * KiB
     max_unsent_control: int = 4096 * KiB
     busy_poll: float = 200e-6
+    idle_timeout: float | None = None
+    keepalive_interval: float | None = 30.0
+    keepalive_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        for name in ("idle_timeout", "keepalive_interval", "keepalive_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:  # also refuses nan
+                raise ValueError(f"{name} must be positive (or None to turn it off)")
         for name in ("handshake_timeout", "drain_timeout", "goodbye_timeout", "busy_poll"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
@@ -70,3 +97,16 @@ class SessionConfig:
 
 
 DEFAULT_CONFIG = SessionConfig()
+
+#: Seconds a server keeps a connection that sends nothing and holds no
+#: stream open. Five minutes: a client that connects and then waits for a
+#: person (a browser tab, a REPL) keeps its connection through any short
+#: pause, while connections that were opened and forgotten (a leaked client,
+#: a scanner that got as far as hello) give their slot of ``max_connections``
+#: back within minutes. A client that wants to hold an unused connection
+#: longer subscribes to something, or reconnects.
+DEFAULT_IDLE_TIMEOUT = 300.0
+
+#: What a ``Server`` uses when given no config: the defaults, plus the idle
+#: timeout a server needs against peers that hold connections for nothing.
+DEFAULT_SERVER_CONFIG = SessionConfig(idle_timeout=DEFAULT_IDLE_TIMEOUT)

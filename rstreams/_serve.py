@@ -19,7 +19,8 @@ from typing import Any, NoReturn
 
 import trio
 
-from ._config import DEFAULT_CONFIG, SessionConfig
+from ._accept import serve_listeners
+from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
 from ._endpoints import operator_endpoints
@@ -55,7 +56,8 @@ class Server:
 
     Args:
         app: the publishers to serve.
-        config: settings of each session (None: the defaults, ``SessionConfig()``).
+        config: settings of each session (None: ``DEFAULT_SERVER_CONFIG``, the
+            defaults plus a 300 s idle timeout).
         max_connections: at most this many sessions at once; a connection
             beyond it is answered hello + goodbye ("server busy") and closed.
     """
@@ -71,7 +73,7 @@ class Server:
             raise ValueError("max_connections must be positive")
         # What sessions resolve names with: self.app, then $stats.
         self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
-        self.config = DEFAULT_CONFIG if config is None else config
+        self.config = DEFAULT_SERVER_CONFIG if config is None else config
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens
@@ -193,7 +195,7 @@ class Server:
         async def answer(stream: trio.abc.Stream) -> None:
             await accept_http(stream, site)  # never an upgrade: upgrades=False
 
-        await trio.serve_listeners(answer, listeners, task_status=task_status)
+        await serve_listeners(answer, listeners, task_status=task_status)
 
     async def serve_tcp(
         self,
@@ -215,7 +217,7 @@ class Server:
         """
         require_trio("Server.serve_tcp")
         listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
-        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
+        await serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def serve_websocket(
         self,
@@ -268,7 +270,7 @@ class Server:
         )
         listeners = with_tls(tcp_listeners, ssl_context)
         handler = partial(self._serve_http, site)
-        await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
+        await serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def _serve_http(self, site: Site, stream: trio.abc.Stream) -> None:
         websocket = await accept_http(stream, site)

@@ -16,6 +16,11 @@ A session owns a nursery holding exactly these tasks:
 * one task per **publication** (a peer's subscription to one of our
   publishers), each in its own cancel scope, so a cancel from the peer is
   ``scope.cancel()``.
+* the **timekeeper**, started once the peer's hello arrives when the
+  session has an idle timeout or keepalive was agreed: it sleeps until the
+  next deadline (``protocol/_timers.py`` does the arithmetic), sends pings,
+  and asks the manager to close a session that is idle or whose peer no
+  longer answers.
 * the **manager**, which waits for a reason to close and then runs the close
   sequence. Every way a session can end (our ``aclose``, the peer's goodbye,
   a protocol error, a lost connection, a handshake timeout) is a request to
@@ -59,11 +64,17 @@ from .protocol import (
     Cancel,
     Connection,
     Elements,
+    Extension,
     Goodbye,
     Hello,
+    IdleTimer,
     InvalidRequest,
+    KeepaliveAction,
+    KeepaliveTimer,
     OnComplete,
     OnError,
+    Ping,
+    Pong,
     Request,
     Subscribe,
     Subscribed,
@@ -83,6 +94,8 @@ _DISPATCH_BATCH = 32
 # How long a failed write waits for the reader to report why the connection
 # was lost, before it reports the write error itself.
 _WRITE_ERROR_GRACE = 1.0
+# Events that are only the keepalive talking: they do not make a session busy.
+_KEEPALIVE_EVENTS = (Ping, Pong)
 
 
 class _CloseKind(enum.Enum):
@@ -90,6 +103,8 @@ class _CloseKind(enum.Enum):
     PEER_GOODBYE = "peer goodbye"  # answer goodbye and close
     PROTOCOL_ERROR = "protocol error"  # goodbye is queued; flush it and close
     HANDSHAKE_TIMEOUT = "handshake timeout"
+    IDLE_TIMEOUT = "idle timeout"  # goodbye, close: nothing is open
+    KEEPALIVE_TIMEOUT = "keepalive timeout"  # the peer missed its pong: goodbye, close
     LOST = "lost"  # the transport failed: nothing more can be written
 
 
@@ -139,7 +154,11 @@ class Session(Peer):
         # looked up once per session rather than on every subscribe, which
         # a request-response peer sends tens of thousands of times a second.
         self._log_streams = logger.isEnabledFor(logging.DEBUG)
-        self._conn = Connection(limits=config.limits)
+        extensions = (Extension.KEEPALIVE,) if config.keepalive_interval is not None else ()
+        self._conn = Connection(limits=config.limits, extensions=extensions)
+        # Set by the timekeeper (see _keep_time) once the peer's hello is in.
+        self._keepalive: KeepaliveTimer | None = None
+        self._idle: IdleTimer | None = None
         self._nursery: trio.Nursery | None = None
         self._subscriptions: dict[int, StreamReceiver] = {}
         self._publications: dict[int, PublicationHandle] = {}
@@ -277,6 +296,11 @@ class Session(Peer):
                 # shield only lets it run here, where we may already be.
                 with trio.CancelScope(shield=True):
                     await trio.aclose_forcefully(self._stream)
+            # The error that closed us holds its traceback, whose frames
+            # hold this session: a cycle that only the cycle collector
+            # would free, with every buffer the session still points to.
+            # The streams have it (as the cause of their error) already.
+            self._stream_error = None
             self._closed.set()
             assert self._nursery is not None
             self._nursery.cancel_scope.cancel()
@@ -295,7 +319,7 @@ class Session(Peer):
             stream_error = SessionClosed(reason, by_peer=False)
         elif kind is _CloseKind.PEER_GOODBYE:
             stream_error = SessionClosed(reason, by_peer=True)
-        elif kind is _CloseKind.LOST:
+        elif kind is _CloseKind.LOST or kind is _CloseKind.KEEPALIVE_TIMEOUT:
             stream_error = SessionBroken(reason)
             stream_error.__cause__ = self._stream_error
         else:
@@ -330,6 +354,52 @@ class Session(Peer):
         self._publications.clear()
         for handle in list(self._room_waiters):
             handle.wake()
+
+    # ---- timekeeper -----------------------------------------------------
+
+    async def _keep_time(self) -> None:
+        """Pings and the idle timeout; started once the peer's hello is in."""
+        conn = self._conn
+        config = self.config
+        now = trio.current_time()
+        keepalive = idle = None
+        if conn.keepalive and config.keepalive_interval is not None:
+            keepalive = self._keepalive = KeepaliveTimer(
+                interval=config.keepalive_interval, timeout=config.keepalive_timeout, now=now
+            )
+        if config.idle_timeout is not None:
+            idle = self._idle = IdleTimer(timeout=config.idle_timeout, now=now)
+        while self._close_kind is None:
+            deadlines: list[float] = []
+            if idle is not None:
+                if self._subscriptions or self._publications:
+                    # In use: look again in a quarter of the timeout, so an
+                    # idle period starts soon after the last stream ends.
+                    idle.busy(now)
+                    deadlines.append(now + idle.timeout / 4)
+                else:
+                    deadlines.append(idle.deadline)
+            if keepalive is not None:
+                deadlines.append(keepalive.deadline)
+            await trio.sleep_until(min(deadlines))
+            now = trio.current_time()
+            if self._close_kind is not None or conn.goodbye_sent:
+                return
+            if idle is not None and not (self._subscriptions or self._publications) and idle.expired(now):
+                reason = f"idle timeout: nothing received and no stream open for {idle.timeout:g} s"
+                logger.info("closing the session: %s", reason)
+                self._request_close(_CloseKind.IDLE_TIMEOUT, reason)
+                return
+            if keepalive is not None:
+                action = keepalive.poll(now)
+                if action is KeepaliveAction.PING:
+                    conn.send_ping()
+                    self._send_queued()
+                elif action is KeepaliveAction.DEAD:
+                    reason = f"keepalive timeout: no pong within {keepalive.timeout:g} s"
+                    logger.warning("closing the session: %s", reason)
+                    self._request_close(_CloseKind.KEEPALIVE_TIMEOUT, reason)
+                    return
 
     # ---- writer ---------------------------------------------------------
 
@@ -472,6 +542,9 @@ class Session(Peer):
                 timeout = self.config.handshake_timeout
                 self._request_close(_CloseKind.HANDSHAKE_TIMEOUT, f"handshake timeout: no hello within {timeout:g} s")
                 return
+            if self._conn.keepalive or self.config.idle_timeout is not None:
+                assert self._nursery is not None
+                self._nursery.start_soon(self._keep_time)
             while await self._receive_once():
                 pass
         except _TRANSPORT_ERRORS as exc:
@@ -568,6 +641,9 @@ class Session(Peer):
                     self._dispatch(events)
                 finally:
                     self._dispatching = False
+                idle = self._idle
+                if idle is not None and any(type(event) not in _KEEPALIVE_EVENTS for event in events):
+                    idle.heard(trio.current_time())
                 if len(events) >= _DISPATCH_BATCH and conn.has_data_to_send:
                     # A read full of control messages (subscribes, say): let
                     # the writer send the answers so far, so that the peer
@@ -631,8 +707,11 @@ class Session(Peer):
                         self._log_stream("stream_cancel", event.subscriber, "cancelled by the subscriber")
             elif type(event) is Goodbye:
                 self._request_close(_CloseKind.PEER_GOODBYE, event.reason or "goodbye")
-            elif type(event) is Hello:
-                pass
+            elif type(event) is Pong:
+                if self._keepalive is not None:
+                    self._keepalive.pong_received(trio.current_time())
+            elif type(event) is Hello or type(event) is Ping:
+                pass  # (the connection has queued the pong)
 
     def _log_bad_input(self, reason: str) -> None:
         # The peer's mistake, not ours: one line naming it, no traceback.
@@ -809,8 +888,16 @@ class Session(Peer):
             raise
         finally:
             self._fetching -= 1
-        if fetch._error is not None:
-            raise fetch._error
+        error = fetch._error
+        if error is not None:
+            # Raised from locals that the error's traceback holds (this
+            # frame, and the _Fetch): let go of them, or they and the
+            # session would wait for the cycle collector.
+            fetch._error = None
+            try:
+                raise error
+            finally:
+                del error, fetch
         if not fetch._ended:
             self._cancel_subscription(fetch)
         elements = fetch.elements()

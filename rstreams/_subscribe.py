@@ -31,6 +31,7 @@ much as the whole per-element budget at a million elements per second.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,6 +139,7 @@ class Subscription(_OneWaiter):
         "_ended",
         "_cancelled",
         "_error",
+        "_failed",
         "_busy",
         "__weakref__",
     )
@@ -166,6 +168,7 @@ class Subscription(_OneWaiter):
         self._ended = False
         self._cancelled = False
         self._error: BaseException | None = None
+        self._failed = False  # (stays when a refusal lets go of _error)
         self._busy = False
 
     # ---- called by the session's reader (synchronously) ----------------
@@ -188,6 +191,7 @@ class Subscription(_OneWaiter):
             return
         self._ended = True
         self._error = error
+        self._failed = error is not None
         self._wake()
 
     # ---- context manager -------------------------------------------------
@@ -205,8 +209,17 @@ class Subscription(_OneWaiter):
         except BaseException:
             self.cancel()
             raise
-        if not self._subscribed and self._error is not None:
-            raise self._error
+        error = self._error
+        if not self._subscribed and error is not None:
+            # A refused subscription cannot be used again: let go of the
+            # error, whose traceback holds this frame and so this object
+            # (and its session), or the two would wait for the cycle
+            # collector.
+            self._error = None
+            try:
+                raise error
+            finally:
+                del error
         return self
 
     async def __aexit__(
@@ -216,6 +229,11 @@ class Subscription(_OneWaiter):
         traceback: TracebackType | None,
     ) -> None:
         self.cancel()
+        if exc_value is not None and exc_value is self._error:
+            # Our terminal error leaves the block: its traceback holds the
+            # frames that raised it, and so this object; let go of it here,
+            # or the two (and the session) would wait for the cycle collector.
+            self._error = None
 
     def cancel(self) -> None:
         """Cancel the stream (a no-op once it ended). Synchronous, never blocks."""
@@ -258,8 +276,17 @@ class Subscription(_OneWaiter):
     def _make_window(self) -> DemandWindow | AdaptiveDemand:
         if not self._adaptive:
             return DemandWindow(self._prefetch)
+        # The window asks this subscription, which holds the window: through
+        # a weak reference, so the two are no cycle that only the cycle
+        # collector would free (with the session this refers to).
+        probe = weakref.WeakMethod(self._probe)
+
+        def probe_subscription() -> tuple[int, int]:
+            method = probe()
+            return method() if method is not None else (0, 0)
+
         return AdaptiveDemand(
-            self._probe,
+            probe_subscription,
             initial=self._prefetch,
             maximum=ADAPTIVE_MAXIMUM,
             byte_budget=ADAPTIVE_BYTE_BUDGET,
@@ -420,7 +447,7 @@ class Subscription(_OneWaiter):
         if self._cancelled:
             state = "cancelled"
         elif self._ended:
-            state = "failed" if self._error is not None else "completed"
+            state = "failed" if self._failed else "completed"
         else:
             state = "open" if self._subscribed else "opening"
         outstanding = self._session._outstanding_demand(self.subscriber) if self.subscriber is not None else 0

@@ -10,6 +10,7 @@ documented contract, so that no bridge reaches into the runtime's private
 modules.
 """
 
+from ._accept import serve_listeners
 from ._errors import describe_error
 from ._groups import caller_sees_its_own_exception
 from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
@@ -56,6 +57,7 @@ __all__ = [
     "parse_bridge_url",
     "register_bridge",
     "registered_bridges",
+    "serve_listeners",
     "url_is_secure",
     "url_scheme",
     "with_tls",

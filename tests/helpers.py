@@ -34,6 +34,8 @@ from rstreams.protocol import (
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
+    Ping,
+    Pong,
     ProtocolLimits,
     Request,
     Subscribe,
@@ -76,6 +78,8 @@ MESSAGE_CLASSES: dict[str, type] = {
     "onNextPart": OnNextPart,
     "onNextLastPart": OnNextLastPart,
     "goodbye": Goodbye,
+    "ping": Ping,
+    "pong": Pong,
 }
 
 

@@ -20,7 +20,7 @@ from typing import Generic, NoReturn, TypeVar
 
 import trio
 
-from rstreams.support import Listener, caller_sees_its_own_exception, listener_url, with_tls
+from rstreams.support import Listener, caller_sees_its_own_exception, listener_url, serve_listeners, with_tls
 
 from ._connection import BridgeConnection
 from bridges import BridgeError
@@ -113,7 +113,8 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         listeners (``rstreams.listener_port`` reads the port).
         """
         listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
-        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
+        # rstreams' accept loop: backs off quietly when descriptors run out.
+        await serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def aclose(self) -> None:
         """Stop admitting connections, say goodbye on each open one and close it."""

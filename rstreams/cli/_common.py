@@ -32,6 +32,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_CODES_HELP",
     "COMMAND_SUMMARIES",
+    "DEFAULT_MAX_CONNECTIONS",
     "CommandError",
     "HelpFormatter",
     "parse_address",
@@ -150,6 +151,15 @@ def _non_negative_seconds(text: str) -> float:
     return value
 
 
+#: ``--max-connections`` when not given. Each session holds a socket (a file
+#: descriptor) and up to its buffers' worth of memory; 1024 serves many more
+#: clients than a demo or a small deployment has, while a flood of
+#: connections is refused with goodbye long before it exhausts the process's
+#: descriptors (often limited to 1024 soft, and raised with ``ulimit -n``:
+#: past the limit, accepting backs off, see ``rstreams/_accept.py``).
+DEFAULT_MAX_CONNECTIONS = 1024
+
+
 def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
     """``--log-level`` and ``--log-format``, for ``configure_logging``."""
     parser.add_argument(
@@ -174,7 +184,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     ``tcp_required=False`` is for commands with other kinds of listener
     (``serve --ws``); they check that at least one listener was named.
     """
-    from .._config import DEFAULT_CONFIG
+    from .._config import DEFAULT_CONFIG, DEFAULT_IDLE_TIMEOUT
 
     parser.add_argument(
         "--tcp",
@@ -191,7 +201,17 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         "--max-connections",
         metavar="N",
         type=_positive_int,
-        help="refuse connections beyond N open sessions (with goodbye \"server busy\")",
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="refuse connections beyond N open sessions (with goodbye \"server busy\"; "
+        f"default: {DEFAULT_MAX_CONNECTIONS})",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        metavar="SECONDS",
+        type=_non_negative_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="close a session whose peer sent nothing and that has no stream open for this long, "
+        f"with goodbye \"idle timeout\" (default: {DEFAULT_IDLE_TIMEOUT:g}; 0: never)",
     )
     parser.add_argument(
         "--busy-poll",
@@ -219,7 +239,8 @@ def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     from .._config import SessionConfig
     from .._serve import Server
 
-    return Server(app, max_connections=args.max_connections, config=SessionConfig(busy_poll=args.busy_poll))
+    config = SessionConfig(busy_poll=args.busy_poll, idle_timeout=args.idle_timeout or None)
+    return Server(app, max_connections=args.max_connections, config=config)
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:

@@ -18,6 +18,7 @@ from ._messages import (
     Cancel,
     Elements,
     Event,
+    Extension,
     Goodbye,
     Hello,
     InvalidRequest,
@@ -29,11 +30,14 @@ from ._messages import (
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
+    Ping,
+    Pong,
     Request,
     Subscribe,
     Subscribed,
 )
 from ._state import ConnectionState, PublicationState, SubscriptionState
+from ._timers import IdleTimer, KeepaliveAction, KeepaliveTimer
 
 __all__ = [
     "Cancel",
@@ -47,10 +51,14 @@ __all__ = [
     "ElementBatch",
     "Elements",
     "Event",
+    "Extension",
     "Goodbye",
     "HandshakeError",
     "Hello",
+    "IdleTimer",
     "InvalidRequest",
+    "KeepaliveAction",
+    "KeepaliveTimer",
     "LocalProtocolError",
     "MAX_ID",
     "Message",
@@ -63,6 +71,8 @@ __all__ = [
     "OnNextPacked",
     "OnNextPart",
     "PROTOCOL_VERSION",
+    "Ping",
+    "Pong",
     "ProtocolError",
     "ProtocolLimits",
     "PublicationState",

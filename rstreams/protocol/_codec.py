@@ -47,6 +47,8 @@ from ._messages import (
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
+    Ping,
+    Pong,
     Request,
     Subscribe,
     Subscribed,
@@ -113,6 +115,8 @@ _FIELDS: dict[type, tuple[int, Callable[[Any], tuple[object, ...]]]] = {
     OnNextPart: (MessageType.ON_NEXT_PART, lambda m: (m.subscriber, m.element, m.data)),
     OnNextLastPart: (MessageType.ON_NEXT_LAST_PART, lambda m: (m.subscriber, m.element, m.data)),
     Goodbye: (MessageType.GOODBYE, lambda m: (m.reason,)),
+    Ping: (MessageType.PING, lambda m: (m.nonce,)),
+    Pong: (MessageType.PONG, lambda m: (m.nonce,)),
 }
 # Plain ints, not MessageType members, so encode() packs them without a
 # conversion.
@@ -290,6 +294,14 @@ def _decode_goodbye(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
     return _new_goodbye(_str(obj[1], "reason"))
 
 
+def _decode_ping(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return Ping(nonce=_id(obj[1], "ping nonce"))
+
+
+def _decode_pong(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
+    return Pong(nonce=_id(obj[1], "pong nonce"))
+
+
 _Decoder = Callable[[tuple[Any, ...], ProtocolLimits], Message]
 
 # Code -> (minimum, maximum number of fields after the code, decoder): one
@@ -308,6 +320,10 @@ _DECODERS: dict[int, tuple[int, int, _Decoder]] = {
     MessageType.ON_NEXT_PART: (3, 3, _decode_on_next_part),
     MessageType.ON_NEXT_LAST_PART: (3, 3, _decode_on_next_last_part),
     MessageType.GOODBYE: (1, 1, _decode_goodbye),
+    # The keepalive extension's (whether it is in use is the connection's
+    # business: the codec only checks the shape).
+    MessageType.PING: (1, 1, _decode_ping),
+    MessageType.PONG: (1, 1, _decode_pong),
 }
 
 

@@ -28,6 +28,7 @@ per element. onNextPacked becomes one event whose batch slices lazily.
 from __future__ import annotations
 
 from collections import deque
+from operator import index
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -45,6 +46,7 @@ from ._messages import (
     Cancel,
     Elements,
     Event,
+    Extension,
     Goodbye,
     Hello,
     InvalidRequest,
@@ -54,6 +56,8 @@ from ._messages import (
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
+    Ping,
+    Pong,
     Request,
     Subscribe,
     Subscribed,
@@ -210,8 +214,14 @@ class Connection:
         self._publications: dict[int, Publication] = {}
         self._finished_publications: dict[int, None] = {}
         self._outbound = Outbound(limits.split_threshold)
-        self._extensions = tuple(extensions)
+        # Plain ints (an Extension member is one, but Hello wants exact ints).
+        self._extensions = tuple(index(extension) for extension in extensions)
         self._hello_taken = False  # has data_to_send handed out our hello yet?
+        # The keepalive extension: agreed once both hellos list it; then at
+        # most one ping of ours is in flight, with this nonce.
+        self._keepalive = False
+        self._next_ping = 1
+        self._ping_in_flight: int | None = None
         self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
 
     # ---- state ---------------------------------------------------------
@@ -280,7 +290,14 @@ class Connection:
         """
         if self._deferred_error is not None:
             error, self._deferred_error = self._deferred_error, None
-            raise error
+            try:
+                raise error
+            finally:
+                # The error's traceback holds this frame: without the del,
+                # frame and error hold each other (and the caller's frames,
+                # and through them the session) until the cycle collector
+                # runs.
+                del error
         events: list[Event] = []
         if self._answer_pending:
             self._answer_pending.clear()  # the last batch's subscribes are answered
@@ -521,7 +538,29 @@ class Connection:
             reason = f"unsupported protocol version {hello.version}: this peer speaks version {PROTOCOL_VERSION}"
             raise HandshakeError(reason, peer_version=hello.version, goodbye_reason=reason)
         self._transition(ConnectionEvent.RECEIVE_HELLO)
+        keepalive = Extension.KEEPALIVE
+        self._keepalive = keepalive in self._extensions and keepalive in hello.extensions
         events.append(hello)
+
+    # -- the keepalive extension (PROTOCOL.md section 8)
+
+    def _check_keepalive(self, what: str) -> None:
+        if not self._keepalive:
+            raise RemoteProtocolError(f"{what} without the keepalive extension in both hellos")
+
+    def _receive_ping(self, ping: Ping, events: list[Event]) -> None:
+        self._check_keepalive("ping")
+        # The answer the protocol dictates goes out at once, ahead of data
+        # (control is written first), so a busy connection answers in time.
+        self._outbound.control += encode(ping.response())
+        events.append(ping)
+
+    def _receive_pong(self, pong: Pong, events: list[Event]) -> None:
+        self._check_keepalive("pong")
+        if pong.nonce != self._ping_in_flight:
+            raise RemoteProtocolError(f"pong {pong.nonce} answers no ping of ours")
+        self._ping_in_flight = None
+        events.append(pong)
 
     def _receive_goodbye(self, goodbye: Goodbye, events: list[Event]) -> None:
         self.goodbye_received = goodbye
@@ -731,6 +770,8 @@ class Connection:
         OnNextLastPart: _receive_part,
         OnComplete: _receive_on_complete,
         OnError: _receive_on_error,
+        Ping: _receive_ping,
+        Pong: _receive_pong,
     }
 
     @staticmethod
@@ -963,6 +1004,42 @@ class Connection:
         else:
             publication.terminal = message
             self._outbound.schedule(publication)
+
+    # ---- keepalive -------------------------------------------------------
+
+    @property
+    def keepalive(self) -> bool:
+        """True once both hellos listed the keepalive extension: from then on
+        either side may :meth:`send_ping`, and pings received are answered
+        with pong automatically."""
+        return self._keepalive
+
+    @property
+    def ping_in_flight(self) -> int | None:
+        """The nonce of our ping still waiting for its pong, if any."""
+        return self._ping_in_flight
+
+    def send_ping(self) -> int:
+        """Queue a ping (ahead of any data); return its nonce.
+
+        The pong arrives as a :class:`Pong` event. When to ping and how
+        long to wait for the pong is the I/O layer's policy
+        (:class:`~rstreams.protocol.KeepaliveTimer`).
+
+        Raises:
+            LocalProtocolError: keepalive was not agreed, a ping is already
+                in flight, or the connection is closing.
+        """
+        self._check_can_send()
+        if not self._keepalive:
+            raise LocalProtocolError("ping needs the keepalive extension in both hellos")
+        if self._ping_in_flight is not None:
+            raise LocalProtocolError(f"ping {self._ping_in_flight} is still waiting for its pong")
+        nonce = self._next_ping
+        self._next_ping += 1
+        self._ping_in_flight = nonce
+        self._outbound.control += encode(Ping(nonce=nonce))
+        return nonce
 
     # ---- goodbye and output -------------------------------------------
 

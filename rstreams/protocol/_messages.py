@@ -29,6 +29,7 @@ __all__ = [
     "MAX_ID",
     "UNBOUNDED",
     "MessageType",
+    "Extension",
     "Hello",
     "Subscribe",
     "Request",
@@ -41,6 +42,8 @@ __all__ = [
     "OnNextPart",
     "OnNextLastPart",
     "Goodbye",
+    "Ping",
+    "Pong",
     "Elements",
     "InvalidRequest",
     "Message",
@@ -74,6 +77,20 @@ class MessageType(enum.IntEnum):
     ON_NEXT_PART = 9
     ON_NEXT_LAST_PART = 10
     GOODBYE = 11
+    # Added by the keepalive extension: sent only once both hellos list it.
+    PING = 12
+    PONG = 13
+
+
+class Extension(enum.IntEnum):
+    """Extension ids a hello may list (docs/PROTOCOL.md, section 8).
+
+    An extension is in use on a connection once both hellos list it; a
+    peer ignores ids it does not know, so announcing one is always safe.
+    """
+
+    #: ping / pong and dead-peer detection.
+    KEEPALIVE = 1
 
 
 def _check_id(name: str, value: object) -> None:
@@ -299,6 +316,30 @@ class Goodbye:
         return Goodbye(reason="goodbye")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ping:
+    """Keepalive extension: are you there? Answered with :meth:`response`."""
+
+    nonce: int
+
+    def __post_init__(self) -> None:
+        _check_id("nonce", self.nonce)
+
+    def response(self) -> Pong:
+        """The pong that answers this ping."""
+        return Pong(nonce=self.nonce)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pong:
+    """Keepalive extension: the answer to the ping with the same ``nonce``."""
+
+    nonce: int
+
+    def __post_init__(self) -> None:
+        _check_id("nonce", self.nonce)
+
+
 # Connection-level events that are not single wire messages.
 
 
@@ -339,6 +380,8 @@ Message = Union[
     OnNextPart,
     OnNextLastPart,
     Goodbye,
+    Ping,
+    Pong,
 ]
 
 Event = Union[
@@ -352,4 +395,6 @@ Event = Union[
     OnError,
     Goodbye,
     InvalidRequest,
+    Ping,
+    Pong,
 ]

@@ -28,6 +28,15 @@ export const Code = Object.freeze({
   onNextPart: 9,
   onNextLastPart: 10,
   goodbye: 11,
+  // The keepalive extension's (docs/PROTOCOL.md section 8): sent only once
+  // both hellos list Extension.keepalive.
+  ping: 12,
+  pong: 13,
+});
+
+/** Extension ids a hello may list (docs/PROTOCOL.md section 8). */
+export const Extension = Object.freeze({
+  keepalive: 1,
 });
 
 const CODE_NAMES = Object.fromEntries(Object.entries(Code).map(([k, v]) => [v, k]));
@@ -90,6 +99,8 @@ const SCHEMA = {
   [Code.onNextPart]: [["id", "id", "bin"], 3],
   [Code.onNextLastPart]: [["id", "id", "bin"], 3],
   [Code.goodbye]: [["str"], 1],
+  [Code.ping]: [["id"], 1],
+  [Code.pong]: [["id"], 1],
 };
 
 const CHECKS = {
@@ -143,7 +154,13 @@ const SubState = Object.freeze({ OPENING: "opening", OPEN: "open" });
  * ended recently is ignored, for one never seen is a protocol error.
  */
 export class Connection {
-  constructor(limits = {}) {
+  /**
+   * @param {object} [limits] see DEFAULT_PROTOCOL_LIMITS
+   * @param {object} [options]
+   * @param {number[]} [options.extensions] extension ids our hello lists
+   *   (e.g. [Extension.keepalive]); none by default
+   */
+  constructor(limits = {}, { extensions = [] } = {}) {
     this.limits = { ...DEFAULT_PROTOCOL_LIMITS, ...limits };
     this.decodeLimits = {
       maxDepth: 2,
@@ -166,7 +183,27 @@ export class Connection {
     // Peer's subscriptions to our publishers, by the peer's Id: {outstanding (BigInt)}
     this.pubs = new Map();
     this.finishedPubs = new BoundedIdSet(this.limits.rememberedIds);
-    this.queue(Code.hello, [PROTOCOL_VERSION, []]);
+    this.extensions = [...extensions];
+    // The keepalive extension: in use once both hellos list it; then at
+    // most one ping of ours is in flight (its nonce).
+    this.keepalive = false;
+    this.nextPing = 1;
+    this.pingInFlight = null;
+    this.queue(Code.hello, [PROTOCOL_VERSION, this.extensions]);
+  }
+
+  /**
+   * Queue a ping; return its nonce. The pong arrives as a {type: "pong"} event.
+   * @throws {LocalProtocolError} keepalive not in use, a ping already in flight, or closed
+   */
+  sendPing() {
+    this.checkOpen();
+    if (!this.keepalive) throw new LocalProtocolError("ping needs the keepalive extension in both hellos");
+    if (this.pingInFlight !== null) throw new LocalProtocolError(`ping ${this.pingInFlight} is still waiting for its pong`);
+    const nonce = this.nextPing++;
+    this.pingInFlight = nonce;
+    this.queue(Code.ping, [nonce]);
+    return nonce;
   }
 
   // ---- outbound ----
@@ -358,6 +395,8 @@ export class Connection {
       if (code === Code.hello) {
         const version = message[1];
         this.peerHello = { version, extensions: message[2] };
+        const listsKeepalive = (ids) => ids.some((id) => Number(id) === Extension.keepalive);
+        this.keepalive = listsKeepalive(this.extensions) && listsKeepalive(message[2]);
         if (version !== PROTOCOL_VERSION) {
           const reason = `unsupported protocol version ${version}: this peer speaks version ${PROTOCOL_VERSION}`;
           this.sendGoodbye(reason);
@@ -380,6 +419,18 @@ export class Connection {
         return this.onRequest(message, events);
       case Code.cancel:
         return this.onCancel(message, events);
+      case Code.ping:
+        if (!this.keepalive) fail("ping without the keepalive extension in both hellos");
+        // Answered at once (nothing follows our goodbye, a pong included).
+        if (!this.closed) this.queue(Code.pong, [message[1]]);
+        return events.push({ type: "ping", nonce: message[1] });
+      case Code.pong:
+        if (!this.keepalive) fail("pong without the keepalive extension in both hellos");
+        if (this.pingInFlight === null || Number(message[1]) !== this.pingInFlight) {
+          fail(`pong ${String(message[1])} answers no ping of ours`);
+        }
+        this.pingInFlight = null;
+        return events.push({ type: "pong", nonce: message[1] });
       default:
         return this.onPublisherMessage(code, message, events);
     }

@@ -24,7 +24,7 @@
 
 import { PublisherError, RemoteProtocolError, RStreamsError, SessionBroken, SessionClosed, UnknownPublisher } from "./errors.js";
 import { decode, encode, toBytes } from "./msgpack.js";
-import { Connection, SUBPROTOCOL, UNBOUNDED } from "./protocol.js";
+import { Connection, Extension, SUBPROTOCOL, UNBOUNDED } from "./protocol.js";
 import { AdaptiveDemand, DemandWindow } from "./demand.js";
 
 export {
@@ -47,6 +47,7 @@ export {
   Connection,
   DEFAULT_PROTOCOL_LIMITS,
   encodeMessage,
+  Extension,
   PROTOCOL_VERSION,
   SUBPROTOCOL,
   UNBOUNDED,
@@ -85,6 +86,10 @@ function resolveCodec(table, option, what) {
 
 /** How long close() waits for the peer's goodbye before closing anyway (ms). */
 export const GOODBYE_TIMEOUT_MS = 2000;
+/** Keepalive (docs/PROTOCOL.md section 8): ping this long after the last pong (ms). */
+export const KEEPALIVE_INTERVAL_MS = 30_000;
+/** Keepalive: how long a ping waits for its pong before the server is taken for dead (ms). */
+export const KEEPALIVE_TIMEOUT_MS = 30_000;
 /** A publisher pauses while the WebSocket holds more than this many unsent bytes. */
 export const SEND_HIGH_WATER = 4 * 1024 * 1024;
 /** Rates (elements/s, bytes/s) are measured over about this window (ms). */
@@ -103,6 +108,10 @@ const now = () => (typeof performance !== "undefined" ? performance.now() : Date
  * @param {Function} [options.WebSocket] a WebSocket constructor (default: globalThis.WebSocket)
  * @param {object} [options.limits] protocol limits (see DEFAULT_PROTOCOL_LIMITS)
  * @param {number} [options.goodbyeTimeout] ms close() waits for the peer's goodbye
+ * @param {number|null} [options.keepaliveInterval] ms between a pong and the next
+ *   ping, if the server agrees to keepalive (default 30 s; null: do not offer it)
+ * @param {number} [options.keepaliveTimeout] ms a ping waits for its pong; then the
+ *   session ends with SessionBroken("keepalive timeout: ...") (default 30 s)
  * @returns {Promise<Session>}
  * @throws {SessionBroken} the connection could not be opened
  */
@@ -135,7 +144,11 @@ export class Session {
   constructor(ws, url, options = {}) {
     this.url = url;
     this._ws = ws;
-    this._conn = new Connection(options.limits);
+    this._keepaliveInterval = options.keepaliveInterval === undefined ? KEEPALIVE_INTERVAL_MS : options.keepaliveInterval;
+    this._keepaliveTimeout = options.keepaliveTimeout ?? KEEPALIVE_TIMEOUT_MS;
+    this._keepaliveTimer = null; // the next ping, or the deadline of the ping in flight
+    const extensions = this._keepaliveInterval ? [Extension.keepalive] : [];
+    this._conn = new Connection(options.limits, { extensions });
     this._goodbyeTimeout = options.goodbyeTimeout ?? GOODBYE_TIMEOUT_MS;
     this._subscriptions = new Map(); // our Id → Subscription
     this._publishers = new Map(); // path → handler entry
@@ -212,7 +225,36 @@ export class Session {
       throw err;
     }
     for (const event of events) this._dispatch(event);
+    if (this._conn.keepalive && this._keepaliveTimer === null && !this._ended) this._schedulePing();
     this._scheduleFlush();
+  }
+
+  // ---- keepalive (docs/PROTOCOL.md section 8) ----
+
+  _schedulePing() {
+    this._keepaliveTimer = setTimeout(() => this._ping(), this._keepaliveInterval);
+  }
+
+  _ping() {
+    if (this._ended) return;
+    this._conn.sendPing();
+    this._flush();
+    this._keepaliveTimer = setTimeout(() => this._keepaliveExpired(), this._keepaliveTimeout);
+  }
+
+  _onPong() {
+    clearTimeout(this._keepaliveTimer);
+    this._schedulePing();
+  }
+
+  _keepaliveExpired() {
+    this._keepaliveTimer = null;
+    if (this._ended) return;
+    const reason = `keepalive timeout: no pong within ${this._keepaliveTimeout / 1000} s`;
+    this._conn.sendGoodbye(reason);
+    this._flush();
+    this._end(new SessionBroken(reason));
+    this._closeSocket(1000);
   }
 
   _dispatch(event) {
@@ -247,6 +289,10 @@ export class Session {
         this._publications.delete(event.id);
         return pub?._stop();
       }
+      case "pong":
+        return this._onPong();
+      case "ping":
+        return; // the connection has queued the pong
       case "goodbye":
         return this._onGoodbye(event.reason);
       case "handshakeFailed":
@@ -296,6 +342,9 @@ export class Session {
   _end(error) {
     if (this._ended) return;
     this._ended = error;
+    // No timer outlives the session (in Node a pending one keeps the process alive).
+    clearTimeout(this._keepaliveTimer);
+    this._keepaliveTimer = null;
     const subs = [...this._subscriptions.values()];
     this._subscriptions.clear();
     for (const sub of subs) sub._onEnd(error);

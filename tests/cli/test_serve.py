@@ -199,3 +199,41 @@ def test_bad_busy_poll_values_are_usage_errors(value: str) -> None:
     result = rstreams("serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--busy-poll", value)
     assert result.returncode == 2
     assert b"--busy-poll" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["serve", "examples.demo:app"], ["pub", "lines"]])
+def test_servers_have_default_connection_and_idle_limits(command: list[str]) -> None:
+    parser = build_parser()
+    default = server_from_arguments(Router(), parser.parse_args([*command, "--tcp", "127.0.0.1:0"]))
+    assert default.max_connections == 1024
+    assert default.config.idle_timeout == 300
+    chosen = parser.parse_args([*command, "--tcp", "127.0.0.1:0", "--idle-timeout", "2.5", "--max-connections", "3"])
+    server = server_from_arguments(Router(), chosen)
+    assert (server.config.idle_timeout, server.max_connections) == (2.5, 3)
+    never = parser.parse_args([*command, "--tcp", "127.0.0.1:0", "--idle-timeout", "0"])
+    assert server_from_arguments(Router(), never).config.idle_timeout is None
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "nan"])
+def test_bad_idle_timeouts_are_usage_errors(value: str) -> None:
+    result = rstreams("serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--idle-timeout", value)
+    assert result.returncode == 2
+    assert b"--idle-timeout" in result.stderr
+
+
+def test_idle_timeout_closes_a_silent_client_with_goodbye(tmp_path: Path) -> None:
+    import socket
+
+    from rstreams.protocol import Goodbye, Hello, MessageDecoder, encode
+
+    args = ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--idle-timeout", "0.5", "--log-level", "info"]
+    with ServeProcess.start(args, tmp_path / "log") as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+            client.sendall(encode(Hello()))
+            received = b""
+            while chunk := client.recv(4096):  # until the server closes
+                received += chunk
+        decoder = MessageDecoder()
+        decoder.feed(received)
+        messages = list(decoder)
+        assert messages[-1] == Goodbye(reason="idle timeout: nothing received and no stream open for 0.5 s")

@@ -231,7 +231,7 @@ def test_wrong_field_counts_are_refused(message: list[object]) -> None:
 
 
 UNKNOWN_CODES = {
-    "12": [12, 1],
+    "14 (after the keepalive extension's 12 and 13)": [14, 1],
     "255": [255],
     "negative": [-1, 1],
     "float 5.0": [5.0, 1, b"\x01"],

@@ -29,6 +29,8 @@ from rstreams.protocol import (
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
+    Ping,
+    Pong,
     ProtocolLimits,
     RemoteProtocolError,
     Request,
@@ -50,6 +52,8 @@ _ARITY = {
     MessageType.ON_NEXT_PART: (3, 3),
     MessageType.ON_NEXT_LAST_PART: (3, 3),
     MessageType.GOODBYE: (1, 1),
+    MessageType.PING: (1, 1),
+    MessageType.PONG: (1, 1),
 }
 
 
@@ -137,6 +141,10 @@ def _reference_decode(obj: Any, limits: ProtocolLimits) -> Message:  # noqa: C90
         return OnNextLastPart(
             subscriber=_id(obj[1], "subscriber"), element=_id(obj[2], "element"), data=_bin(obj[3], "data")
         )
+    if code == MessageType.PING:
+        return Ping(nonce=_id(obj[1], "ping nonce"))
+    if code == MessageType.PONG:
+        return Pong(nonce=_id(obj[1], "pong nonce"))
     return Goodbye(reason=_str(obj[1], "reason"))
 
 
@@ -156,7 +164,7 @@ _fields = st.one_of(
     st.lists(st.one_of(_edge_ints, st.text(max_size=2)), max_size=3).map(tuple),
     st.lists(st.integers(), max_size=3),
 )
-_codes = st.one_of(st.integers(-1, 13), st.sampled_from([True, 1.0, "1", None]))
+_codes = st.one_of(st.integers(-1, 15), st.sampled_from([True, 1.0, "1", None]))
 _ids = st.one_of(st.integers(0, MAX_ID), _edge_ints)
 _valid_fields = {
     "id": _ids,
@@ -178,6 +186,8 @@ _SHAPES = {
     MessageType.ON_NEXT_PART: ["id", "id", "bin"],
     MessageType.ON_NEXT_LAST_PART: ["id", "id", "bin"],
     MessageType.GOODBYE: ["str"],
+    MessageType.PING: ["id"],
+    MessageType.PONG: ["id"],
 }
 
 

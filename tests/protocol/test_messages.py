@@ -41,6 +41,9 @@ def test_message_codes_are_the_profile_table() -> None:
         "ON_NEXT_PART": 9,
         "ON_NEXT_LAST_PART": 10,
         "GOODBYE": 11,
+        # The keepalive extension's (PROTOCOL.md section 8).
+        "PING": 12,
+        "PONG": 13,
     }
 
 

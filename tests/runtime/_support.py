@@ -16,9 +16,12 @@ import trio
 import trio.testing
 
 import rstreams
-from rstreams.protocol import Goodbye, Hello, Message, MessageDecoder, encode
+from rstreams.protocol import Extension, Goodbye, Hello, Message, MessageDecoder, encode
 
 UNBOUNDED = 2**63 - 1
+
+#: The hello of a session with the default config: it announces keepalive.
+SESSION_HELLO = Hello(extensions=(int(Extension.KEEPALIVE),))
 
 #: Split elements above 1 KiB so that splitting shows up with small elements.
 SMALL_SPLIT_CONFIG = rstreams.SessionConfig(limits=rstreams.ProtocolLimits(split_threshold=1024))

@@ -31,6 +31,7 @@ from rstreams.protocol import (
 )
 
 from ._support import (
+    SESSION_HELLO,
     Probe,
     RawPeer,
     blob,
@@ -130,7 +131,7 @@ async def test_valid_messages_then_garbage_in_one_read(harness, before: bytes) -
 async def test_anything_but_hello_first(harness, first: bytes) -> None:
     with trio.fail_after(10):
         peer, session = await harness.open_raw()
-        assert await peer.receive() == Hello()  # the server says hello without waiting
+        assert await peer.receive() == SESSION_HELLO  # the server says hello without waiting
         await peer.send_raw(first)
         reason = await expect_protocol_error(peer, session)
         if first != b"\xc1":
@@ -171,7 +172,7 @@ async def test_goodbye_for_an_early_protocol_error_still_follows_our_hello() -> 
             gated.gate.set()
             messages = await peer.rest()
     assert isinstance(messages[-1], Goodbye) and messages[-1].reason.startswith("protocol error:")
-    assert messages[0] == Hello()
+    assert messages[0] == SESSION_HELLO
 
 
 async def test_unsupported_version(harness) -> None:
@@ -401,7 +402,7 @@ async def test_silent_peer_hits_the_handshake_timeout(autojump_clock) -> None:
             nursery.start_soon(server.serve_stream, server_stream)
             silent = RawPeer(silent_stream)
             start = trio.current_time()
-            assert await silent.receive() == Hello()
+            assert await silent.receive() == SESSION_HELLO
             await trio.testing.wait_all_tasks_blocked()
             [session] = server.sessions
             # Say nothing at all.
@@ -428,7 +429,7 @@ async def test_a_peer_that_sends_only_part_of_its_hello_times_out(autojump_clock
             nursery.start_soon(server.serve_stream, server_stream)
             slow = RawPeer(slow_stream)
             await slow.send_raw(encode(Hello())[:2])
-            assert await slow.receive() == Hello()
+            assert await slow.receive() == SESSION_HELLO
             reason = await slow.expect_goodbye_and_close()
             assert reason.startswith("handshake timeout")
             await wait_no_session_tasks()
@@ -447,7 +448,7 @@ async def test_silent_server_fails_the_client_subscribe(autojump_clock) -> None:
             assert info.value.by_peer is False
             await client.wait_closed()
         messages = await silent.rest()
-        assert messages[0] == Hello()
+        assert messages[0] == SESSION_HELLO
         assert isinstance(messages[1], Subscribe)
         assert messages[-1] == Goodbye(reason="handshake timeout: no hello within 2 s")
 
@@ -500,7 +501,7 @@ async def test_client_facing_an_unsupported_version(raw_publisher_peer) -> None:
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(subscriber)
-                assert await peer.receive() == Hello()
+                assert await peer.receive() == SESSION_HELLO
                 assert isinstance(await peer.receive(), Subscribe)  # the subscription is waiting
                 await peer.send(Hello(version=7))
             [error] = errors
@@ -543,7 +544,7 @@ async def test_subscribe_and_goodbye_in_one_write(harness, publisher: str) -> No
         peer, session = await harness.open_raw()
         await peer.send(Hello(), Subscribe(publisher=publisher, subscriber=1, initial_demand=10), Goodbye(reason="bye"))
         messages = await peer.rest()
-        assert messages == [Hello(), Goodbye(reason="goodbye")]
+        assert messages == [SESSION_HELLO, Goodbye(reason="goodbye")]
         await session.wait_closed()
         assert session.close_reason == "bye"
         await assert_recovered(harness, session)
@@ -555,7 +556,7 @@ async def test_many_subscribes_then_goodbye_in_one_write(harness) -> None:
         subscribes = [Subscribe(publisher="range?count=3", subscriber=n, initial_demand=3) for n in range(1, 3001)]
         await peer.send(Hello(), *subscribes, Goodbye(reason="bye"))
         messages = await peer.rest()
-        assert messages[0] == Hello() and messages[-1] == Goodbye(reason="goodbye")
+        assert messages[0] == SESSION_HELLO and messages[-1] == Goodbye(reason="goodbye")
         assert sum(isinstance(m, Goodbye) for m in messages) == 1
         await session.wait_closed()
         await assert_recovered(harness, session)

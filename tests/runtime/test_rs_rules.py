@@ -40,6 +40,7 @@ from rstreams.protocol import (
 )
 
 from ._support import (
+    SESSION_HELLO,
     UNBOUNDED,
     Probe,
     collect,
@@ -404,7 +405,7 @@ async def test_hello_is_sent_without_waiting_and_optimistic_sends_are_served(har
         await peer.send(Hello(), Subscribe(publisher="range?count=2", subscriber=7, initial_demand=2))
         messages = await peer.receive_until(OnComplete)
         assert messages == [
-            Hello(),
+            SESSION_HELLO,
             Subscribed(subscriber=7),
             OnNext(subscriber=7, element=u32(0)),
             OnNext(subscriber=7, element=u32(1)),

@@ -213,3 +213,54 @@ def test_server_arguments() -> None:
     server = rstreams.Server(standard_app(), max_connections=3)
     assert server.sessions == frozenset()
     assert server.max_connections == 3
+
+
+# ---- a peer that resets the connection ------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["idle", "streaming", "websocket streaming"])
+async def test_a_peer_resetting_the_connection_is_at_most_one_log_line(caplog, when: str) -> None:
+    import logging
+    import socket
+    import struct
+
+    from rstreams.protocol import Subscribe, encode
+
+    from ._support import new_session
+
+    caplog.set_level(logging.INFO)
+    server = rstreams.Server(standard_app())
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            websocket = when.startswith("websocket")
+            serve = server.serve_websocket if websocket else server.serve_tcp
+            listeners = await nursery.start(serve, "127.0.0.1", 0)
+            port = rstreams.listener_port(listeners[0])
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            hello = encode(Hello())
+            if when != "idle":
+                hello += encode(Subscribe(publisher="range?count=100000000", subscriber=1, initial_demand=10**9))
+            if websocket:
+                from wsproto import WSConnection
+                from wsproto.connection import ConnectionType
+                from wsproto.events import AcceptConnection, BytesMessage, Request
+
+                client = WSConnection(ConnectionType.CLIENT)
+                await stream.send_all(client.send(Request(host="127.0.0.1", target="/", subprotocols=["rstreams.v0"])))
+                accepted = False
+                while not accepted:
+                    client.receive_data(await stream.receive_some(65536))
+                    accepted = any(isinstance(event, AcceptConnection) for event in client.events())
+                hello = client.send(BytesMessage(data=hello))
+            await stream.send_all(hello)
+            session = await new_session(server)
+            await stream.receive_some(65536)  # served: something came back
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            stream.socket.close()  # a reset (RST), not a FIN
+            await session.wait_closed()
+            nursery.cancel_scope.cancel()
+    assert session.close_reason is not None  # (a reset, or end of stream: the kernel decides)
+    records = [record for record in caplog.records if record.name.startswith("rstreams")]
+    assert len(records) <= 1, [record.getMessage() for record in records]
+    assert all(record.exc_info is None for record in records)
+    assert "Traceback" not in caplog.text

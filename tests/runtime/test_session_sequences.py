@@ -32,6 +32,7 @@ from rstreams.protocol import Goodbye, Message, MessageDecoder, OnComplete, OnEr
 from ._support import RawPeer
 
 HELLO = bytes.fromhex("93000090")
+HELLO_KEEPALIVE = bytes.fromhex("9300009101")  # hello(0, [1]): the keepalive extension
 SUBSCRIBE_TICKER = bytes.fromhex("9401a67469636b65720100")  # subscribe("ticker", 1, 0)
 CANCEL_1 = bytes.fromhex("920301")  # cancel(1)
 REQUEST_1_0 = bytes.fromhex("93020100")  # request(1, 0)
@@ -131,6 +132,9 @@ VALID = st.one_of(
     st.builds(lambda n, i: [1, n, i], NAMES, IDS),
     st.builds(lambda i, d: [2, i, d], IDS, DEMANDS),
     st.builds(lambda i: [3, i], IDS),
+    # The keepalive extension's ping: answered when the hello offered it,
+    # a protocol error when it did not.
+    st.builds(lambda i: [12, i], IDS),
 )
 INVALID = st.sampled_from(
     [
@@ -145,6 +149,8 @@ INVALID = st.sampled_from(
         HELLO,  # hello twice
         pack([0, 7, []]),  # another version
         pack([11, "bye"]),  # the peer's goodbye
+        pack([13, 1]),  # a pong for a ping the session never sent
+        pack([12, -1]),  # a ping whose nonce is no Id
     ]
 )
 # A subscribe and what may follow it on the same stream, back to back: the
@@ -171,8 +177,8 @@ def reads(draw: st.DrawFn) -> tuple[list[bytes], bool]:
     another version (then the session's goodbye names that, not a protocol
     error)."""
     messages = draw(MESSAGES)
-    with_hello = draw(st.sampled_from([True] * 9 + [False]))
-    data = (HELLO if with_hello else b"") + b"".join(map(encoded, messages))
+    hello = draw(st.sampled_from([HELLO] * 5 + [HELLO_KEEPALIVE] * 4 + [b""]))
+    data = hello + b"".join(map(encoded, messages))
     cuts = sorted(draw(st.lists(st.integers(min_value=1, max_value=max(1, len(data) - 1)), max_size=6, unique=True)))
     chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)]) if data[a:b]]
     other_version = any(m == pack([0, 7, []]) for m in messages)
