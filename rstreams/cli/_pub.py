@@ -12,6 +12,7 @@ import trio
 from .._publish import Router, Sink
 from ._common import (
     COMMAND_SUMMARIES,
+    DEFAULT_MAX_CONNECTIONS,
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
@@ -160,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.serve:
         if args.tcp:
             raise CommandError("--tcp is for serving the lines: rstreams pub --serve NAME --tcp HOST:PORT", EXIT_USAGE)
-        for option, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--max-connections", args.max_connections)):
+        given_max = None if args.max_connections == DEFAULT_MAX_CONNECTIONS else args.max_connections
+        for option, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--max-connections", given_max)):
             if value is not None:
                 raise CommandError(f"{option} is for --serve", EXIT_USAGE)
         from ._pub_client import run_client

@@ -280,7 +280,7 @@ async def test_range_on_the_wire(demo_url: str) -> None:
                 assert data, f"connection closed after {messages}"
                 unpacker.feed(data)
                 messages.extend(unpacker)
-            assert messages[0] == [0, 0, []]
+            assert messages[0] == [0, 0, [1]]  # hello: profile 0, the keepalive extension
             assert messages[1] == [4, 1, 8]
             elements: list[bytes] = []
             for message in messages[2:-1]:
