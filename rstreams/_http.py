@@ -383,9 +383,12 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
 
 def _log_refused_origin(stream: trio.abc.Stream, request: h11.Request) -> None:
     peer = peer_address(stream)
-    origin = b", ".join(_header(request, b"origin")).decode("latin-1")
+    headers = _header(request, b"origin")
+    origin = b", ".join(headers).decode("latin-1")
     fields = {"event": "origin_refused", "peer": peer, "origin": origin, "reason": "origin not allowed"}
-    logger.info("WebSocket upgrade refused: %s from origin %s", peer, origin, extra=fields)
+    # The page only sees its WebSocket fail: the operator's terminal is where the fix is named.
+    hint = f" (allow it with --allow-origin {origin})" if len(headers) == 1 else ""
+    logger.info("WebSocket upgrade refused: %s from origin %s%s", peer, origin, hint, extra=fields)
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:
