@@ -45,6 +45,7 @@ from ._logs import logger, peer_address
 from ._websocket import SUBPROTOCOL, WebSocketStream
 
 __all__ = [
+    "CLIENT_MODULES",
     "DEFAULT_STATIC_DIR",
     "MAX_REQUEST_HEAD",
     "REQUEST_HEAD_TIMEOUT",
@@ -64,6 +65,11 @@ KiB = 1024
 
 #: Where the browser client and demo pages ship: ``rstreams/web/``.
 DEFAULT_STATIC_DIR = Path(__file__).resolve().parent / "web"
+# The browser client's modules: rstreams.js and what it imports. A listener
+# serving a directory of the user's own pages serves these too (from
+# DEFAULT_STATIC_DIR, unless the directory has its own), so a page of the
+# user's imports /rstreams.js from the origin it connects to.
+CLIENT_MODULES = ("rstreams.js", "errors.js", "msgpack.js", "protocol.js", "demand.js")
 #: The largest request head read (h11's default, and plenty for a browser).
 MAX_REQUEST_HEAD = 16 * KiB
 #: Seconds a client has to send its request head (and, for a file, to
@@ -295,6 +301,26 @@ def _read_static(directory: Path, name: str) -> bytes | None:
         return None
 
 
+def _site_files(static_dir: Path | None, client_dir: Path | None) -> list[str]:
+    files = [] if static_dir is None else _static_files(static_dir)
+    if client_dir is not None:
+        own = set(files)
+        files += [name for name in CLIENT_MODULES if name not in own and (client_dir / name).is_file()]
+    return files
+
+
+def _read_site_file(static_dir: Path | None, client_dir: Path | None, name: str) -> bytes | None:
+    # The directory's own file first; a client module from client_dir only
+    # by its listed name (never a path built from the request).
+    if static_dir is not None:
+        content = _read_static(static_dir, name)
+        if content is not None:
+            return content
+    if client_dir is not None and name in CLIENT_MODULES:
+        return _read_static(client_dir, name)
+    return None
+
+
 # ---- I/O ----------------------------------------------------------------------
 
 
@@ -304,6 +330,8 @@ class Site:
 
     static_dir: Path | None
     origins: OriginPolicy
+    # Where CLIENT_MODULES come from when static_dir lacks them (None: nowhere).
+    client_dir: Path | None = None
     max_message_size: int
     head_timeout: float = REQUEST_HEAD_TIMEOUT
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
@@ -331,17 +359,17 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
                 await _answer(stream, connection, Route(RouteKind.ERROR, status=status, message=str(request)))
                 return None
             # The listing is only needed for files (a thread hop: skip it otherwise).
-            static_dir = site.static_dir
             path = request.target.split(b"?", 1)[0].decode("ascii", "replace")
             files: list[str] = []
-            if static_dir is not None and not is_upgrade(request) and path not in site.endpoints:
-                files = await trio.to_thread.run_sync(_static_files, static_dir)
+            has_files = site.static_dir is not None or site.client_dir is not None
+            if has_files and not is_upgrade(request) and path not in site.endpoints:
+                files = await trio.to_thread.run_sync(_site_files, site.static_dir, site.client_dir)
             route = route_request(request, files, site.origins, site.endpoints, upgrades=site.upgrades)
             if route.status == 403 and is_upgrade(request):
                 _log_refused_origin(stream, request)
             if route.kind is RouteKind.UPGRADE:
                 return await _upgrade(stream, connection, request, site)
-            await _answer(stream, connection, route, static_dir, site.endpoints)
+            await _answer(stream, connection, route, site)
             return None
         await trio.aclose_forcefully(stream)
         return None
@@ -355,9 +383,12 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
 
 def _log_refused_origin(stream: trio.abc.Stream, request: h11.Request) -> None:
     peer = peer_address(stream)
-    origin = b", ".join(_header(request, b"origin")).decode("latin-1")
+    headers = _header(request, b"origin")
+    origin = b", ".join(headers).decode("latin-1")
     fields = {"event": "origin_refused", "peer": peer, "origin": origin, "reason": "origin not allowed"}
-    logger.info("WebSocket upgrade refused: %s from origin %s", peer, origin, extra=fields)
+    # The page only sees its WebSocket fail: the operator's terminal is where the fix is named.
+    hint = f" (allow it with --allow-origin {origin})" if len(headers) == 1 else ""
+    logger.info("WebSocket upgrade refused: %s from origin %s%s", peer, origin, hint, extra=fields)
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:
@@ -414,23 +445,22 @@ async def _answer(
     stream: trio.abc.Stream,
     connection: h11.Connection,
     route: Route,
-    static_dir: Path | None = None,
-    endpoints: Mapping[str, Endpoint] | None = None,
+    site: Site | None = None,
 ) -> None:
     status, body, kind = route.status, (route.message + "\n").encode(), "text/plain; charset=utf-8"
     headers = [("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"), ("Connection", "close")]
     if route.kind is RouteKind.ENDPOINT:
-        assert endpoints is not None
+        assert site is not None
         try:
-            status, kind, body = endpoints[route.name]()
+            status, kind, body = site.endpoints[route.name]()
         except Exception:
             # Our bug, not the client's: it costs this answer, never the
             # listener (an escaping error would end every connection on it).
             logger.exception("the %s endpoint failed", route.name)
             status, body = 500, b"internal error: see the server's log\n"
     if route.kind is RouteKind.FILE:
-        assert static_dir is not None
-        content = await trio.to_thread.run_sync(_read_static, static_dir, route.name)
+        assert site is not None
+        content = await trio.to_thread.run_sync(_read_site_file, site.static_dir, site.client_dir, route.name)
         if content is None:  # gone since the listing
             status, body = 404, b"not found\n"
         else:

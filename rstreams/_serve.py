@@ -249,7 +249,12 @@ class Server:
                 ``Origin`` header is refused with 403. Requests without
                 ``Origin`` (not from a browser) are allowed.
             static_dir: the directory of static files (None: the package's
-                ``rstreams/web``); only files directly in it are served.
+                ``rstreams/web``); only files directly in it are served, and
+                never a path built from the request (``..`` finds nothing).
+                The browser client's modules (``/rstreams.js`` and its
+                neighbours, ``CLIENT_MODULES``) are served from the package
+                too unless the directory has its own, so a page of yours
+                can import the client from the origin it connects to.
             handler_nursery: as for :meth:`serve_tcp`.
 
         Raises:
@@ -264,6 +269,7 @@ class Server:
         own = listener_origins(host, addresses, secure=ssl_context is not None)
         site = Site(
             static_dir=DEFAULT_STATIC_DIR if static_dir is None else Path(static_dir),
+            client_dir=None if static_dir is None else DEFAULT_STATIC_DIR,
             origins=OriginPolicy(own, policy_extra),
             max_message_size=self.config.limits.max_message_size,
             endpoints=self.operator_endpoints(),

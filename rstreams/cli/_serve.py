@@ -25,7 +25,7 @@ from ._common import (
 )
 from ._serving import serve_until_stopped
 
-__all__ = ["add_parser", "load_app"]
+__all__ = ["add_parser", "load_app", "static_directory"]
 
 DESCRIPTION = """\
 Serve the publishers of an rstreams.Router over TCP (or TLS), WebSocket, or both.
@@ -41,7 +41,11 @@ A --ws listener accepts WebSocket sessions at / (subprotocol rstreams.v0) and
 serves the browser client to browsers on the same port: GET / (index.html),
 GET /rstreams.js and the other files of the package's rstreams/web. Browser
 pages from another origin than the listener's own are refused (HTTP 403)
-unless allowed with --allow-origin. With --tls-cert every listener uses TLS
+unless allowed with --allow-origin. With --static-dir DIR the --ws listeners
+serve your own pages instead (the files directly in DIR; GET / is
+DIR/index.html) at their own origin, so they may connect without
+--allow-origin, and import the client from /rstreams.js (the package's,
+unless DIR has its own). Nothing outside DIR is served. With --tls-cert every listener uses TLS
 (tls://, wss://).
 Ctrl-C or SIGTERM stops accepting, says goodbye to every session (queued
 elements drain first, within bounds), prints "rstreams: shut down" and exits
@@ -59,6 +63,7 @@ examples:
   rstreams serve rstreams.demo:app --ws 127.0.0.1:8000          # ws://, and the page at http://127.0.0.1:8000/
   rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --ws 127.0.0.1:8000
   rstreams serve rstreams.demo:app --ws 0.0.0.0:8000 --allow-origin http://myhost:8000
+  rstreams serve myapp:app --ws 127.0.0.1:8000 --static-dir pages  # your pages at http://127.0.0.1:8000/
   rstreams serve rstreams.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
   rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --metrics 127.0.0.1:9100 --log-level info
 """
@@ -90,6 +95,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=[],
         help="also accept WebSocket upgrades from browser pages of ORIGIN "
         "(scheme://host:port; * for any); repeatable",
+    )
+    parser.add_argument(
+        "--static-dir",
+        metavar="DIR",
+        default=None,
+        help="serve the files directly in DIR on the --ws listeners instead of the "
+        "package's pages (the client's modules, /rstreams.js and its imports, stay served)",
     )
     parser.add_argument(
         "--app-dir",
@@ -137,10 +149,27 @@ def load_app(spec: str, app_dir: str = ".") -> Router:
     return app
 
 
+def static_directory(path: str | None, websocket: bool) -> str | None:
+    """Check ``--static-dir`` before anything listens.
+
+    Raises:
+        CommandError: without a --ws listener, or not a directory (status 2).
+    """
+    if path is None:
+        return None
+    if not websocket:
+        raise CommandError("--static-dir is for --ws listeners", EXIT_USAGE)
+    if not os.path.isdir(path):
+        what = "does not exist" if not os.path.exists(path) else "is not a directory"
+        raise CommandError(f"--static-dir {path}: {what}", EXIT_USAGE)
+    return os.path.abspath(path)
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     if args.allow_origin and not args.ws:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
+    static_dir = static_directory(args.static_dir, bool(args.ws))
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
     context = ServeContext(app=app, ssl_context=ssl_context, max_connections=args.max_connections, label=args.app)
@@ -166,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
             args.app,
             websocket_addresses=args.ws or [],
             allowed_origins=args.allow_origin or [],
+            static_dir=static_dir,
             services=services,
             metrics_addresses=args.metrics,
         )

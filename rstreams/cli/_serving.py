@@ -71,6 +71,7 @@ async def serve_until_stopped(
     stop: trio.Event | None = None,
     websocket_addresses: Sequence[tuple[str | None, int]] = (),
     allowed_origins: Sequence[str] = (),
+    static_dir: str | None = None,
     services: Sequence[BridgeService] = (),
     metrics_addresses: Sequence[tuple[str | None, int]] = (),
     on_serving: Callable[[list[str]], None] | None = None,
@@ -80,7 +81,7 @@ async def serve_until_stopped(
 
     ``addresses`` are TCP (TLS with ``ssl_context``) listeners,
     ``websocket_addresses`` WebSocket ones (``wss://`` with ``ssl_context``;
-    ``allowed_origins`` as for ``Server.serve_websocket``), all serving the
+    ``allowed_origins`` and ``static_dir`` as for ``Server.serve_websocket``), all serving the
     same ``server``; ``services`` are the bridges' (``--emp``), whose
     connections are closed together with the sessions on shutdown;
     ``metrics_addresses`` are HTTP listeners of ``/healthz``, ``/stats``
@@ -118,6 +119,7 @@ async def serve_until_stopped(
                         port,
                         ssl_context,
                         allowed_origins=allowed_origins,
+                        static_dir=static_dir,
                         handler_nursery=sessions,
                     )
                     for listener in await _listen(listening, serve, host, port, listen_hint):

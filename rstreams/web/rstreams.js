@@ -113,7 +113,11 @@ const now = () => (typeof performance !== "undefined" ? performance.now() : Date
  * @param {number} [options.keepaliveTimeout] ms a ping waits for its pong; then the
  *   session ends with SessionBroken("keepalive timeout: ...") (default 30 s)
  * @returns {Promise<Session>}
- * @throws {SessionBroken} the connection could not be opened
+ * @throws {SessionBroken} the connection could not be opened. On a page served
+ *   over http(s), the message also names the page's origin and the server's
+ *   --allow-origin option: a server refuses the WebSocket of a page of another
+ *   origin unless allowed, and the browser hides the reason (the 403's body),
+ *   so a refused origin is the likely cause when the server is up.
  */
 export function connect(url, options = {}) {
   const WS = options.WebSocket ?? globalThis.WebSocket;
@@ -133,6 +137,28 @@ export function connect(url, options = {}) {
       (err) => reject(err),
     );
   });
+}
+
+// A WebSocket that fails before open says nothing about why (a browser never
+// shows the page the body of the server's 403). The likeliest cause on a page
+// of another origin than the server's is the server's origin policy, which
+// only the operator can change: name the origin and the option.
+function refusedOriginHint(url) {
+  const origin = globalThis.location?.origin;
+  if (typeof origin !== "string" || !/^https?:\/\//.test(origin)) return ""; // node, file:// pages
+  let serverOrigin = null;
+  try {
+    const target = new URL(url, origin);
+    serverOrigin = `${target.protocol === "wss:" ? "https:" : "http:"}//${target.host}`;
+  } catch {
+    return "";
+  }
+  const where = serverOrigin === origin ? "" : ` (the server is at ${serverOrigin})`;
+  return (
+    `; if the server is up, it likely refused this page's origin ${origin}${where}:` +
+    ` start it with --allow-origin ${origin}, or serve the page from the server's own origin` +
+    ` (rstreams serve ... --ws HOST:PORT --static-dir DIR)`
+  );
 }
 
 /**
@@ -172,10 +198,10 @@ export class Session {
         resolve();
       };
       ws.onerror = () => {
-        if (!this._open) reject(new SessionBroken(`cannot connect to ${url}`));
+        if (!this._open) reject(new SessionBroken(`cannot connect to ${url}${refusedOriginHint(url)}`));
       };
       ws.onclose = (event) => {
-        if (!this._open) reject(new SessionBroken(`cannot connect to ${url} (close code ${event?.code})`));
+        if (!this._open) reject(new SessionBroken(`cannot connect to ${url} (close code ${event?.code})${refusedOriginHint(url)}`));
         this._onTransportClosed(event);
       };
       ws.onmessage = (event) => this._onMessage(event.data);
