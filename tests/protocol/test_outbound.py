@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import SMALL_LIMITS, ConnectionPair, decode, elements_of
 from rstreams.protocol import (
@@ -224,15 +226,10 @@ def test_stream_control_layouts_are_encode_byte_for_byte(subscriber: int, elemen
 
 # ---- gathered writes: buffers_to_send --------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from helpers import ConnectionPair as _Pair  # noqa: E402
-
 _KiB = 1024
 
 
-def _queue(pair: _Pair, streams: list[list[bytes]]) -> None:
+def _queue(pair: ConnectionPair, streams: list[list[bytes]]) -> None:
     # All streams open first: opening one drains what the server queued.
     subscribers = [pair.open_stream(pair.client, initial_demand=len(elements) + 1) for elements in streams]
     for subscriber, elements in zip(subscribers, streams):
@@ -242,7 +239,11 @@ def _queue(pair: _Pair, streams: list[list[bytes]]) -> None:
 @settings(deadline=None, max_examples=60)
 @given(
     streams=st.lists(
-        st.lists(st.sampled_from([8, 1000, 16 * _KiB - 1, 16 * _KiB + 1, 64 * _KiB, 64 * _KiB + 1, 200 * _KiB, 300 * _KiB]), min_size=1, max_size=5),
+        st.lists(
+            st.sampled_from([8, 1000, 16 * _KiB - 1, 16 * _KiB + 1, 64 * _KiB, 64 * _KiB + 1, 200 * _KiB, 300 * _KiB]),
+            min_size=1,
+            max_size=5,
+        ),
         min_size=1,
         max_size=3,
     ),
@@ -252,7 +253,7 @@ def test_buffers_to_send_writes_exactly_what_data_to_send_writes(streams: list[l
     # Same schedule, two ways of taking it: every call returns the same
     # bytes, and large parts come as views of the element, not copies.
     contents = [[bytes([index % 251]) * size for index, size in enumerate(sizes)] for sizes in streams]
-    copying, gathering = _Pair(), _Pair()
+    copying, gathering = ConnectionPair(), ConnectionPair()
     for pair in (copying, gathering):
         pair.open()
         _queue(pair, contents)
@@ -273,7 +274,7 @@ def test_buffers_to_send_writes_exactly_what_data_to_send_writes(streams: list[l
         assert views  # a split element's parts went out uncopied
 
 
-def test_buffers_to_send_then_data_to_send_keeps_the_byte_budget(pair: _Pair) -> None:
+def test_buffers_to_send_then_data_to_send_keeps_the_byte_budget(pair: ConnectionPair) -> None:
     # A gathered call leaves nothing behind that would shorten the next
     # copying one.
     subscriber = pair.open_stream(pair.client, initial_demand=10)
