@@ -37,6 +37,12 @@ sleeping, so one poller keeps the core awake for all of them, and more
 would only spend the run loop's passes on reads that find nothing (16
 sessions each polling their own socket measured 40% slower).
 
+Large elements are written without copying them: ``send_buffers`` takes the
+list ``Connection.buffers_to_send`` returns (the bytes around each large
+split part, and views of the parts themselves) and writes it with one
+gathering ``writev`` per wake-up, as ``send_all`` would write their
+concatenation.
+
 Only plain TCP streams qualify: TLS and WebSocket frame what they send and
 receive, and always go through trio's streams. A write to a connection the
 peer has reset fails with ``EPIPE`` exactly as trio's own ``send`` does
@@ -55,6 +61,8 @@ __all__ = ["DirectSocket", "direct_socket"]
 
 # As trio's SocketStream: these mean the socket was closed under us.
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
+# Buffers per writev: POSIX guarantees IOV_MAX >= 16; Linux allows 1024.
+_MAX_BUFFERS = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 class _PollSlot:
@@ -111,6 +119,40 @@ class DirectSocket:
             return os.write(fd, data)
         except OSError:
             return 0
+
+    async def send_buffers(self, buffers: list[bytearray | memoryview]) -> None:
+        """As ``trio.SocketStream.send_all`` on the buffers joined, without
+        joining them: ``trio.BrokenResourceError`` if the connection broke,
+        ``trio.ClosedResourceError`` if the socket was closed. Always
+        checkpoints; if cancelled, part of the data may have been written
+        (as with ``send_all``, the stream is then unusable)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        pending = buffers
+        first = 0  # buffers before this index are written
+        while first < len(pending):
+            fd = self._socket.fileno()
+            if fd < 0:
+                raise trio.ClosedResourceError("this socket was already closed")
+            try:
+                sent = os.writev(fd, pending[first : first + _MAX_BUFFERS])
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._socket)
+                continue
+            except OSError as exc:
+                if exc.errno in _CLOSED_ERRNOS:
+                    raise trio.ClosedResourceError("this socket was already closed") from None
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            while sent:
+                length = len(pending[first])
+                if sent >= length:
+                    sent -= length
+                    first += 1
+                else:
+                    pending[first] = memoryview(pending[first])[sent:]
+                    sent = 0
+            while first < len(pending) and not len(pending[first]):
+                first += 1  # (an empty buffer left at the front)
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def receive_some(self, max_bytes: int, *, poll_for: float = 0.0) -> bytes:
         """As ``trio.SocketStream.receive_some``: up to ``max_bytes``, b"" at

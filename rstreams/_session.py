@@ -443,8 +443,19 @@ class Session(Peer):
     def _collect(self) -> bytearray:
         """The next write, from the connection's queues; wakes publishers
         that now have room."""
+        data = self._conn.data_to_send(self.config.write_size)
+        self._collected(data)
+        return data
+
+    def _collect_buffers(self) -> list[bytearray | memoryview]:
+        """As ``_collect``, as buffers for a gathering write (plain TCP):
+        large split parts are views of their elements, not copies."""
+        buffers = self._conn.buffers_to_send(self.config.write_size)
+        self._collected(buffers)
+        return buffers
+
+    def _collected(self, data: bytearray | list[bytearray | memoryview]) -> None:
         conn = self._conn
-        data = conn.data_to_send(self.config.write_size)
         self._note_write_progress()
         if data and self._room_waiters:
             # What was collected has left the queues: publishers may prepare
@@ -456,7 +467,6 @@ class Session(Peer):
             for handle in list(self._room_waiters):
                 if conn.queued_bytes(handle.subscriber) < max_queued:
                     handle.wake()
-        return data
 
     async def _wait_drained(self) -> None:
         while (
@@ -469,6 +479,7 @@ class Session(Peer):
     async def _writer(self) -> None:
         conn = self._conn
         stream = self._stream
+        direct = self._direct
         write_size = self.config.write_size
         try:
             # Once per session: let the transport get ready (a TLS handshake
@@ -504,6 +515,19 @@ class Session(Peer):
                 if self._unsent is not None:
                     # The rest of a direct write: it goes before anything else.
                     data, self._unsent = self._unsent, None
+                elif direct is not None:
+                    # Plain TCP: one gathering write, large parts uncopied.
+                    buffers = self._collect_buffers()
+                    if not buffers:
+                        continue
+                    size = sum(map(len, buffers))
+                    self._writing = True
+                    await direct.send_buffers(buffers)
+                    self._writing = False
+                    self._note_write_progress()
+                    self._bytes_out += size
+                    bulk = size >= write_size
+                    continue
                 else:
                     data = self._collect()
                     if not data:

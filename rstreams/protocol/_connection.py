@@ -1080,8 +1080,22 @@ class Connection:
         Returns about ``max_bytes`` at most (one message may go past it);
         the caller owns the returned buffer.
         """
+        data = self._outbound.data_to_send(max_bytes)
+        self._after_taking()
+        return data
+
+    def buffers_to_send(self, max_bytes: int = DEFAULT_WRITE_SIZE) -> list[bytearray | memoryview]:
+        """As :meth:`data_to_send`, the same bytes in the same order, as a
+        list of buffers for a gathering write (``socket.sendmsg``): a large
+        split part is a view of its element instead of a copy. Empty when
+        nothing waits. The caller owns the buffers; write them in order.
+        """
+        buffers = self._outbound.buffers_to_send(max_bytes)
+        self._after_taking()
+        return buffers
+
+    def _after_taking(self) -> None:
         outbound = self._outbound
-        data = outbound.data_to_send(max_bytes)
         self._hello_taken = True
         if outbound.finished:
             for publication in outbound.finished:
@@ -1089,7 +1103,6 @@ class Connection:
                     del self._publications[publication.subscriber]
                     self._remember_finished(publication.subscriber)
             outbound.finished.clear()
-        return data
 
     def __repr__(self) -> str:
         return (

@@ -28,6 +28,16 @@ the element is queued, so whatever sits in a queue is already allowed.
 Elements are queued in chunks exactly as the application handed them over
 (a list of bytes, or one packed buffer of fixed-size elements), so queueing a
 batch costs one append, and writing it costs a few byte appends per element.
+
+**Gathered parts.** The same schedule can be handed out two ways:
+``data_to_send`` copies everything into one bytearray (what TLS and
+WebSocket need, and any stream transport takes), and ``buffers_to_send``
+returns a list of buffers in which each large split part is a view of the
+element itself, between the bytes written around it: a transport with
+``sendmsg`` (plain TCP) writes the list without copying the parts. Both go
+through the same ``_emit``; the only difference is whether ``_emit_part``
+copies a part into the output or notes where its view goes, so the order,
+the quanta and the split points are the same either way.
 """
 
 from __future__ import annotations
@@ -39,7 +49,10 @@ from ._demand import Demand
 from ._messages import MessageType
 from ._state import PUBLICATION_TRANSITIONS, PublicationEvent, PublicationState
 
-__all__ = ["Publication", "Outbound"]
+__all__ = ["Publication", "Outbound", "OutBuffer"]
+
+#: One buffer of a gathered write (see ``Outbound.buffers_to_send``).
+OutBuffer = bytearray | memoryview
 
 #: An element as queued by a publisher: bytes, or a memoryview of a bytes
 #: object (see ``Connection.send_elements``); both are written as they are.
@@ -55,6 +68,10 @@ _TERMINAL_WRITTEN = PublicationEvent.TERMINAL_WRITTEN
 # each element twice, once into the joined bytes and once into the output):
 # cheaper than two appends per element while the copies are small.
 _JOINED_ELEMENT_SIZE = 1024
+# Split parts at least this large are handed out as views when gathering;
+# smaller ones are copied: below it a copy costs less than one more buffer
+# in the list (and this bounds a write's list to a few dozen buffers).
+_GATHER_MIN_PART = 16 * 1024
 
 
 class Publication:
@@ -153,6 +170,10 @@ class Outbound:
         self.ready: deque[Publication] = deque()
         # Ids whose terminal message was written since the last call.
         self.finished: list[Publication] = []
+        # While buffers_to_send runs: where each gathered part goes (its
+        # offset in the output bytearray, its view), and their total size.
+        self._gathered: list[tuple[int, memoryview]] | None = None
+        self._gathered_bytes = 0
 
     def unschedule(self, publication: Publication) -> None:
         if publication.scheduled:
@@ -174,16 +195,42 @@ class Outbound:
     def has_data(self) -> bool:
         return bool(self.control or self.ready)
 
+    def buffers_to_send(self, max_bytes: int) -> list[OutBuffer]:
+        """As ``data_to_send``, as a list of buffers: large split parts are
+        views of their elements (bytes, so they cannot change meanwhile)."""
+        gathered: list[tuple[int, memoryview]] = []
+        self._gathered = gathered
+        self._gathered_bytes = 0
+        try:
+            out = self.data_to_send(max_bytes)
+        finally:
+            self._gathered = None
+            self._gathered_bytes = 0
+        if not gathered:
+            return [out] if out else []
+        buffers: list[OutBuffer] = []
+        view = memoryview(out)
+        start = 0
+        for offset, part in gathered:
+            if offset > start:
+                buffers.append(view[start:offset])
+            buffers.append(part)
+            start = offset
+        if start < len(out):
+            buffers.append(view[start:])
+        return buffers
+
     def data_to_send(self, max_bytes: int) -> bytearray:
         out = self.control
         self.control = bytearray()
         ready = self.ready
         quantum = self.split_threshold
-        while ready and len(out) < max_bytes:
+        # Gathered parts are not in out but count as written.
+        while ready and len(out) + self._gathered_bytes < max_bytes:
             publication = ready.popleft()
             # One quantum per visit, but never far past max_bytes: _emit
             # writes at least one message and stops once over its limit.
-            room = max_bytes - len(out)
+            room = max_bytes - len(out) - self._gathered_bytes
             self._emit(publication, out, len(out) + (quantum if quantum < room else room))
             if publication.state is not _DONE and publication.has_work:
                 ready.append(publication)
@@ -195,7 +242,9 @@ class Outbound:
         threshold = self.split_threshold
         while len(out) < limit:
             if pub.splitting is not None:
-                self._emit_part(pub, out)
+                # A gathered part is written, but not into out: the limit
+                # moves instead, which keeps every check below as it was.
+                limit -= self._emit_part(pub, out)
                 continue
             if not pub.queued_count:
                 if pub.terminal is not None:
@@ -287,7 +336,9 @@ class Outbound:
         pub.split_id = pub.next_element_id
         pub.next_element_id += 1
 
-    def _emit_part(self, pub: Publication, out: bytearray) -> None:
+    def _emit_part(self, pub: Publication, out: bytearray) -> int:
+        # Returns how many bytes of the part were gathered rather than
+        # copied into out.
         element = pub.splitting
         assert element is not None
         offset = pub.split_offset
@@ -300,4 +351,10 @@ class Outbound:
             code = MessageType.ON_NEXT_PART
             pub.split_offset = end
         out += pub.part_header(code, pub.split_id, end - offset)
+        gathered = self._gathered
+        if gathered is not None and end - offset >= _GATHER_MIN_PART:
+            gathered.append((len(out), element[offset:end]))
+            self._gathered_bytes += end - offset
+            return end - offset
         out += element[offset:end]
+        return 0

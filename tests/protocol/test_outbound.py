@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import SMALL_LIMITS, ConnectionPair, decode, elements_of
 from rstreams.protocol import (
@@ -220,3 +222,63 @@ def test_stream_control_layouts_are_encode_byte_for_byte(subscriber: int, elemen
     publication.element_size = element_size
     assert publication.subscribed_message() == encode(Subscribed(subscriber=subscriber, element_size=element_size))
     assert publication.on_complete_message() == encode(OnComplete(subscriber=subscriber))
+
+
+# ---- gathered writes: buffers_to_send --------------------------------------
+
+_KiB = 1024
+
+
+def _queue(pair: ConnectionPair, streams: list[list[bytes]]) -> None:
+    # All streams open first: opening one drains what the server queued.
+    subscribers = [pair.open_stream(pair.client, initial_demand=len(elements) + 1) for elements in streams]
+    for subscriber, elements in zip(subscribers, streams):
+        pair.server.send_elements(subscriber, elements)
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    streams=st.lists(
+        st.lists(
+            st.sampled_from([8, 1000, 16 * _KiB - 1, 16 * _KiB + 1, 64 * _KiB, 64 * _KiB + 1, 200 * _KiB, 300 * _KiB]),
+            min_size=1,
+            max_size=5,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    max_bytes=st.sampled_from([1, 1000, 64 * _KiB, 100 * _KiB, 256 * _KiB, 1 << 20]),
+)
+def test_buffers_to_send_writes_exactly_what_data_to_send_writes(streams: list[list[int]], max_bytes: int) -> None:
+    # Same schedule, two ways of taking it: every call returns the same
+    # bytes, and large parts come as views of the element, not copies.
+    contents = [[bytes([index % 251]) * size for index, size in enumerate(sizes)] for sizes in streams]
+    copying, gathering = ConnectionPair(), ConnectionPair()
+    for pair in (copying, gathering):
+        pair.open()
+        _queue(pair, contents)
+    elements = {id(element) for elements in contents for element in elements}
+    views = 0
+    while copying.server.has_data_to_send:
+        expected = bytes(copying.server.data_to_send(max_bytes))
+        buffers = gathering.server.buffers_to_send(max_bytes)
+        assert b"".join(buffers) == expected
+        assert all(len(buffer) for buffer in buffers)
+        for buffer in buffers:
+            if isinstance(buffer, memoryview) and isinstance(buffer.obj, bytes):
+                assert id(buffer.obj) in elements and len(buffer) >= 16 * _KiB
+                views += 1
+    assert not gathering.server.has_data_to_send
+    assert gathering.server.buffers_to_send(max_bytes) == []
+    if any(size > 64 * _KiB for sizes in streams for size in sizes):
+        assert views  # a split element's parts went out uncopied
+
+
+def test_buffers_to_send_then_data_to_send_keeps_the_byte_budget(pair: ConnectionPair) -> None:
+    # A gathered call leaves nothing behind that would shorten the next
+    # copying one.
+    subscriber = pair.open_stream(pair.client, initial_demand=10)
+    pair.server.send_elements(subscriber, [b"a" * 300 * _KiB, b"b" * 8] * 3)
+    first = pair.server.buffers_to_send(128 * _KiB)
+    assert sum(map(len, first)) >= 128 * _KiB
+    assert len(pair.server.data_to_send(128 * _KiB)) >= 128 * _KiB

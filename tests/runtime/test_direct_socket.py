@@ -539,3 +539,81 @@ async def test_a_server_polls_for_the_next_subscribe_only_while_they_come_quickl
             assert await client.fetch("burst", 3) == _expected(3, 8)
             await trio.testing.wait_all_tasks_blocked()
             assert recorder.of(server)[-1] is False
+
+
+async def test_send_buffers_writes_the_list_in_order_through_partial_writes() -> None:
+    # A small send buffer and a reader that takes a little at a time: writev
+    # takes part of the list, part of one buffer, or nothing, many times over.
+    rng = random.Random(19)
+    buffers: list[bytearray | memoryview] = []
+    for index in range(40):
+        size = rng.choice([1, 100, 5000, 70000, 200000])
+        buffers.append(bytearray(bytes([index]) * size) if index % 2 else memoryview(bytes([index]) * size))
+    expected = b"".join(buffers)
+    with trio.fail_after(20):
+        ours, theirs = await _socket_stream_pair()
+        ours.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        received = bytearray()
+
+        async def read_slowly() -> None:
+            while len(received) < len(expected):
+                received.extend(await theirs.receive_some(rng.choice([1000, 30000])))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_slowly)
+            await _direct(ours).send_buffers(list(buffers))
+        assert bytes(received) == expected
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_send_buffers_raises_what_send_all_raises() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = _direct(ours)
+        await theirs.aclose()
+        with pytest.raises(trio.BrokenResourceError):
+            for _ in range(100):  # the first writes may still land in the buffer
+                await direct.send_buffers([bytearray(b"x" * 65536), memoryview(b"y" * 65536)])
+        await ours.aclose()
+        with pytest.raises(trio.ClosedResourceError):
+            await direct.send_buffers([bytearray(b"late")])
+
+
+async def _large(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``count`` elements of ``size`` bytes, each its own pattern."""
+    count = request.int_param("count", 3, minimum=0)
+    size = request.int_param("size", 8, minimum=4)
+    for index in range(count):
+        await sink.send(_pattern(index, size))
+
+
+def _pattern(index: int, size: int) -> bytes:
+    return (u32(index) * (size // 4 + 1))[:size]
+
+
+async def test_large_elements_over_tcp_go_out_as_gathered_writes() -> None:
+    # Split elements are written from the elements themselves (writev of
+    # views), and arrive whole and in order, with small ones between them.
+    gathered: list[int] = []
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            server = rstreams.Server(rstreams.Router({"large": _large}))
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+            port = listeners[0].socket.getsockname()[1]
+            real = DirectSocket.send_buffers
+
+            async def counting(self: DirectSocket, buffers: list[bytearray | memoryview]) -> None:
+                gathered.append(sum(type(buffer) is memoryview and type(buffer.obj) is bytes for buffer in buffers))
+                await real(self, buffers)
+
+            DirectSocket.send_buffers = counting  # type: ignore[method-assign]
+            try:
+                async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                    for size in (1 << 20, 300_000, 65537, 8):
+                        got = await client.fetch(f"large?count=5&size={size}", 5)
+                        assert got == [_pattern(index, size) for index in range(5)]
+            finally:
+                DirectSocket.send_buffers = real  # type: ignore[method-assign]
+            nursery.cancel_scope.cancel()
+    assert sum(gathered) >= 5 * 16  # at least the 1 MiB elements' parts went uncopied

@@ -1,0 +1,90 @@
+"""A/B one stream read from the demo's ``blob``, with CPU per element on both sides.
+
+    python bench/ab_stream.py ROOT each|batches COUNT SIZE [PREFETCH]
+
+Starts ``rstreams serve examples.demo:app`` from the checkout at ROOT (a copy
+of another commit's ``rstreams`` and ``examples``, say), reads
+``blob?count=COUNT&size=SIZE`` with ``async for`` or ``batches()`` using
+ROOT's rstreams, and prints one JSON line: MB/s, the client's CPU per
+element (process time) and the server's (from /proc, so in 10 ms ticks:
+use enough elements). Interleave runs of two roots for an A/B; issue 19's
+item 3 was measured this way (see NOTES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+root, mode, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+prefetch = int(sys.argv[5]) if len(sys.argv) > 5 else None
+sys.path.insert(0, root)
+os.chdir(root)
+
+import rstreams  # noqa: E402  (from ROOT)
+import trio  # noqa: E402
+
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+port = probe.getsockname()[1]
+probe.close()
+server = subprocess.Popen(
+    [sys.executable, "-m", "rstreams", "serve", "examples.demo:app", "--tcp", f"127.0.0.1:{port}"],
+    env=dict(os.environ, PYTHONPATH=root),
+    cwd=root,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def main() -> None:
+    with trio.fail_after(10):
+        while True:
+            try:
+                async with rstreams.open_session(f"tcp://127.0.0.1:{port}"):
+                    break
+            except OSError:
+                await trio.sleep(0.05)
+    options = {} if prefetch is None else {"prefetch": prefetch}
+    elements = nbytes = 0
+    async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as session:
+        server_start, client_start, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
+        async with session.subscribe(f"blob?count={count}&size={size}", **options) as subscription:
+            if mode == "batches":
+                async for batch in subscription.batches():
+                    elements += len(batch)
+                    nbytes += sum(map(len, batch))
+            else:
+                async for element in subscription:
+                    elements += 1
+                    nbytes += len(element)
+        wall = time.perf_counter() - start
+        client = time.process_time() - client_start
+        served = cpu_seconds(server.pid) - server_start
+    assert elements == count, elements
+    print(
+        json.dumps(
+            {
+                "MBps": nbytes / wall / 1e6,
+                "client_us_per_el": client / elements * 1e6,
+                "server_us_per_el": served / elements * 1e6,
+                "wall": wall,
+            }
+        )
+    )
+
+
+try:
+    trio.run(main)
+finally:
+    server.terminate()
+    server.wait()
