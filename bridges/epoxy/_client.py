@@ -138,9 +138,9 @@ async def publish_epoxy_url(
     next only once the topic took the previous one, so TCP paces the
     sender: the next element is pulled from ``elements`` only when the
     connection's writer has room (``max_write_buffer``). Epoxy events carry
-    no answer, so the count is of events written; the connection is then
-    closed gracefully, and the server runs every event it read before the
-    close.
+    no answer, so the count is of events written: it returns once every
+    event was written to the transport, then closes the connection
+    gracefully, and the server runs every event it reads before the close.
 
     Raises:
         ValueError: a malformed URL (as :func:`connect_epoxy_url`) or a
@@ -162,5 +162,8 @@ async def publish_epoxy_url(
                 async for element in elements:
                     await connection.send_event(PUBLISHERS_SERVICE, "Publish", PublishEvent(topic=topic, value=element))
                     published += 1
+                # Closing gives the writer only close_timeout: a server that
+                # paces us (a full topic) could leave events unwritten then.
+                await connection.wait_written()
                 nursery.cancel_scope.cancel()
     return published
