@@ -125,3 +125,46 @@ async def test_epoxy_refuses_a_topic_name_with_parameters(epoxy_app: tuple[str, 
     url, _, _ = epoxy_app
     with pytest.raises(ValueError, match="not a topic name"):
         await publish_hook("epoxy")(url, "notes?x=1", Counted(1))
+
+
+async def test_epoxy_into_a_topic_that_holds_it_back_delivers_every_event(nursery: trio.Nursery) -> None:
+    # A topic that holds 4 and a subscriber that reads nothing until told:
+    # the server takes events only as the topic has room, so most of 2 MiB
+    # of events wait in the client, and publish has not returned. Once the
+    # subscriber reads, every event arrives, in order of count.
+    app = rstreams.Router()
+    notes = rstreams.Topic("notes", capacity=4)
+    notes.mount(app)
+    server = EpoxyAppServer(app)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    url = listener_url(listener, "epoxy")
+    count = 2048
+    value = b"x" * 1024
+    read: list[bytes] = []
+    published: list[int] = []
+
+    class Values(Counted):
+        async def __anext__(self) -> bytes:
+            await super().__anext__()
+            return value
+
+    with trio.fail_after(20):
+        async with rstreams.open_local_session(app) as session:
+            async with session.subscribe("notes", prefetch=0) as stream:
+
+                async def publish() -> None:
+                    published.append(await publish_hook("epoxy")(url, "notes", Values(count)))
+
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(publish)
+                    while notes.statistics().published < 4:
+                        await trio.sleep(0.01)
+                    await trio.testing.wait_all_tasks_blocked(0.05)
+                    assert not published  # held back by the topic, not returned
+                    stream.request(count)
+                    async for element in stream:
+                        read.append(bytes(element))
+                        if len(read) == count:
+                            break
+        assert published == [count]
+    assert len(read) == count
