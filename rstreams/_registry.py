@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -41,6 +41,7 @@ __all__ = [
     "Scheme",
     "Bridge",
     "BridgeService",
+    "PublishFunction",
     "ServeContext",
     "UnsupportedScheme",
     "registered_bridges",
@@ -110,6 +111,23 @@ class ServeContext:
 ConnectFunction = Callable[..., AbstractAsyncContextManager[Peer]]
 
 
+class PublishFunction(Protocol):
+    """A bridge's ``publish(url, topic, elements, *, ssl_context=None)``.
+
+    Publishes every element of ``elements`` into the topic ``topic`` of the
+    server at ``url``, paced by the protocol (each element is pulled from
+    ``elements`` only when the protocol can take it), and returns how many
+    were published. Raises ``ValueError`` for a malformed URL, ``OSError``
+    when the connection cannot be made, and the bridge's own errors when it
+    ends otherwise. Cancellation closes the connection; elements already
+    sent may have been published.
+    """
+
+    def __call__(
+        self, url: str, topic: str, elements: AsyncIterable[bytes], *, ssl_context: ssl.SSLContext | None = None
+    ) -> Awaitable[int]: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Bridge:
     """A bridge, as the runtime and the command line see it.
@@ -128,6 +146,8 @@ class Bridge:
         add_commands: adds ``rstreams NAME ...`` to the command's subparsers.
         error_status: for ``rstreams sub``: the exit status and message for
             an error of this bridge (None: not one of its errors).
+        publish: for ``rstreams pub``: publishes elements into a topic of a
+            server (a :class:`PublishFunction`); None: the protocol cannot.
     """
 
     name: str
@@ -138,6 +158,7 @@ class Bridge:
     services: Callable[[ServeContext, argparse.Namespace], Sequence[BridgeService]] | None = None
     add_commands: Callable[[Any], None] | None = None
     error_status: Callable[[BaseException], tuple[int, str] | None] | None = None
+    publish: PublishFunction | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -19,6 +19,7 @@ from ._registry import (
     ENTRY_POINT_GROUP,
     Bridge,
     BridgeService,
+    PublishFunction,
     ServeContext,
     Scheme,
     UnsupportedScheme,
@@ -34,6 +35,7 @@ from ._url import BridgeURL, parse_bridge_url, url_scheme
 __all__ = [
     "Bridge",
     "BridgeService",
+    "PublishFunction",
     "BridgeURL",
     "DEFAULT_MEMORY_BUFFER",
     "DEFAULT_PREFETCH",

@@ -16,7 +16,7 @@ from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
 from ..kit import ListenerService
 from ._app import EpoxyAppServer
-from ._client import connect_epoxy_url
+from ._client import connect_epoxy_url, publish_epoxy_url
 from ._settings import DEFAULT_PORT, DEFAULT_TLS_PORT
 
 __all__ = ["BRIDGE"]
@@ -60,4 +60,5 @@ BRIDGE = Bridge(
     services=_services,
     add_commands=_add_commands,
     error_status=_error_status,
+    publish=publish_epoxy_url,
 )

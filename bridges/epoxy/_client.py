@@ -23,7 +23,7 @@ so neither can stall the responses behind it.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
@@ -33,7 +33,7 @@ from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_br
 
 from ..kit import BridgePeer, open_bridge_peer
 from . import bond
-from ._app import PUBLISHERS_SERVICE, Elements, SubscribeRequest
+from ._app import PUBLISHERS_SERVICE, Elements, PublishEvent, SubscribeRequest
 from ._connect import open_epoxy_connection
 from ._errors import EpoxyError, ErrorResponse
 from ._service import serve_services
@@ -41,7 +41,7 @@ from ._settings import DEFAULT_PORT, DEFAULT_TLS_PORT
 from ._structs import ErrorCode
 from ._trio import EpoxyConnection
 
-__all__ = ["EpoxyPeer", "connect_epoxy_url", "subscribe_call"]
+__all__ = ["EpoxyPeer", "connect_epoxy_url", "publish_epoxy_url", "subscribe_call"]
 
 
 async def subscribe_call(connection: EpoxyConnection, name: str) -> list[bytes]:
@@ -92,6 +92,19 @@ async def _serve_nothing(connection: EpoxyConnection) -> None:
         pass  # the peer's streams see why the connection ended
 
 
+def _parse_epoxy_url(url: str, ssl_context: ssl.SSLContext | None) -> tuple[str, int, ssl.SSLContext | None]:
+    # host, port and the TLS context.
+    secure = url.lower().startswith("epoxys:")
+    parsed = parse_bridge_url(url, default_port=DEFAULT_TLS_PORT if secure else DEFAULT_PORT, secure=secure)
+    if parsed.path:
+        raise ValueError(f"URL {url!r} has a path; name the publisher separately")
+    if secure and ssl_context is None:
+        ssl_context = ssl.create_default_context()
+    elif not secure and ssl_context is not None:
+        raise ValueError("ssl_context given for an epoxy:// URL; use epoxys://")
+    return parsed.host, parsed.port, ssl_context
+
+
 @asynccontextmanager
 async def connect_epoxy_url(url: str, *, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[EpoxyPeer]:
     """Open ``epoxy://HOST[:PORT]`` (``epoxys://`` for TLS) as a peer.
@@ -104,18 +117,53 @@ async def connect_epoxy_url(url: str, *, ssl_context: ssl.SSLContext | None = No
             the handshake (``PeerProtocolError`` for a rejection,
             ``EpoxyTimeout``, ...).
     """
-    secure = url.lower().startswith("epoxys:")
-    parsed = parse_bridge_url(url, default_port=DEFAULT_TLS_PORT if secure else DEFAULT_PORT, secure=secure)
-    if parsed.path:
-        raise ValueError(f"URL {url!r} has a path; name the publisher separately")
-    if secure and ssl_context is None:
-        ssl_context = ssl.create_default_context()
-    elif not secure and ssl_context is not None:
-        raise ValueError("ssl_context given for an epoxy:// URL; use epoxys://")
-    async with open_epoxy_connection(parsed.host, parsed.port, ssl_context=ssl_context) as connection:
+    host, port, ssl_context = _parse_epoxy_url(url, ssl_context)
+    async with open_epoxy_connection(host, port, ssl_context=ssl_context) as connection:
         with caller_sees_its_own_exception():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_serve_nothing, connection)
                 async with open_bridge_peer(EpoxyPeer(connection)) as peer:
                     yield peer
                 nursery.cancel_scope.cancel()
+
+
+async def publish_epoxy_url(
+    url: str, topic: str, elements: AsyncIterable[bytes], *, ssl_context: ssl.SSLContext | None = None
+) -> int:
+    """Publish ``elements`` into the app's topic ``topic``, one ``Publish`` event each; return how many.
+
+    What ``rstreams pub epoxy://HOST:PORT NAME`` uses. Each element is an
+    ``rstreams.Publishers.Publish`` event (``PublishEvent { topic, value }``).
+    The server runs a connection's events one after the other and reads the
+    next only once the topic took the previous one, so TCP paces the
+    sender: the next element is pulled from ``elements`` only when the
+    connection's writer has room (``max_write_buffer``). Epoxy events carry
+    no answer, so the count is of events written: it returns once every
+    event was written to the transport, then closes the connection
+    gracefully, and the server runs every event it reads before the close.
+
+    Raises:
+        ValueError: a malformed URL (as :func:`connect_epoxy_url`) or a
+            topic that is empty or has a query.
+        OSError: the connection could not be made; the Epoxy errors of the
+            handshake and of a connection that ended.
+
+    Cancellation closes the connection; events already written may have
+    been published. Always checkpoints.
+    """
+    if not topic or "?" in topic:
+        raise ValueError(f"{topic!r} is not a topic name")
+    host, port, ssl_context = _parse_epoxy_url(url, ssl_context)
+    published = 0
+    async with open_epoxy_connection(host, port, ssl_context=ssl_context) as connection:
+        with caller_sees_its_own_exception():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_serve_nothing, connection)
+                async for element in elements:
+                    await connection.send_event(PUBLISHERS_SERVICE, "Publish", PublishEvent(topic=topic, value=element))
+                    published += 1
+                # Closing gives the writer only close_timeout: a server that
+                # paces us (a full topic) could leave events unwritten then.
+                await connection.wait_written()
+                nursery.cancel_scope.cancel()
+    return published

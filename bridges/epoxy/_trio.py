@@ -470,6 +470,23 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         await self._send_queued()
         return conversation_id
 
+    async def wait_written(self) -> None:
+        """Wait until everything queued so far was written to the transport.
+
+        :meth:`send_event` returns once at most ``max_write_buffer`` bytes
+        are left unwritten; an event has no answer, so a sender that is about
+        to close calls this to know its events left (closing gives the writer
+        only ``close_timeout``).
+
+        Raises:
+            the connection's end error, if it ended before they were written.
+
+        Cancellation: nothing is undone (what is queued may still go out).
+        Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._wait_written(self._queued + self.config.max_write_buffer)
+
     async def send_protocol_error(self, error_code: int, details: Error | None = None) -> None:
         """Send an Error frame and close: the connection is over.
 

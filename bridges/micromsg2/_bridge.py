@@ -16,7 +16,7 @@ from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
 from ..kit import ListenerService
 from ._broker import MicroMsg2AppServer
-from ._client import connect_mm2_url
+from ._client import connect_mm2_url, publish_mm2_url
 
 __all__ = ["BRIDGE"]
 
@@ -59,4 +59,5 @@ BRIDGE = Bridge(
     services=_services,
     add_commands=_add_commands,
     error_status=_error_status,
+    publish=publish_mm2_url,
 )

@@ -30,7 +30,7 @@ by entering the ``async with``, as over TCP; one opened with no demand
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
@@ -41,13 +41,23 @@ from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_br
 
 from ..kit import BridgePeer, open_bridge_peer, open_tcp_stream, start_connection
 from ._broker import UNKNOWN_PUBLISHER
-from ._errors import StreamError
+from ._connect import open_micromsg2_stream
+from ._errors import MicroMsg2Closed, StreamError
 from ._extensions import MAX_WINDOW, PUBSUB, ExtensionSpec
 from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings
 from ._state import Role
 from ._trio import MicroMsg2Connection
 
-__all__ = ["MicroMsg2Peer", "connect_mm2_url", "stream_error"]
+__all__ = ["PUBLISH_WINDOW", "MicroMsg2Peer", "connect_mm2_url", "publish_mm2_url", "stream_error"]
+
+#: The batch-ack window :func:`publish_mm2_url` suggests when the URL has
+#: none: SENDs in flight to the broker and not yet in their topic (the
+#: broker's own suggestion, ``BROKER_WINDOW``, is the same).
+PUBLISH_WINDOW = 64
+
+# Without acks, how long (seconds) a publish waits after its last SEND for
+# the broker to refuse them (an ERROR) before it closes.
+UNACKNOWLEDGED_GRACE = 0.2
 
 
 def stream_error(name: str, error: StreamError) -> PublisherError:
@@ -130,15 +140,8 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
             stream.unsubscribe()
 
 
-@asynccontextmanager
-async def connect_mm2_url(url: str, *, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[MicroMsg2Peer]:
-    """Open ``mm2://HOST:PORT`` (``mm2s://`` for TLS) as a peer; ``?window=N`` fixes the window.
-
-    Raises:
-        ValueError: a malformed URL (no port, a path, an unknown query
-            parameter, a window that is not in [1, 65535]).
-        OSError: the connection could not be made.
-    """
+def _parse_mm2_url(url: str, ssl_context: ssl.SSLContext | None) -> tuple[str, int, int | None, ssl.SSLContext | None]:
+    # host, port, the URL's window (None: not given) and the TLS context.
     secure = url.lower().startswith("mm2s:")
     parsed = parse_bridge_url(url, secure=secure, allowed_query=frozenset({"window"}))
     if parsed.path:
@@ -153,7 +156,20 @@ async def connect_mm2_url(url: str, *, ssl_context: ssl.SSLContext | None = None
         ssl_context = ssl.create_default_context()
     elif not secure and ssl_context is not None:
         raise ValueError("ssl_context given for an mm2:// URL; use mm2s://")
-    stream = await open_tcp_stream(parsed.host, parsed.port, ssl_context=ssl_context)
+    return parsed.host, parsed.port, window, ssl_context
+
+
+@asynccontextmanager
+async def connect_mm2_url(url: str, *, ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[MicroMsg2Peer]:
+    """Open ``mm2://HOST:PORT`` (``mm2s://`` for TLS) as a peer; ``?window=N`` fixes the window.
+
+    Raises:
+        ValueError: a malformed URL (no port, a path, an unknown query
+            parameter, a window that is not in [1, 65535]).
+        OSError: the connection could not be made.
+    """
+    host, port, window, ssl_context = _parse_mm2_url(url, ssl_context)
+    stream = await open_tcp_stream(host, port, ssl_context=ssl_context)
     connection = MicroMsg2Connection(stream, Role.CLIENT, DEFAULT_SETTINGS)
     with caller_sees_its_own_exception():
         async with trio.open_nursery() as nursery:
@@ -162,3 +178,46 @@ async def connect_mm2_url(url: str, *, ssl_context: ssl.SSLContext | None = None
                     yield peer
             finally:
                 nursery.cancel_scope.cancel()
+
+
+async def publish_mm2_url(
+    url: str, topic: str, elements: AsyncIterable[bytes], *, ssl_context: ssl.SSLContext | None = None
+) -> int:
+    """Publish ``elements`` into the broker's topic ``topic``, one SEND each; return how many.
+
+    What ``rstreams pub mm2://HOST:PORT NAME`` uses. The connection suggests
+    ``batch-ack:max-count=W`` (W: the URL's ``window``, else
+    :data:`PUBLISH_WINDOW`); the broker acknowledges a SEND once the topic
+    took it, so at most W elements are sent and not yet in the topic, and
+    the next element is pulled from ``elements`` only when the window has
+    room. Returns once every SEND was acknowledged. Without acks (a broker
+    that refuses the extension) nothing confirms the SENDs: they were
+    written, and the broker did not end the connection.
+
+    Raises:
+        ValueError: a malformed URL (as :func:`connect_mm2_url`).
+        OSError: the connection could not be made.
+        MicroMsg2Error: the handshake failed, the broker sent an ERROR, or
+            the connection ended before every SEND was acknowledged.
+
+    Cancellation closes the connection; elements already sent may be in the
+    topic. Always checkpoints.
+    """
+    host, port, window, ssl_context = _parse_mm2_url(url, ssl_context)
+    settings = replace(DEFAULT_SETTINGS, optional=(ExtensionSpec.batch_ack(window or PUBLISH_WINDOW),))
+    stream = await open_tcp_stream(host, port, ssl_context=ssl_context)
+    published = 0
+    async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as connection:
+        async for element in elements:
+            await connection.send_message(topic, element)  # waits for the window: the topic's pace
+            published += 1
+        await connection.wait_acknowledged()
+        if connection.window is None:
+            # Without acks nothing confirms the SENDs: give a broker that
+            # refuses them the chance to say so before we close.
+            with trio.move_on_after(UNACKNOWLEDGED_GRACE):
+                await connection.wait_ended()
+        reason = connection.end_reason
+        if reason is not None and not isinstance(reason, MicroMsg2Closed):
+            raise reason
+    return published

@@ -52,6 +52,14 @@ the server that subscribes back to it:
 Input is read only when the server asks for it. pub exits 0 once the input
 ended and the server accepted every line (a topic completes the stream then).
 
+Over a bridge that can publish into a topic, URL is also mm2://HOST:PORT
+(MicroMsg2: one SEND per line, at most the ack window -- ?window=N, default
+64 -- sent and not yet in the topic; exits 0 once the broker acked them all)
+or epoxy://HOST[:PORT] (Bond Epoxy: one rstreams.Publishers.Publish event
+per line, paced by TCP; events have no answer, so exit 0 means all were
+written), and mm2s:// or epoxys:// with --ca. There NAME is a topic (no
+parameters). emp:// and relink:// cannot publish: a usage error (exit 2).
+
 formats (--format):
   raw      each line as its bytes, without the newline (the default)
   jsonl    each line is a JSON value, sent as compact JSON (blank lines skipped)
@@ -85,6 +93,8 @@ examples:
   rstreams sub tcp://127.0.0.1:9000 'chat?history=5'          # read them back
   printf 'hello\\nworld\\n' | rstreams pub ws://127.0.0.1:8000/ 'echo?source='   # prints them back
   rstreams pub tcp://127.0.0.1:9000 chat --file notes.txt
+  echo '{"from": "ann", "text": "hi"}' | rstreams pub mm2://127.0.0.1:7010 chat --format jsonl
+  rstreams pub epoxy://127.0.0.1:25188 chat --file chat.jsonl --format jsonl
   echo '{"t": 21.5}' | rstreams pub tcp://127.0.0.1:9000 chat --format msgpack
 
   tail -f app.log | rstreams pub --serve logs --tcp 127.0.0.1:9001

@@ -18,6 +18,14 @@ subscribes to a route of the server that subscribes back to it:
 Input is read only on the server's demand. The command ends when the stream
 it subscribed to does: a topic completes it once the client's publisher
 completed (end of input) and the topic accepted every line.
+
+Over a bridge whose protocol can publish into a topic (the registry's
+``Bridge.publish``: ``mm2://``, whose SENDs the broker acknowledges once
+the topic took them, and ``epoxy://``, whose ``Publish`` events the server
+runs in order), ``NAME`` is a topic and the bridge carries the lines, read
+only as fast as its protocol takes them. Bridges without ``publish`` (EMP,
+Relink: request-response and channels that cannot reach a topic) are a
+usage error naming the schemes that can publish.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode
 
 import trio
@@ -39,6 +48,9 @@ from .._url import SCHEMES, url_scheme
 from ._client import client_ssl, client_url, report, session_closed
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, run_command
 from ._lines import LineReader
+
+if TYPE_CHECKING:
+    from .._registry import Bridge, PublishFunction
 
 __all__ = ["LINE_FORMATS", "SOURCE", "publish_route", "run_client"]
 
@@ -106,6 +118,7 @@ class _LineSource:
         self.skip_blank = skip_blank
         self.sent = 0
         self.bad_line: str | None = None
+        self._handed_out = False
 
     async def publish(self, sink: Sink) -> None:
         while True:
@@ -126,6 +139,30 @@ class _LineSource:
                 self.lines.unread(line)
                 raise
             self.sent += 1
+
+    def __aiter__(self) -> _LineSource:
+        return self
+
+    async def __anext__(self) -> bytes:
+        # The same lines as an async iterable, for a bridge's publish, which
+        # pulls the next one only when its protocol can take it. The element
+        # handed out before this call was published (or is on its way).
+        if self._handed_out:
+            self.sent += 1
+            self._handed_out = False
+        while True:
+            line = await self.lines.readline()
+            if line is None:
+                raise StopAsyncIteration
+            if self.skip_blank and not line.strip():
+                continue
+            try:
+                element = self.encode(line)
+            except LineError as exc:
+                self.bad_line = f"line {self.sent + 1}: {exc}"
+                raise StopAsyncIteration from None
+            self._handed_out = True
+            return element
 
 
 def _open_input(path: str | None) -> int:
@@ -185,21 +222,87 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
     return status
 
 
+async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, bridge: Bridge, publish: PublishFunction) -> int:
+    source = _LineSource(LineReader(fd), LINE_FORMATS[args.format], skip_blank=args.format != "raw")
+    ssl_context = client_ssl(url, args.ca)
+    status = EXIT_OK
+    published = 0
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signal() -> None:
+                nonlocal status
+                signum = await signals.__anext__()
+                status = 128 + signum  # 130 for SIGINT, as shells report it
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(on_signal)
+            nursery.start_soon(source.lines.run)
+            try:
+                published = await publish(url, args.name, source, ssl_context=ssl_context)
+                if source.bad_line is not None:
+                    status = report(
+                        f"--format {args.format}: {source.bad_line} (the {published} lines before it were published)",
+                        EXIT_DECODE,
+                    )
+            except ValueError as exc:
+                status = report(str(exc), EXIT_USAGE)
+            except Exception as exc:
+                answer = bridge.error_status(exc) if bridge.error_status is not None else None
+                if answer is not None:
+                    status = report(answer[1], answer[0])
+                elif isinstance(exc, OSError):
+                    status = report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
+                else:
+                    raise
+            nursery.cancel_scope.cancel()
+    if status == EXIT_OK:
+        print(f"rstreams: published {published} lines into {args.name}", file=sys.stderr, flush=True)
+    return status
+
+
+def _bridge_publisher(url: str, scheme: str, name: str) -> tuple[Bridge, PublishFunction]:
+    # The bridge answering ``scheme``, if it can publish into a topic.
+    from .._registry import UnsupportedScheme, find_scheme, registered_bridges
+
+    try:
+        bridge, _ = find_scheme(url, scheme)
+    except UnsupportedScheme as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    if bridge.publish is None:
+        can = [*(f"{known}://" for known in SCHEMES)]
+        can += [f"{each.name}://" for other in registered_bridges() if other.publish is not None for each in other.schemes]
+        raise CommandError(
+            f"pub cannot publish over {scheme}:// ({bridge.name} has no way to publish into a topic); "
+            f"it publishes over {', '.join(can)}",
+            EXIT_USAGE,
+        )
+    if "?" in name:
+        raise CommandError(
+            f"over {scheme}:// NAME is a topic, without parameters ({name!r}); "
+            "a NAME?source= publisher needs the rstreams protocol (tcp://, ws://, ...)",
+            EXIT_USAGE,
+        )
+    return bridge, bridge.publish
+
+
 def run_client(args: argparse.Namespace) -> int:
     """``rstreams pub [URL] NAME`` (the command-line module's ``run`` without ``--serve``)."""
     if not args.name or args.name.startswith("?"):
         raise CommandError("NAME must name a topic or publisher", EXIT_USAGE)
     url = client_url(args.url, args.name)
     scheme = url_scheme(url)
-    if scheme not in SCHEMES:
-        raise CommandError(
-            f"pub publishes over {', '.join(f'{known}://' for known in SCHEMES)}, not {scheme}:// "
-            "(publishing needs the server to subscribe back, which only the rstreams protocol does)",
-            EXIT_USAGE,
-        )
+    if scheme in SCHEMES:
+        fd = _open_input(args.file)
+        try:
+            return run_command(lambda: _publish(args, url, fd))
+        finally:
+            if fd != STDIN_FD:
+                os.close(fd)
+    bridge, publish = _bridge_publisher(url, scheme, args.name)
     fd = _open_input(args.file)
     try:
-        return run_command(lambda: _publish(args, url, fd))
+        return run_command(lambda: _publish_over_bridge(args, url, fd, bridge, publish))
     finally:
         if fd != STDIN_FD:
             os.close(fd)

@@ -110,7 +110,7 @@ def test_a_refused_connection() -> None:
         (["chat", "--tcp", "127.0.0.1:0"], b"rstreams pub --serve NAME --tcp HOST:PORT"),
         (["--serve", "chat"], b"--serve needs at least one --tcp"),
         (["--serve", "tcp://127.0.0.1:9000", "chat", "--tcp", "127.0.0.1:0"], b"--serve takes NAME alone"),
-        (["emp://127.0.0.1:7000", "chat"], b"not emp://"),
+        (["emp://127.0.0.1:7000", "chat"], b"pub cannot publish over emp://"),
         (["tcp://127.0.0.1:9000", "chat", "--file", "/nonexistent/lines"], b"cannot read '/nonexistent/lines'"),
     ],
 )

@@ -1,0 +1,153 @@
+"""``rstreams pub mm2://... NAME`` and ``pub epoxy://... NAME``: lines into a topic over a bridge.
+
+Each test starts its own ``rstreams serve rstreams.demo:app --micromsg2
+--epoxy --tcp`` (with a trustme certificate for ``mm2s://`` and
+``epoxys://``), so the demo's ``chat`` topic holds only what the test
+published, and reads it back over TCP with ``rstreams sub
+'chat?history=N' --count N``: the topic's history hands over what is
+already in it, and a line the server is still putting in arrives live, so
+the read does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+import trustme
+
+from ._support import COMMAND_TIMEOUT, ServeProcess, free_port, rstreams
+
+LISTENERS = ["--micromsg2", "127.0.0.1:0", "--epoxy", "127.0.0.1:0", "--tcp", "127.0.0.1:0"]
+SECURE = {"mm2": "mm2s", "epoxy": "epoxys"}
+
+
+BRIDGE_SERVING_LINE = re.compile(r"^rstreams: serving \S+ on (?P<url>[a-z0-9]+://\S+)$")
+
+
+class BridgeServeProcess(ServeProcess):
+    # ServeProcess reads the native schemes' serving lines only.
+    def wait_serving(self, listeners: int = 1, timeout: float = COMMAND_TIMEOUT) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while len(self.urls) < listeners:
+            try:
+                line = self.output.readline(max(0.0, deadline - time.monotonic())).decode()
+            except (EOFError, TimeoutError) as exc:
+                raise AssertionError(f"no serving line ({exc}); stderr:\n{self.log()}") from None
+            match = BRIDGE_SERVING_LINE.match(line)
+            assert match, f"unexpected output line {line!r}"
+            self.urls.append(match["url"])
+        return self.urls
+
+
+class Server:
+    def __init__(self, process: ServeProcess, trust: list[str]) -> None:
+        self.urls = {url.split("://")[0]: url for url in process.urls}
+        self.trust = trust
+        self.process = process
+        self.native = self.urls.get("tcp") or self.urls["tls"]  # tls:// when served with a certificate
+
+    def read_chat(self, count: int) -> list[bytes]:
+        result = rstreams("sub", self.native, f"chat?history={count}", "--count", str(count), *self.trust)
+        assert result.returncode == 0, result.stderr
+        lines: list[bytes] = result.stdout.splitlines()
+        return lines
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with BridgeServeProcess.start(["serve", "rstreams.demo:app", *LISTENERS], tmp_path / "serve.log", listeners=3) as process:
+        yield Server(process, [])
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[Server]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    tls = ["--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")]
+    with BridgeServeProcess.start(["serve", "rstreams.demo:app", *LISTENERS, *tls], tmp_path / "serve.log", listeners=3) as process:
+        yield Server(process, ["--ca", str(tmp_path / "ca.pem")])
+
+
+def _messages(scheme: str, count: int) -> list[dict[str, str]]:
+    return [{"from": scheme, "text": f"hello {i} över {scheme}"} for i in range(count)]
+
+
+def _jsonl(messages: list[dict[str, str]]) -> bytes:
+    return "".join(json.dumps(message, ensure_ascii=False) + "\n" for message in messages).encode()
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_jsonl_lines_go_into_the_chat_topic(server: Server, scheme: str) -> None:
+    messages = _messages(scheme, 5)
+    result = rstreams("pub", server.urls[scheme], "chat", "--format", "jsonl", input=_jsonl(messages))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b""
+    assert result.stderr == b"rstreams: published 5 lines into chat\n"
+    assert [json.loads(line) for line in server.read_chat(5)] == messages
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_over_tls_with_ca(tls_server: Server, scheme: str) -> None:
+    secure = SECURE[scheme]
+    assert tls_server.urls[secure].startswith(f"{secure}://")
+    messages = _messages(secure, 3)
+    result = rstreams("pub", tls_server.urls[secure], "chat", "--format", "jsonl", *tls_server.trust, input=_jsonl(messages))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b"rstreams: published 3 lines into chat\n"
+    assert [json.loads(line) for line in tls_server.read_chat(3)] == messages
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_more_lines_than_the_window_from_a_file_as_msgpack(server: Server, scheme: str, tmp_path: Path) -> None:
+    # 200 elements: past MicroMsg2's default ack window (64), so the acks
+    # pace the SENDs; blank lines are skipped by the JSON formats.
+    messages = _messages(scheme, 200)
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(_jsonl(messages).replace(b"\n", b"\n\n", 3))
+    result = rstreams("pub", server.urls[scheme], "chat", "--file", str(path), "--format", "msgpack")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == b"rstreams: published 200 lines into chat\n"
+    read_back = rstreams("sub", server.native, "chat?history=200", "--count", "200", "--format", "hex")
+    assert read_back.returncode == 0, read_back.stderr
+    assert [msgpack.unpackb(bytes.fromhex(line.decode())) for line in read_back.stdout.splitlines()] == messages
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_a_line_that_is_not_json_ends_the_input_there(server: Server, scheme: str) -> None:
+    messages = _messages(scheme, 2)
+    result = rstreams("pub", server.urls[scheme], "chat", "--format", "jsonl", input=_jsonl(messages) + b"not json\n{}\n")
+    assert result.returncode == 5
+    assert b"line 3: not JSON" in result.stderr
+    assert b"the 2 lines before it were published" in result.stderr
+    assert [json.loads(line) for line in server.read_chat(2)] == messages
+
+
+@pytest.mark.parametrize("scheme", ["emp", "emps", "relink"])
+def test_a_bridge_that_cannot_publish_is_a_usage_error(scheme: str) -> None:
+    result = rstreams("pub", f"{scheme}://127.0.0.1:{free_port()}", "chat", input=b"x\n")
+    assert result.returncode == 2
+    assert f"pub cannot publish over {scheme}://".encode() in result.stderr
+    assert b"mm2://" in result.stderr and b"epoxy://" in result.stderr and b"tcp://" in result.stderr
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_a_name_with_parameters_is_a_usage_error(scheme: str) -> None:
+    result = rstreams("pub", f"{scheme}://127.0.0.1:{free_port()}", "echo?source=", input=b"x\n")
+    assert result.returncode == 2
+    assert b"NAME is a topic, without parameters" in result.stderr
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_a_refused_connection(scheme: str) -> None:
+    result = rstreams("pub", f"{scheme}://127.0.0.1:{free_port()}", "chat", input=b"x\n")
+    assert result.returncode == 4
+    assert result.stderr.startswith(b"rstreams: cannot connect")
