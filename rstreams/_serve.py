@@ -8,6 +8,7 @@ one-call form for when no graceful shutdown is needed beyond cancellation.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import ssl
@@ -20,6 +21,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._accept import serve_listeners
+from ._auth import Authenticate, Authorize
 from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
@@ -60,6 +62,11 @@ class Server:
             defaults plus a 300 s idle timeout).
         max_connections: at most this many sessions at once; a connection
             beyond it is answered hello + goodbye ("server busy") and closed.
+        authenticate: ``async def (token, peer) -> Principal | None``, run
+            once each peer's hello is in (see ``SessionConfig.authenticate``);
+            None refuses the peer with goodbye "authentication failed".
+        authorize: ``def (principal, publisher_name) -> bool``, per
+            subscribe; False answers onError "not authorized: NAME".
     """
 
     def __init__(
@@ -68,12 +75,20 @@ class Server:
         *,
         config: SessionConfig | None = None,
         max_connections: int | None = None,
+        authenticate: Authenticate | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
         # What sessions resolve names with: self.app, then $stats.
         self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
         self.config = DEFAULT_SERVER_CONFIG if config is None else config
+        if authenticate is not None or authorize is not None:
+            self.config = dataclasses.replace(
+                self.config,
+                authenticate=authenticate or self.config.authenticate,
+                authorize=authorize or self.config.authorize,
+            )
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens

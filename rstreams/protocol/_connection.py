@@ -189,9 +189,17 @@ class Connection:
     Args:
         limits: what the peer may send and how we split what we send.
         extensions: extension ids to announce in our hello.
+        token: a bearer token to carry in our hello (the bearer extension,
+            PROTOCOL.md section 9); None: no bearer extension.
     """
 
-    def __init__(self, *, limits: ProtocolLimits = DEFAULT_LIMITS, extensions: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        limits: ProtocolLimits = DEFAULT_LIMITS,
+        extensions: Iterable[int] = (),
+        token: str | None = None,
+    ) -> None:
         self.limits = limits
         self._state = ConnectionState.HANDSHAKING
         self.peer_hello: Hello | None = None
@@ -215,14 +223,18 @@ class Connection:
         self._finished_publications: dict[int, None] = {}
         self._outbound = Outbound(limits.split_threshold)
         # Plain ints (an Extension member is one, but Hello wants exact ints).
-        self._extensions = tuple(index(extension) for extension in extensions)
+        # The bearer extension rides in our hello exactly when we have a token.
+        self._extensions = tuple(index(extension) for extension in extensions if extension != Extension.BEARER)
+        self._token = token
+        if token is not None:
+            self._extensions += (int(Extension.BEARER),)
         self._hello_taken = False  # has data_to_send handed out our hello yet?
         # The keepalive extension: agreed once both hellos list it; then at
         # most one ping of ours is in flight, with this nonce.
         self._keepalive = False
         self._next_ping = 1
         self._ping_in_flight: int | None = None
-        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
+        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions, token=self._token))
 
     # ---- state ---------------------------------------------------------
 
@@ -325,7 +337,7 @@ class Connection:
         hello_unsent = not self._hello_taken
         self._outbound.control.clear()
         if hello_unsent:
-            self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
+            self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions, token=self._token))
         self._waiting.clear()
         self._held = None
         if not self._goodbye_sent:
