@@ -158,3 +158,65 @@ def test_static_token_refuses_an_empty_token() -> None:
 def test_authorize_needs_authenticate() -> None:
     with pytest.raises(ValueError, match="authorize needs authenticate"):
         rstreams.SessionConfig(authorize=only_range)
+
+
+# ---- the token in the WebSocket upgrade ----------------------------------------
+
+
+async def open_websocket_with(port: int, subprotocols: list[str], headers: list[tuple[bytes, bytes]]) -> trio.abc.Stream:
+    # A client whose upgrade carries the token (as a browser does), not its hello.
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import Request
+
+    from rstreams._websocket import _client_handshake
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    request = Request(host=f"127.0.0.1:{port}", target="/", subprotocols=subprotocols, extra_headers=headers)
+    return await _client_handshake(stream, WSConnection(ConnectionType.CLIENT), request, rstreams.SessionConfig())
+
+
+@asynccontextmanager
+async def serving_websocket(authenticate: rstreams.Authenticate) -> AsyncIterator[int]:
+    server = rstreams.Server(standard_app(), authenticate=authenticate)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
+        yield rstreams.listener_port(listeners[0])
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("subprotocols", "headers"),
+    [
+        (["rstreams.v0", f"rstreams.bearer.{TOKEN}"], []),
+        (["rstreams.v0"], [(b"Authorization", f"Bearer {TOKEN}".encode())]),
+    ],
+    ids=["subprotocol", "authorization"],
+)
+async def test_a_token_in_the_websocket_upgrade_is_accepted(subprotocols: list[str], headers: list[tuple[bytes, bytes]]) -> None:
+    hook = Recorder()
+    with trio.fail_after(10):
+        async with serving_websocket(hook) as port:
+            stream = await open_websocket_with(port, subprotocols, headers)
+            assert getattr(stream, "subprotocol") == "rstreams.v0"  # never the bearer one
+            async with rstreams.open_stream_session(stream) as client:
+                await fetch_range(client)
+    [(token, peer)] = hook.seen
+    assert token == TOKEN and peer.transport == "ws"
+
+
+@pytest.mark.parametrize(
+    ("subprotocols", "headers"),
+    [
+        (["rstreams.v0", "rstreams.bearer.wrong"], []),
+        (["rstreams.v0"], [(b"Authorization", b"Basic czNjcmV0")]),
+        (["rstreams.v0"], []),
+    ],
+    ids=["wrong-subprotocol", "not-bearer", "none"],
+)
+async def test_a_websocket_upgrade_without_the_token_is_refused(subprotocols: list[str], headers: list[tuple[bytes, bytes]]) -> None:
+    with trio.fail_after(10):
+        async with serving_websocket(rstreams.static_token(TOKEN)) as port:
+            stream = await open_websocket_with(port, subprotocols, headers)
+            with pytest.raises(rstreams.SessionClosed, match="authentication failed"):
+                async with rstreams.open_stream_session(stream) as client:
+                    await client.fetch("range?count=3", 10)
