@@ -16,6 +16,7 @@ from ._common import (
     CommandError,
     HelpFormatter,
     add_server_arguments,
+    add_server_token_arguments,
     configure_logging,
     parse_address,
     parse_origin,
@@ -74,6 +75,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. rstreams.demo:app")
     add_server_arguments(parser, tcp_required=False)
+    add_server_token_arguments(parser)
     parser.add_argument(
         "--ws",
         metavar="HOST:PORT",
@@ -142,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_origin and not args.ws:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     app = load_app(args.app, args.app_dir)
-    ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
+    ssl_context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
     context = ServeContext(app=app, ssl_context=ssl_context, max_connections=args.max_connections, label=args.app)
     services_by_bridge = {
         bridge.name: list(bridge.services(context, args)) for bridge in registered_bridges() if bridge.services is not None
