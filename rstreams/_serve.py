@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import ssl
 import time
 from collections.abc import Iterable, Sequence
@@ -136,6 +137,11 @@ class Server:
         transport = transport_name(stream)
         opened: Session | None = None
         try:
+            if isinstance(stream, trio.SSLStream) and await _speaks_plain(stream, config.handshake_timeout):
+                # A tcp:// client at a TLS port: answered in its own terms.
+                self._totals.connection_refused()
+                await _refuse(stream.transport_stream, TLS_PORT_REASON)
+                return
             async with open_stream_session(stream, app=self._routes, config=config) as session:
                 self._sessions.add(session)
                 opened = session
@@ -334,6 +340,31 @@ def listener_url(listener: Listener, scheme: str, path: str = "") -> str:
     host, port = listener_address(listener)
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}:{port}{path}"
+
+
+#: The goodbye a plain (tcp://) client gets from a TLS port, in plain rstreams.
+TLS_PORT_REASON = "this port speaks TLS: use tls://"
+
+# A TLS client's first byte is 0x16 (a handshake record); an rstreams hello
+# starts 0x93 (a 3-item msgpack array).
+_TLS_HANDSHAKE_RECORD = 0x16
+
+
+async def _speaks_plain(stream: trio.SSLStream[Any], timeout: float) -> bool:
+    # Peek (MSG_PEEK: the bytes stay for the TLS handshake) at the client's
+    # first byte before TLS reads it: anything but a TLS handshake record is
+    # a client that does not speak TLS, which would otherwise see the
+    # connection close without a word (OpenSSL sends no alert there).
+    transport = stream.transport_stream
+    if not isinstance(transport, trio.SocketStream):
+        return False
+    first = b""
+    with trio.move_on_after(timeout):
+        try:
+            first = await transport.socket.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return False
+    return bool(first) and first[0] != _TLS_HANDSHAKE_RECORD
 
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:

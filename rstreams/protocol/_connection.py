@@ -229,6 +229,9 @@ class Connection:
         if token is not None:
             self._extensions += (int(Extension.BEARER),)
         self._hello_taken = False  # has data_to_send handed out our hello yet?
+        # The first bytes the peer sent: TLS where hello was expected is named
+        # as such (see _tls_where_hello_was_expected).
+        self._opening = bytearray()
         # The keepalive extension: agreed once both hellos list it; then at
         # most one ping of ours is in flight, with this nonce.
         self._keepalive = False
@@ -266,6 +269,8 @@ class Connection:
         if self._state in _DEAF_STATES:
             return
         view = memoryview(data)
+        if len(self._opening) < 6:
+            self._opening += view[: 6 - len(self._opening)]
         limit = self.limits.max_message_size
         # Hand the Unpacker at most one message-size at a time, and only after
         # it has parsed what it holds (see events), so its buffer limit can
@@ -323,10 +328,13 @@ class Connection:
         try:
             self._parse(events, max_events if max_events is not None else _NO_EVENT_LIMIT)
         except RemoteProtocolError as exc:
-            self._fail(exc)
+            error = (_tls_where_hello_was_expected(self._opening) if self.peer_hello is None else None) or exc
+            self._fail(error)
             if events:
-                self._deferred_error = exc
+                self._deferred_error = error
                 return events
+            if error is not exc:
+                raise error from exc
             raise
         return events
 
@@ -1130,3 +1138,21 @@ def _describe_element(element: object) -> str:
     if type(element.obj) is not bytes:
         return f"a memoryview of {type(element.obj).__name__}"
     return "a memoryview of bytes that is not one run of bytes"
+
+
+# TLS records start with their content type: 0x15 an alert, 0x16 a handshake,
+# whose message type (the sixth byte) is 1 for ClientHello, 2 for ServerHello.
+# Neither byte starts a msgpack array, so a peer that speaks TLS fails
+# decoding on its first byte; saying so beats "a message must be an array".
+_TLS_ALERT = 0x15
+_TLS_HANDSHAKE = 0x16
+_TLS_CLIENT_HELLO = 1
+
+
+def _tls_where_hello_was_expected(opening: bytearray) -> RemoteProtocolError | None:
+    if not opening or opening[0] not in (_TLS_ALERT, _TLS_HANDSHAKE):
+        return None
+    if opening[0] == _TLS_HANDSHAKE and len(opening) >= 6 and opening[5] == _TLS_CLIENT_HELLO:
+        return RemoteProtocolError("the peer speaks TLS where hello was expected: this port is plain, use tcp://")
+    return RemoteProtocolError("this port speaks TLS: use tls://")
+

@@ -105,3 +105,21 @@ def test_client_certificate_options_need_tls(tmp_path: Path) -> None:
     result = rstreams("sub", "tls://127.0.0.1:1", "range", "--key", "key.pem")
     assert result.returncode == 2
     assert b"--key needs --cert" in result.stderr
+
+
+def test_tls_failures_say_what_to_do(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    args = ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--tls-cert", str(tmp_path / "server.pem")]
+    with ServeProcess.start(args, tmp_path / "log") as server:
+        untrusted = rstreams("sub", server.url, "range?count=1")
+        assert untrusted.returncode == 4
+        assert b"certificate not trusted: pass --ca FILE" in untrusted.stderr
+        plain = rstreams("sub", server.url.replace("tls://", "tcp://"), "range?count=1")
+        assert plain.returncode == 3
+        assert b"rstreams: the server said goodbye: this port speaks TLS: use tls://" in plain.stderr
+    args = ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0"]
+    with ServeProcess.start(args, tmp_path / "log2") as server:
+        secure = rstreams("sub", server.url.replace("tcp://", "tls://"), "range?count=1")
+        assert secure.returncode == 4
+        assert b"this port does not speak TLS: use tcp://" in secure.stderr

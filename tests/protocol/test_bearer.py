@@ -116,3 +116,31 @@ def test_fuzzed_hello_extension_lists_decode_or_fail_cleanly(extensions: list[ob
     assert isinstance(hello, Hello)
     assert (hello.token is not None) == (BEARER in hello.extensions)
     assert decode(bytes(encode(hello))) == [hello]
+
+
+# ---- TLS where hello was expected ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("opening", "reason"),
+    [
+        ("15030300020228", "this port speaks TLS: use tls://"),  # an alert
+        ("160303007a020000760303", "this port speaks TLS: use tls://"),  # ServerHello
+        ("16030100f4010000f00303", "the peer speaks TLS where hello was expected: this port is plain, use tcp://"),
+    ],
+)
+def test_tls_bytes_where_hello_was_expected_are_named(opening: str, reason: str) -> None:
+    connection = Connection()
+    connection.receive_data(bytes.fromhex(opening))
+    with pytest.raises(RemoteProtocolError) as info:
+        connection.events()
+    assert info.value.goodbye_reason == f"protocol error: {reason}"
+
+
+def test_tls_bytes_after_hello_are_a_plain_protocol_error() -> None:
+    connection = Connection()
+    connection.receive_data(bytes(encode(Hello())) + bytes.fromhex("15030300020228"))
+    assert connection.events() == [Hello()]  # (the error comes on the next call)
+    with pytest.raises(RemoteProtocolError) as info:
+        connection.events()
+    assert "TLS" not in info.value.goodbye_reason
