@@ -23,6 +23,7 @@ from ._common import (
     run_command,
     server_from_arguments,
     server_ssl_context,
+    warn,
 )
 from ._serving import serve_until_stopped
 
@@ -156,6 +157,11 @@ def run(args: argparse.Namespace) -> int:
         options_text = ", ".join(options[:-1]) + " or " + options[-1]
         raise CommandError(f"name at least one listener: {options_text}", EXIT_USAGE)
     server = server_from_arguments(app, args)
+    if server.config.authenticate is not None and services and args.tls_client_ca is None:
+        # Their protocols carry no credential (docs/bridges/README.md).
+        names = ", ".join(name for name, found in services_by_bridge.items() if found)
+        warn(f"--token does not cover the bridges' listeners ({names}): their protocols carry no token; "
+             "use --tls-client-ca to require client certificates on every listener")
     for name, bridge_services in services_by_bridge.items():
         if bridge_services:
             server.add_bridge_services(name, bridge_services)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from ._support import COMMAND_TIMEOUT, RSTREAMS, ROOT, ServeProcess, rstreams
+from ._support import COMMAND_TIMEOUT, RSTREAMS, ROOT, OutputLines, ServeProcess, rstreams, start, stop
 
 TOKEN = "cli-s3cret"
 
@@ -123,3 +123,18 @@ def test_tls_failures_say_what_to_do(tmp_path: Path) -> None:
         secure = rstreams("sub", server.url.replace("tcp://", "tls://"), "range?count=1")
         assert secure.returncode == 4
         assert b"this port does not speak TLS: use tcp://" in secure.stderr
+
+
+def test_serve_warns_that_the_token_does_not_cover_bridge_listeners(tmp_path: Path) -> None:
+    args = ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--emp", "127.0.0.1:0", "--token", TOKEN]
+    with open(tmp_path / "log", "wb") as log:
+        process = start(*args, stderr=log)
+    try:
+        assert process.stdout is not None
+        lines = OutputLines(process.stdout).readlines(2)  # serving on tcp://..., on emp://...
+        assert all(line.startswith(b"rstreams: serving ") for line in lines), lines
+    finally:
+        stop(process)
+        assert process.stdout is not None
+        process.stdout.close()
+    assert "--token does not cover the bridges' listeners (emp)" in (tmp_path / "log").read_text()
