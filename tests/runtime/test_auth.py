@@ -220,3 +220,34 @@ async def test_a_websocket_upgrade_without_the_token_is_refused(subprotocols: li
             with pytest.raises(rstreams.SessionClosed, match="authentication failed"):
                 async with rstreams.open_stream_session(stream) as client:
                     await client.fetch("range?count=3", 10)
+
+
+async def test_early_subscribes_cancels_and_requests_wait_for_the_hook_in_order() -> None:
+    from rstreams.protocol import Cancel, OnComplete, OnNext, Request
+
+    many = [Subscribe(publisher="range?count=1", subscriber=10 + i, initial_demand=1) for i in range(300)]
+    with trio.fail_after(20):
+        async with serving(standard_app(), rstreams.static_token(TOKEN)) as (_, port):
+            peer = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+            await peer.send(
+                Hello(extensions=(BEARER,), token=TOKEN),
+                Subscribe(publisher="range?count=3", subscriber=1, initial_demand=0),
+                Cancel(subscriber=1),
+                Subscribe(publisher="range?count=2", subscriber=2, initial_demand=1),
+                Request(subscriber=2, demand=1),
+                *many,
+            )
+            assert isinstance(await peer.receive(), Hello)
+            messages = []
+            ended: set[int] = set()
+            while len(ended) < 301:
+                message = await peer.receive()
+                messages.append(message)
+                if isinstance(message, (OnComplete, OnError)):
+                    ended.add(message.subscriber)
+            await peer.send(Goodbye(reason="bye"))
+            await peer.aclose()
+    assert 1 not in ended  # cancelled before it was answered: never answered
+    assert not any(isinstance(m, OnError) for m in messages)
+    two = [m for m in messages if getattr(m, "subscriber", None) == 2]
+    assert [type(m) for m in two] == [Subscribed, OnNext, OnNext, OnComplete]
