@@ -328,14 +328,19 @@ class Connection:
         try:
             self._parse(events, max_events if max_events is not None else _NO_EVENT_LIMIT)
         except RemoteProtocolError as exc:
-            error = (_tls_where_hello_was_expected(self._opening) if self.peer_hello is None else None) or exc
-            self._fail(error)
-            if events:
-                self._deferred_error = error
-                return events
-            if error is not exc:
-                raise error from exc
-            raise
+            tls = _tls_where_hello_was_expected(self._opening) if self.peer_hello is None else None
+            if tls is None:
+                self._fail(exc)
+                if events:
+                    self._deferred_error = exc
+                    return events
+                raise
+            self._fail(tls)
+            try:
+                raise tls from exc
+            finally:
+                # As above: no local may hold the raised error (frame cycle).
+                del tls
         return events
 
     def _fail(self, error: RemoteProtocolError) -> None:
