@@ -602,6 +602,19 @@ class Session(Peer):
             self._send_queued()
         return True
 
+    def _authorized(self, path: str) -> bool:
+        # A hook that raises refuses (and is logged): the stream gets onError,
+        # the session stays.
+        authorize = self.config.authorize
+        assert authorize is not None
+        if self.principal is None:
+            return False
+        try:
+            return bool(authorize(self.principal, path))
+        except Exception:
+            logger.warning("the authorize hook failed on %r; refusing it", path, exc_info=True)
+            return False
+
     def _note_write_progress(self) -> None:
         progress = self._write_progress
         if progress is not None:
@@ -817,8 +830,7 @@ class Session(Peer):
         if self._close_kind is not None:
             conn.fail(subscriber, "session closing")
             return
-        authorize = self.config.authorize
-        if authorize is not None and self.principal is not None and not authorize(self.principal, path):
+        if self.config.authorize is not None and not self._authorized(path):
             conn.fail(subscriber, f"not authorized: {name}")
             if self._log_streams:
                 self._log_stream("stream_error", subscriber, "not authorized %r", name, reason="not authorized")

@@ -251,3 +251,18 @@ async def test_early_subscribes_cancels_and_requests_wait_for_the_hook_in_order(
     assert not any(isinstance(m, OnError) for m in messages)
     two = [m for m in messages if getattr(m, "subscriber", None) == 2]
     assert [type(m) for m in two] == [Subscribed, OnNext, OnNext, OnComplete]
+
+
+async def test_a_failing_authorize_refuses_the_stream_only(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(principal: rstreams.Principal, name: str) -> bool:
+        if name == "blob":
+            raise RuntimeError("authorize bug")
+        return True
+
+    with trio.fail_after(10):
+        async with serving(standard_app(), Recorder(), broken) as (_, port):
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}", token=TOKEN) as client:
+                with pytest.raises(rstreams.PublisherError, match="not authorized: blob"):
+                    await client.fetch("blob?size=3", 10)
+                await fetch_range(client)
+    assert "the authorize hook failed on 'blob'" in caplog.text
