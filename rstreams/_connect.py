@@ -99,6 +99,8 @@ async def connect(
     Args:
         ssl_context: for the TLS schemes; default: verify against system roots.
         token: a bearer token (reactive-streams-io URLs; see :func:`open_session`).
+            Bridges' URLs ignore it: their protocols carry no credential
+            (docs/bridges/README.md; use mutual TLS there).
         config: the session's settings (reactive-streams-io URLs only;
             None: the defaults, ``SessionConfig()``).
 
