@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from ._version import __version__
 
 if _TYPE_CHECKING:
+    from ._auth import Authenticate, Authorize, PeerInfo, Principal, static_token
     from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
     from ._config import SessionConfig
     from ._connect import connect, open_local_session, open_session
@@ -49,6 +50,11 @@ if _TYPE_CHECKING:
     from .protocol import ElementBatch, ProtocolLimits
 
 __all__ = [
+    "Authenticate",
+    "Authorize",
+    "PeerInfo",
+    "Principal",
+    "static_token",
     "InvalidParameter",
     "ADAPTIVE_BYTE_BUDGET",
     "ADAPTIVE_INITIAL",
@@ -111,6 +117,11 @@ __all__ = [
 
 #: Where each public name lives (module relative to this package).
 _LAZY_NAMES: dict[str, str] = {
+    "Authenticate": "._auth",
+    "Authorize": "._auth",
+    "PeerInfo": "._auth",
+    "Principal": "._auth",
+    "static_token": "._auth",
     "OFFSETS_PUBLISHER": "._topic_offsets",
     "PartitionOffsets": "._topic_offsets",
     "topic_offsets": "._topic_offsets",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._auth import Authenticate, Authorize
 from .protocol import DEFAULT_LIMITS, ProtocolLimits
 
 __all__ = ["SessionConfig", "DEFAULT_CONFIG", "DEFAULT_SERVER_CONFIG", "DEFAULT_IDLE_TIMEOUT"]
@@ -68,6 +69,19 @@ class SessionConfig:
             with ``SessionBroken``. A dead peer is found at most
             ``keepalive_interval + keepalive_timeout`` after it last
             answered (default 30 s: a minute in all).
+        token: a bearer token to carry in our hello (a client's; never in
+            repr or logs); None: none.
+        authenticate: a server's hook, awaited with the peer's token (None
+            without one) and :class:`~rstreams.PeerInfo` once its hello is
+            in and before any of its subscribes is answered; returns the
+            :class:`~rstreams.Principal`, or None to refuse the peer with
+            goodbye ``authentication failed``. Bounded by
+            ``handshake_timeout`` (running out refuses too). None: every
+            peer is admitted.
+        authorize: called with the principal and each publisher name (the
+            path, without the query) the peer subscribes to; False answers
+            onError ``not authorized: NAME`` and the session stays. Needs
+            ``authenticate``.
     """
 
     limits: ProtocolLimits = field(default_factory=lambda: DEFAULT_LIMITS)
@@ -82,6 +96,9 @@ class SessionConfig:
     idle_timeout: float | None = None
     keepalive_interval: float | None = 30.0
     keepalive_timeout: float = 30.0
+    token: str | None = field(default=None, repr=False)
+    authenticate: Authenticate | None = field(default=None, repr=False)
+    authorize: Authorize | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout", "keepalive_interval", "keepalive_timeout"):
@@ -94,6 +111,8 @@ class SessionConfig:
         for name in ("read_size", "write_size", "max_queued_bytes", "max_unsent_control"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.authorize is not None and self.authenticate is None:
+            raise ValueError("authorize needs authenticate (it is given the principal authenticate returned)")
 
 
 DEFAULT_CONFIG = SessionConfig()

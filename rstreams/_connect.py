@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ async def open_session(
     app: Router | None = None,
     ssl_context: ssl.SSLContext | None = None,
     config: SessionConfig | None = None,
+    token: str | None = None,
 ) -> AsyncIterator[Session]:
     """Connect to ``url``: ``tcp://host:port``, ``tls://host:port``,
     ``ws://host:port/`` or ``wss://host:port/``.
@@ -44,6 +46,8 @@ async def open_session(
             connection (the server may subscribe back).
         ssl_context: for ``tls://`` and ``wss://``; default: verify against
             system roots.
+        token: a bearer token for the server's ``authenticate`` hook,
+            carried in our hello (never logged).
 
     Raises:
         ValueError: a malformed URL.
@@ -58,6 +62,8 @@ async def open_session(
     """
     require_trio("open_session")
     config = DEFAULT_CONFIG if config is None else config
+    if token is not None:
+        config = dataclasses.replace(config, token=token)
     endpoint = parse_url(url)
     if endpoint.websocket:
         from ._websocket import websocket_config  # only WebSocket clients need wsproto
@@ -75,6 +81,7 @@ async def connect(
     *,
     ssl_context: ssl.SSLContext | None = None,
     config: SessionConfig | None = None,
+    token: str | None = None,
 ) -> AsyncIterator[Peer]:
     """Connect to the publishers at ``url``, whatever protocol carries them.
 
@@ -91,6 +98,9 @@ async def connect(
 
     Args:
         ssl_context: for the TLS schemes; default: verify against system roots.
+        token: a bearer token (reactive-streams-io URLs; see :func:`open_session`).
+            Bridges' URLs ignore it: their protocols carry no credential
+            (docs/bridges/README.md; use mutual TLS there).
         config: the session's settings (reactive-streams-io URLs only;
             None: the defaults, ``SessionConfig()``).
 
@@ -104,7 +114,7 @@ async def connect(
     require_trio("connect")
     scheme = url_scheme(url)
     if scheme in SCHEMES:
-        async with open_session(url, ssl_context=ssl_context, config=config) as session:
+        async with open_session(url, ssl_context=ssl_context, config=config, token=token) as session:
             yield session
         return
     bridge, _ = find_scheme(url, scheme)

@@ -167,9 +167,34 @@ def describe_error(error: BaseException) -> str:
     """
     seen: set[int] = set()
     current: BaseException | None = error
+    text = ""
+    hint = None
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if str(current):
-            return str(current)
+        hint = hint or _tls_hint(current)
+        if not text and str(current):
+            text = str(current)
+            if hint is not None:
+                break
         current = current.__cause__ or current.__context__
-    return type(error).__name__
+    text = text or type(error).__name__
+    # What to do comes after what happened, so the text still starts as
+    # OpenSSL's does ("[SSL: CERTIFICATE_VERIFY_FAILED] ...").
+    return f"{text}; {hint}" if hint is not None and hint not in text else text
+
+
+# OpenSSL's reasons when a TLS client reads something that is not TLS: the
+# port speaks plain rstreams (or HTTP, or anything else).
+_NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"})
+
+
+def _tls_hint(error: BaseException) -> str | None:
+    # What to do about a TLS failure, for people at a command line (the
+    # library's users read "--ca" as "an ssl_context that trusts the CA").
+    import ssl
+
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return "certificate not trusted: pass --ca FILE"
+    if isinstance(error, ssl.SSLError) and getattr(error, "reason", None) in _NOT_TLS_REASONS:
+        return "this port does not speak TLS: use tcp://"
+    return None

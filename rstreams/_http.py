@@ -42,7 +42,7 @@ from wsproto.events import Request as WebSocketRequest
 from wsproto.utilities import ProtocolError as WebSocketProtocolError
 
 from ._logs import logger, peer_address
-from ._websocket import SUBPROTOCOL, WebSocketStream
+from ._websocket import BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, WebSocketStream
 
 __all__ = [
     "CLIENT_MODULES",
@@ -51,6 +51,7 @@ __all__ = [
     "REQUEST_HEAD_TIMEOUT",
     "CONTENT_TYPES",
     "OriginPolicy",
+    "upgrade_token",
     "Route",
     "RouteKind",
     "Endpoint",
@@ -438,7 +439,25 @@ async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request:
         max_message_size=site.max_message_size,
         subprotocol=subprotocol,
         trailing=trailing,
+        bearer_token=upgrade_token(request, handshake.subprotocols),
     )
+
+
+def upgrade_token(request: h11.Request, subprotocols: Iterable[str]) -> str | None:
+    """The bearer token an upgrade request carries, if any.
+
+    ``Authorization: Bearer TOKEN`` first, else a ``rstreams.bearer.TOKEN``
+    subprotocol (the browsers' way). Checked by the server's authenticate
+    hook like a token in hello (which wins when both are present).
+    """
+    for value in _header(request, b"authorization"):
+        scheme, _, token = value.decode("latin-1").strip().partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    for offered in subprotocols:
+        if offered.startswith(BEARER_SUBPROTOCOL_PREFIX) and len(offered) > len(BEARER_SUBPROTOCOL_PREFIX):
+            return offered[len(BEARER_SUBPROTOCOL_PREFIX) :]
+    return None
 
 
 async def _answer(

@@ -11,6 +11,7 @@ fields rather than a sentence to parse:
 ``session_close``               info   ``peer``, ``transport``, ``reason``
 ``connection_refused``          info   ``peer``, ``transport``, ``reason``
 ``origin_refused``              info   ``peer``, ``origin``
+``auth_refused``                info   ``peer`` (never the token)
 ``bad_input``                   info   ``peer``, ``reason`` (one line, no traceback)
 ``stream_subscribe``            debug  ``peer``, ``stream``, ``publisher``
 ``stream_cancel``               debug  ``peer``, ``stream``

@@ -8,8 +8,10 @@ one-call form for when no graceful shutdown is needed beyond cancellation.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import socket
 import ssl
 import time
 from collections.abc import Iterable, Sequence
@@ -20,6 +22,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._accept import serve_listeners
+from ._auth import Authenticate, Authorize
 from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
@@ -60,6 +63,11 @@ class Server:
             defaults plus a 300 s idle timeout).
         max_connections: at most this many sessions at once; a connection
             beyond it is answered hello + goodbye ("server busy") and closed.
+        authenticate: ``async def (token, peer) -> Principal | None``, run
+            once each peer's hello is in (see ``SessionConfig.authenticate``);
+            None refuses the peer with goodbye "authentication failed".
+        authorize: ``def (principal, publisher_name) -> bool``, per
+            subscribe; False answers onError "not authorized: NAME".
     """
 
     def __init__(
@@ -68,12 +76,20 @@ class Server:
         *,
         config: SessionConfig | None = None,
         max_connections: int | None = None,
+        authenticate: Authenticate | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
         # What sessions resolve names with: self.app, then $stats.
         self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
         self.config = DEFAULT_SERVER_CONFIG if config is None else config
+        if authenticate is not None or authorize is not None:
+            self.config = dataclasses.replace(
+                self.config,
+                authenticate=authenticate or self.config.authenticate,
+                authorize=authorize or self.config.authorize,
+            )
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens
@@ -121,6 +137,11 @@ class Server:
         transport = transport_name(stream)
         opened: Session | None = None
         try:
+            if isinstance(stream, trio.SSLStream) and await _speaks_plain(stream, config.handshake_timeout):
+                # A tcp:// client at a TLS port: answered in its own terms.
+                self._totals.connection_refused()
+                await _refuse(stream.transport_stream, TLS_PORT_REASON)
+                return
             async with open_stream_session(stream, app=self._routes, config=config) as session:
                 self._sessions.add(session)
                 opened = session
@@ -325,6 +346,31 @@ def listener_url(listener: Listener, scheme: str, path: str = "") -> str:
     host, port = listener_address(listener)
     host = f"[{host}]" if ":" in host else host
     return f"{scheme}://{host}:{port}{path}"
+
+
+#: The goodbye a plain (tcp://) client gets from a TLS port, in plain rstreams.
+TLS_PORT_REASON = "this port speaks TLS: use tls://"
+
+# A TLS client's first byte is 0x16 (a handshake record); an rstreams hello
+# starts 0x93 (a 3-item msgpack array).
+_TLS_HANDSHAKE_RECORD = 0x16
+
+
+async def _speaks_plain(stream: trio.SSLStream[Any], timeout: float) -> bool:
+    # Peek (MSG_PEEK: the bytes stay for the TLS handshake) at the client's
+    # first byte before TLS reads it: anything but a TLS handshake record is
+    # a client that does not speak TLS, which would otherwise see the
+    # connection close without a word (OpenSSL sends no alert there).
+    transport = stream.transport_stream
+    if not isinstance(transport, trio.SocketStream):
+        return False
+    first = b""
+    with trio.move_on_after(timeout):
+        try:
+            first = await transport.socket.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return False
+    return bool(first) and first[0] != _TLS_HANDSHAKE_RECORD
 
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 
 import trio
 
+from ._auth import AUTHENTICATION_FAILED, PeerInfo, Principal
 from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, SessionConfig
 from ._direct_socket import direct_socket
@@ -56,7 +57,7 @@ from ._errors import (
     InvalidParameter,
 )
 from ._groups import caller_sees_its_own_exception
-from ._logs import peer_address
+from ._logs import peer_address, transport_name
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
 from ._subscribe import StreamReceiver, Subscription, _Fetch
@@ -105,6 +106,7 @@ class _CloseKind(enum.Enum):
     HANDSHAKE_TIMEOUT = "handshake timeout"
     IDLE_TIMEOUT = "idle timeout"  # goodbye, close: nothing is open
     KEEPALIVE_TIMEOUT = "keepalive timeout"  # the peer missed its pong: goodbye, close
+    REFUSED = "authentication failed"  # the authenticate hook said no: goodbye, close
     LOST = "lost"  # the transport failed: nothing more can be written
 
 
@@ -155,7 +157,14 @@ class Session(Peer):
         # a request-response peer sends tens of thousands of times a second.
         self._log_streams = logger.isEnabledFor(logging.DEBUG)
         extensions = (Extension.KEEPALIVE,) if config.keepalive_interval is not None else ()
-        self._conn = Connection(limits=config.limits, extensions=extensions)
+        self._conn = Connection(limits=config.limits, extensions=extensions, token=config.token)
+        #: Who the peer is, as ``config.authenticate`` said (None without it).
+        self.principal: Principal | None = None
+        # With an authenticate hook, the peer's subscribes that arrive before
+        # the hook has answered (in the hello's read) wait here, unresolved:
+        # a refused peer must learn nothing of our publishers. None once the
+        # peer is admitted (or without a hook). At most one read's worth.
+        self._deferred: list[Subscribe] | None = [] if config.authenticate is not None else None
         # Set by the timekeeper (see _keep_time) once the peer's hello is in.
         self._keepalive: KeepaliveTimer | None = None
         self._idle: IdleTimer | None = None
@@ -566,6 +575,8 @@ class Session(Peer):
                 timeout = self.config.handshake_timeout
                 self._request_close(_CloseKind.HANDSHAKE_TIMEOUT, f"handshake timeout: no hello within {timeout:g} s")
                 return
+            if self._deferred is not None and not await self._authenticate():
+                return
             if self._conn.keepalive or self.config.idle_timeout is not None:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._keep_time)
@@ -582,6 +593,51 @@ class Session(Peer):
                 self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
         finally:
             self._reader_done.set()
+
+    async def _authenticate(self) -> bool:
+        # The one place the hook's verdict becomes policy: a principal admits
+        # the peer and answers what it sent meanwhile; None, an exception or
+        # running out of time refuses it with goodbye and nothing else.
+        authenticate = self.config.authenticate
+        hello = self._conn.peer_hello
+        assert authenticate is not None and hello is not None
+        token = hello.token if hello.token is not None else _transport_token(self._stream)
+        peer = PeerInfo(
+            address=self.peer_address, transport=transport_name(self._stream), certificate=_peer_certificate(self._stream)
+        )
+        principal: Principal | None = None
+        with trio.move_on_after(self.config.handshake_timeout):
+            try:
+                principal = await authenticate(token, peer)
+            except Exception:
+                logger.warning("the authenticate hook failed; refusing %s", peer.address, exc_info=True)
+        if principal is None:
+            self._deferred = None
+            extra = {"event": "auth_refused", "peer": peer.address}
+            logger.info("refusing %s: %s", peer.address, AUTHENTICATION_FAILED, extra=extra)
+            if self._close_kind is None:
+                self._request_close(_CloseKind.REFUSED, AUTHENTICATION_FAILED)
+            return False
+        self.principal = principal
+        deferred, self._deferred = self._deferred, None
+        for event in deferred or ():
+            self._start_publication(event)
+        if self._conn.has_data_to_send:
+            self._send_queued()
+        return True
+
+    def _authorized(self, path: str) -> bool:
+        # A hook that raises refuses (and is logged): the stream gets onError,
+        # the session stays.
+        authorize = self.config.authorize
+        assert authorize is not None
+        if self.principal is None:
+            return False
+        try:
+            return bool(authorize(self.principal, path))
+        except Exception:
+            logger.warning("the authorize hook failed on %r; refusing it", path, exc_info=True)
+            return False
 
     def _note_write_progress(self) -> None:
         progress = self._write_progress
@@ -721,9 +777,15 @@ class Session(Peer):
                 if subscription is not None:
                     subscription._on_end(self._publisher_error(subscription, event.error))
             elif type(event) is Subscribe:
+                if self._deferred is not None:
+                    self._deferred.append(event)
+                    continue
                 self._answered_subscribe = True
                 self._start_publication(event)
             elif type(event) is Cancel or type(event) is InvalidRequest:
+                if self._deferred:
+                    # (a deferred stream cancelled before we answered it)
+                    self._deferred = [s for s in self._deferred if s.subscriber != event.subscriber]
                 handle = self._publications.pop(event.subscriber, None)
                 if handle is not None:
                     handle.stop()
@@ -791,6 +853,11 @@ class Session(Peer):
             return
         if self._close_kind is not None:
             conn.fail(subscriber, "session closing")
+            return
+        if self.config.authorize is not None and not self._authorized(path):
+            conn.fail(subscriber, f"not authorized: {name}")
+            if self._log_streams:
+                self._log_stream("stream_error", subscriber, "not authorized %r", name, reason="not authorized")
             return
         if self.app is not None:
             route = self.app.resolve(path)
@@ -976,6 +1043,35 @@ class Session(Peer):
 
     def __repr__(self) -> str:
         return f"<Session {self._conn.state.name}>"
+
+
+def _transport_token(stream: object) -> str | None:
+    # A token the transport carried (WebSocket: from the upgrade's headers).
+    current = stream
+    for _ in range(4):
+        token = getattr(current, "bearer_token", None)
+        if isinstance(token, str):
+            return token
+        current = getattr(current, "transport", None) or getattr(current, "transport_stream", None)
+        if current is None:
+            break
+    return None
+
+
+def _peer_certificate(stream: object) -> dict[str, Any] | None:
+    # The peer's TLS certificate, when mutual TLS gave us one.
+    current = stream
+    for _ in range(4):
+        if isinstance(current, trio.SSLStream):
+            try:
+                certificate = current.getpeercert()
+            except (ValueError, AttributeError):
+                return None
+            return dict(certificate) if certificate else None
+        current = getattr(current, "transport", None) or getattr(current, "transport_stream", None)
+        if current is None:
+            break
+    return None
 
 
 @asynccontextmanager

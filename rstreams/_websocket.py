@@ -69,6 +69,11 @@ __all__ = [
 
 KiB = 1024
 
+#: How a browser, which cannot set ``Authorization`` on a WebSocket, offers a
+#: bearer token: a second subprotocol ``rstreams.bearer.TOKEN`` beside
+#: ``rstreams.v0`` (the server never chooses it).
+BEARER_SUBPROTOCOL_PREFIX = "rstreams.bearer."
+
 #: The WebSocket subprotocol of wire profile v0.
 SUBPROTOCOL = "rstreams.v0"
 
@@ -145,6 +150,8 @@ class WebSocketStream(trio.abc.Stream):
         max_message_size: the largest incoming message accepted.
         subprotocol: what the handshake agreed on (None: no subprotocol).
         trailing: bytes read past the handshake.
+        bearer_token: a token the upgrade request carried (server side), for
+            the server's authenticate hook when the hello carries none.
 
     One task may send and one may receive at the same time (the session's
     writer and reader).
@@ -158,9 +165,11 @@ class WebSocketStream(trio.abc.Stream):
         max_message_size: int,
         subprotocol: str | None,
         trailing: bytes = b"",
+        bearer_token: str | None = None,
     ) -> None:
         self.transport = stream
         self.subprotocol = subprotocol
+        self.bearer_token = bearer_token
         self.max_message_size = max_message_size
         self._ws = connection
         self._send_lock = trio.StrictFIFOLock()

@@ -36,6 +36,8 @@ __all__ = [
     "session_closed",
     "with_cause",
     "add_ca_argument",
+    "client_token",
+    "TOKEN_VARIABLE",
 ]
 
 #: The environment variable that gives a client command its URL when none is given.
@@ -45,6 +47,9 @@ URL_HELP = (
     "tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT/, wss://HOST:PORT/, or a bridge's URL "
     f"(emp://HOST:PORT, ...); default: ${URL_VARIABLE}"
 )
+
+#: The environment variable that gives a client command its token when --token is not given.
+TOKEN_VARIABLE = "RSTREAMS_TOKEN"
 
 CA_HINT = "--ca is for tls:// and wss:// URLs (and the bridges' TLS schemes, such as emps://)"
 
@@ -85,19 +90,36 @@ def client_url(url: str | None, name: str | None = None) -> str:
     return from_environment
 
 
-def client_ssl(url: str, ca: str | None) -> ssl.SSLContext | None:
-    """The TLS context for ``url`` (None: not a TLS URL); ``ca`` from ``--ca``."""
+def client_ssl(url: str, ca: str | None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext | None:
+    """The TLS context for ``url`` (None: not a TLS URL); ``ca`` from ``--ca``,
+    ``cert`` and ``key`` from ``--cert`` / ``--key`` (mutual TLS)."""
     from .._registry import url_is_secure
 
     try:
         secure = url_is_secure(url)
     except ValueError as exc:  # UnsupportedScheme included: it names the known schemes
         raise CommandError(str(exc), EXIT_USAGE) from None
-    return client_ssl_context(secure, ca, ca_hint=CA_HINT)
+    return client_ssl_context(secure, ca, ca_hint=CA_HINT, cert=cert, key=key)
 
 
 def add_ca_argument(parser: argparse.ArgumentParser) -> None:
+    """A client command's credentials: ``--ca``, ``--cert`` / ``--key`` and ``--token``."""
     parser.add_argument("--ca", metavar="FILE", help="for tls://, wss:// and the bridges' TLS schemes, trust the CA certificates in FILE (PEM)")
+    parser.add_argument("--cert", metavar="FILE", help="mutual TLS: present this client certificate chain (PEM)")
+    parser.add_argument("--key", metavar="FILE", help="the private key of --cert (PEM; default: in the cert file)")
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"a bearer token for a server that asks for one (carried in hello, never logged); default: ${TOKEN_VARIABLE}",
+    )
+
+
+def client_token(args: argparse.Namespace) -> str | None:
+    """``--token``, else ``$RSTREAMS_TOKEN``, else None."""
+    token: str | None = getattr(args, "token", None)
+    if token is None:
+        token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
+    return token
 
 
 def session_closed(exc: SessionClosed) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -43,6 +44,9 @@ __all__ = [
     "configure_logging",
     "client_ssl_context",
     "server_ssl_context",
+    "server_token",
+    "add_server_token_arguments",
+    "SERVER_TOKEN_VARIABLE",
     "run_command",
     "warn",
 ]
@@ -198,6 +202,11 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     parser.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate chain (PEM)")
     parser.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM; default: in the cert file)")
     parser.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: require every client to present a certificate signed by a CA in FILE (PEM); needs --tls-cert",
+    )
+    parser.add_argument(
         "--max-connections",
         metavar="N",
         type=_positive_int,
@@ -240,7 +249,55 @@ def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     from .._serve import Server
 
     config = SessionConfig(busy_poll=args.busy_poll, idle_timeout=args.idle_timeout or None)
-    return Server(app, max_connections=args.max_connections, config=config)
+    token = server_token(args)
+    authenticate = None
+    if token is not None:
+        from .._auth import static_token
+
+        authenticate = static_token(token)
+    return Server(app, max_connections=args.max_connections, config=config, authenticate=authenticate)
+
+
+#: The environment variable that gives ``rstreams serve`` its token when
+#: neither ``--token`` nor ``--token-file`` is given.
+SERVER_TOKEN_VARIABLE = "RSTREAMS_SERVER_TOKEN"
+
+
+def add_server_token_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--token`` / ``--token-file`` of ``serve`` (the one static token clients must present)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--token",
+        dest="server_token",
+        metavar="TOKEN",
+        help=f"admit only clients that present TOKEN (hello, or the WebSocket upgrade); default: ${SERVER_TOKEN_VARIABLE}. "
+        "Others get goodbye \"authentication failed\"",
+    )
+    group.add_argument(
+        "--token-file",
+        dest="server_token_file",
+        metavar="FILE",
+        help="as --token, with the token read from FILE (its first line), out of the process list",
+    )
+
+
+def server_token(args: argparse.Namespace) -> str | None:
+    """The token ``serve`` requires: ``--token``, ``--token-file``, ``$RSTREAMS_SERVER_TOKEN``, or None."""
+    token: str | None = getattr(args, "server_token", None)
+    path: str | None = getattr(args, "server_token_file", None)
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                token = file.readline().strip()
+        except OSError as exc:
+            raise CommandError(f"cannot read the token file {path!r}: {exc.strerror or exc}", EXIT_USAGE) from None
+        if not token:
+            raise CommandError(f"the token file {path!r} is empty", EXIT_USAGE)
+    elif token is None and hasattr(args, "server_token"):
+        token = os.environ.get(SERVER_TOKEN_VARIABLE, "").strip() or None
+    if token is not None and not token:
+        raise CommandError("--token must not be empty", EXIT_USAGE)
+    return token
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
@@ -257,11 +314,14 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
 
 
-def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
-    """The TLS context for ``--tls-cert`` / ``--tls-key`` (None: plain TCP)."""
+def server_ssl_context(cert: str | None, key: str | None, client_ca: str | None = None) -> ssl.SSLContext | None:
+    """The TLS context for ``--tls-cert`` / ``--tls-key`` (None: plain TCP),
+    requiring client certificates signed by ``client_ca`` (``--tls-client-ca``) if given."""
     if cert is None:
         if key is not None:
             raise CommandError("--tls-key needs --tls-cert", EXIT_USAGE)
+        if client_ca is not None:
+            raise CommandError("--tls-client-ca needs --tls-cert (mutual TLS is TLS first)", EXIT_USAGE)
         return None
     import ssl
 
@@ -270,26 +330,46 @@ def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | No
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise CommandError(f"cannot load the TLS certificate {cert!r}: {exc}", EXIT_USAGE) from None
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise CommandError(f"cannot load the client CA file {client_ca!r}: {exc}", EXIT_USAGE) from None
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
-def client_ssl_context(secure: bool, ca: str | None, *, ca_hint: str) -> ssl.SSLContext | None:
-    """A client's TLS context: None without TLS, else verifying against ``ca`` (default: system roots).
+def client_ssl_context(
+    secure: bool, ca: str | None, *, ca_hint: str, cert: str | None = None, key: str | None = None
+) -> ssl.SSLContext | None:
+    """A client's TLS context: None without TLS, else verifying against ``ca``
+    (default: system roots), presenting ``cert`` / ``key`` (mutual TLS) if given.
 
     Raises:
-        CommandError: ``ca`` given without TLS (``ca_hint`` says so), or a CA
-            file that cannot be loaded (exit status 2).
+        CommandError: ``ca`` or ``cert`` given without TLS (``ca_hint`` says
+            so), ``key`` without ``cert``, or a file that cannot be loaded
+            (exit status 2).
     """
+    if key is not None and cert is None:
+        raise CommandError("--key needs --cert", EXIT_USAGE)
     if not secure:
         if ca is not None:
             raise CommandError(ca_hint, EXIT_USAGE)
+        if cert is not None:
+            raise CommandError(ca_hint.replace("--ca", "--cert", 1), EXIT_USAGE)
         return None
     import ssl
 
     try:
-        return ssl.create_default_context(cafile=ca)
+        context = ssl.create_default_context(cafile=ca)
     except (OSError, ssl.SSLError) as exc:
         raise CommandError(f"cannot load the CA file {ca!r}: {exc}", EXIT_USAGE) from None
+    if cert is not None:
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise CommandError(f"cannot load the client certificate {cert!r}: {exc}", EXIT_USAGE) from None
+    return context
 
 
 def parse_origin(text: str) -> str:

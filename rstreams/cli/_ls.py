@@ -18,7 +18,7 @@ import trio
 from .._connect import connect
 from .._errors import PublisherError, RStreamsError, SessionClosed, UnknownPublisher
 from .._publish import PUBLISHERS_PATH
-from ._client import URL_HELP, add_ca_argument, client_ssl, client_url, report, session_closed
+from ._client import URL_HELP, add_ca_argument, client_ssl, client_token, client_url, report, session_closed
 from ._common import (
     COMMAND_SUMMARIES,
     EXIT_CONNECTION,
@@ -84,9 +84,9 @@ def _line(record: dict[str, Any], width: int) -> str:
 
 
 async def _list(url: str, args: argparse.Namespace) -> int:
-    ssl_context = client_ssl(url, args.ca)
+    ssl_context = client_ssl(url, args.ca, args.cert, args.key)
     try:
-        async with connect(url, ssl_context=ssl_context) as peer:
+        async with connect(url, ssl_context=ssl_context, token=client_token(args)) as peer:
             # The whole list, then the lines, so that the names line up;
             # --format jsonl prints each record as it comes.
             records: list[dict[str, Any]] = []

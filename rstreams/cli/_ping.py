@@ -22,7 +22,7 @@ import trio
 from .._connect import connect
 from .._errors import PublisherError, RStreamsError, SessionClosed, UnknownPublisher
 from .._publish import PING_PATH
-from ._client import URL_HELP, add_ca_argument, client_ssl, client_url, report, session_closed
+from ._client import URL_HELP, add_ca_argument, client_ssl, client_token, client_url, report, session_closed
 from ._common import (
     COMMAND_SUMMARIES,
     EXIT_CONNECTION,
@@ -144,7 +144,7 @@ def _milliseconds(seconds: float) -> str:
 
 
 async def _ping(url: str, args: argparse.Namespace) -> int:
-    ssl_context = client_ssl(url, args.ca)
+    ssl_context = client_ssl(url, args.ca, args.cert, args.key)
     trips = RoundTrips()
     timed_out = False
     try:
@@ -152,7 +152,7 @@ async def _ping(url: str, args: argparse.Namespace) -> int:
         # --timeout bounds connecting; lifted once connected (the session's
         # nursery lives inside this scope, so it cannot be left early).
         with trio.CancelScope(deadline=trio.current_time() + args.timeout) as connecting:
-            async with connect(url, ssl_context=ssl_context) as peer:
+            async with connect(url, ssl_context=ssl_context, token=client_token(args)) as peer:
                 connecting.deadline = math.inf
                 print(f"connected to {url} in {_milliseconds(time.perf_counter() - started)}", flush=True)
                 for seq in range(args.count):

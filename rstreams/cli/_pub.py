@@ -202,7 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
         app = publisher.router(args.name)
     except ValueError as exc:
         raise CommandError(f"bad publisher name {args.name!r}: {exc}", EXIT_USAGE) from None
-    ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
+    ssl_context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
     server = server_from_arguments(app, args)
 
     async def serve() -> int:

@@ -45,7 +45,7 @@ from .._connect import open_session
 from .._errors import PublisherError, SessionClosed
 from .._publish import Router, Sink
 from .._url import SCHEMES, url_scheme
-from ._client import client_ssl, client_url, report, session_closed
+from ._client import client_ssl, client_token, client_url, report, session_closed
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, run_command
 from ._lines import LineReader
 
@@ -179,7 +179,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
     app = Router()
     app.add(SOURCE, source.publish)
     route = publish_route(args.name)
-    ssl_context = client_ssl(url, args.ca)
+    ssl_context = client_ssl(url, args.ca, args.cert, args.key)
     out = sys.stdout.buffer
     status = EXIT_OK
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -194,7 +194,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             nursery.start_soon(on_signal)
             nursery.start_soon(source.lines.run)
             try:
-                async with open_session(url, app=app, ssl_context=ssl_context) as session:
+                async with open_session(url, app=app, ssl_context=ssl_context, token=client_token(args)) as session:
                     async with session.subscribe(route) as answers:
                         async for element in answers:
                             out.write(element + b"\n")

@@ -16,12 +16,14 @@ from ._common import (
     CommandError,
     HelpFormatter,
     add_server_arguments,
+    add_server_token_arguments,
     configure_logging,
     parse_address,
     parse_origin,
     run_command,
     server_from_arguments,
     server_ssl_context,
+    warn,
 )
 from ._serving import serve_until_stopped
 
@@ -79,6 +81,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("app", metavar="MODULE:APP", help="the rstreams.Router to serve, e.g. rstreams.demo:app")
     add_server_arguments(parser, tcp_required=False)
+    add_server_token_arguments(parser)
     parser.add_argument(
         "--ws",
         metavar="HOST:PORT",
@@ -171,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--allow-origin is for --ws listeners", EXIT_USAGE)
     static_dir = static_directory(args.static_dir, bool(args.ws))
     app = load_app(args.app, args.app_dir)
-    ssl_context = server_ssl_context(args.tls_cert, args.tls_key)
+    ssl_context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
     context = ServeContext(app=app, ssl_context=ssl_context, max_connections=args.max_connections, label=args.app)
     services_by_bridge = {
         bridge.name: list(bridge.services(context, args)) for bridge in registered_bridges() if bridge.services is not None
@@ -183,6 +186,11 @@ def run(args: argparse.Namespace) -> int:
         options_text = ", ".join(options[:-1]) + " or " + options[-1]
         raise CommandError(f"name at least one listener: {options_text}", EXIT_USAGE)
     server = server_from_arguments(app, args)
+    if server.config.authenticate is not None and services and args.tls_client_ca is None:
+        # Their protocols carry no credential (docs/bridges/README.md).
+        names = ", ".join(name for name, found in services_by_bridge.items() if found)
+        warn(f"--token does not cover the bridges' listeners ({names}): their protocols carry no token; "
+             "use --tls-client-ca to require client certificates on every listener")
     for name, bridge_services in services_by_bridge.items():
         if bridge_services:
             server.add_bridge_services(name, bridge_services)

@@ -23,6 +23,7 @@ from .._connect import connect
 from .._errors import PublisherError, RStreamsError, SessionBroken, SessionClosed
 from .._registry import url_is_secure
 from .._stats_publisher import DEFAULT_STATS_INTERVAL, MIN_STATS_INTERVAL, STATS_PUBLISHER
+from ._client import add_ca_argument, client_token
 from ._common import (
     EXIT_CODES_HELP,
     EXIT_CONNECTION,
@@ -105,7 +106,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"seconds between tables (default: {DEFAULT_STATS_INTERVAL:g})",
     )
     parser.add_argument("--count", metavar="N", type=_positive_int, help="stop after N tables")
-    parser.add_argument("--ca", metavar="FILE", help="for tls:// and wss://, trust the CA certificates in FILE (PEM)")
+    add_ca_argument(parser)
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
     return parser
@@ -232,7 +233,7 @@ async def _watch(args: argparse.Namespace, ssl_context: ssl.SSLContext | None, o
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with AsyncExitStack() as stack:
             try:
-                peer = await stack.enter_async_context(connect(args.url, ssl_context=ssl_context))
+                peer = await stack.enter_async_context(connect(args.url, ssl_context=ssl_context, token=client_token(args)))
             except OSError as exc:
                 warn(f"cannot connect to {args.url}: {exc.strerror or exc}")
                 return EXIT_CONNECTION
@@ -276,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         secure = url_is_secure(args.url)
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
-    ssl_context = client_ssl_context(secure, args.ca, ca_hint="--ca is for tls:// and wss:// URLs")
+    ssl_context = client_ssl_context(secure, args.ca, ca_hint="--ca is for tls:// and wss:// URLs", cert=args.cert, key=args.key)
     out = sys.stdout
 
     async def watch() -> int:

@@ -50,7 +50,7 @@ from ._common import (
     configure_logging,
     run_command,
 )
-from ._client import URL_HELP, add_ca_argument, client_ssl, client_url, report, session_closed, set_json_errors
+from ._client import URL_HELP, add_ca_argument, client_ssl, client_token, client_url, report, session_closed, set_json_errors
 from ._formats import DECODERS, FORMATS, DecodeError, JsonLines
 from ._progress import Progress
 
@@ -337,7 +337,7 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
         with trio.CancelScope(deadline=deadline) as bound:
             async with AsyncExitStack() as stack:
                 try:
-                    peer = await stack.enter_async_context(connect(url, ssl_context=ssl_context))
+                    peer = await stack.enter_async_context(connect(url, ssl_context=ssl_context, token=client_token(args)))
                 except OSError as exc:
                     # Connecting failed (the session itself reports later failures).
                     return report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
@@ -425,7 +425,7 @@ def run(args: argparse.Namespace) -> int:
         if args.decode is not None and args.format != "jsonl":
             raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
         url = client_url(args.url, args.name)
-        ssl_context = client_ssl(url, args.ca)
+        ssl_context = client_ssl(url, args.ca, args.cert, args.key)
     except CommandError as exc:
         return report(exc.message, exc.code)
     out = sys.stdout.buffer

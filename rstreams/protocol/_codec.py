@@ -36,7 +36,9 @@ from ._messages import (
     _MAX_WIRE_INT,
     _MIN_WIRE_INT,
     MAX_ID,
+    MAX_TOKEN_SIZE,
     Cancel,
+    Extension,
     Goodbye,
     Hello,
     Message,
@@ -105,7 +107,7 @@ def bin_header(length: int) -> bytes:
 _FIELDS: dict[type, tuple[int, Callable[[Any], tuple[object, ...]]]] = {
     OnNext: (MessageType.ON_NEXT, lambda m: (m.subscriber, m.element)),
     Request: (MessageType.REQUEST, lambda m: (m.subscriber, m.demand)),
-    Hello: (MessageType.HELLO, lambda m: (m.version, list(m.extensions))),
+    Hello: (MessageType.HELLO, lambda m: (m.version, _hello_extensions(m))),
     Subscribe: (MessageType.SUBSCRIBE, lambda m: (m.publisher, m.subscriber, m.initial_demand)),
     Cancel: (MessageType.CANCEL, lambda m: (m.subscriber,)),
     Subscribed: (MessageType.SUBSCRIBED, lambda m: (m.subscriber, m.element_size)),
@@ -230,6 +232,11 @@ def _decode_request(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
     return _new_request(subscriber, demand)
 
 
+def _hello_extensions(hello: Hello) -> list[object]:
+    # The bearer extension is the one written with its argument: [2, token].
+    return [[extension, hello.token] if extension == Extension.BEARER else extension for extension in hello.extensions]
+
+
 def _decode_hello(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
     # Once per connection: the checking constructor costs nothing that matters.
     version = _int(obj[1], "version")
@@ -238,9 +245,31 @@ def _decode_hello(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:
         raise _fail("hello extensions must be an array")
     if len(extensions) > limits.max_extensions:
         raise _fail(f"hello lists {len(extensions)} extensions, limit {limits.max_extensions}")
+    ids: list[int] = []
+    token: str | None = None
     for extension in extensions:
-        _int(extension, "extension id")
-    return Hello(version=version, extensions=extensions)
+        if type(extension) is tuple:
+            # An extension with arguments: [id, argument...]. Only bearer's
+            # is known; others are ignored whole, like unknown ids.
+            if not extension:
+                raise _fail("hello extension with arguments must start with its id")
+            extension_id = _int(extension[0], "extension id")
+            if extension_id != Extension.BEARER:
+                continue
+            if len(extension) != 2 or type(extension[1]) is not str:
+                raise _fail("the bearer extension must be [2, token] with a str token")
+            if token is not None:
+                raise _fail("hello lists the bearer extension twice")
+            if len(extension[1].encode("utf-8", "surrogatepass")) > MAX_TOKEN_SIZE:
+                raise _fail(f"bearer token longer than {MAX_TOKEN_SIZE} bytes")
+            token = extension[1]
+            ids.append(extension_id)
+        else:
+            extension_id = _int(extension, "extension id")
+            if extension_id == Extension.BEARER:
+                raise _fail("the bearer extension must carry its token: [2, token]")
+            ids.append(extension_id)
+    return Hello(version=version, extensions=tuple(ids), token=token)
 
 
 def _decode_subscribe(obj: tuple[Any, ...], limits: ProtocolLimits) -> Message:

@@ -189,9 +189,17 @@ class Connection:
     Args:
         limits: what the peer may send and how we split what we send.
         extensions: extension ids to announce in our hello.
+        token: a bearer token to carry in our hello (the bearer extension,
+            PROTOCOL.md section 9); None: no bearer extension.
     """
 
-    def __init__(self, *, limits: ProtocolLimits = DEFAULT_LIMITS, extensions: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        limits: ProtocolLimits = DEFAULT_LIMITS,
+        extensions: Iterable[int] = (),
+        token: str | None = None,
+    ) -> None:
         self.limits = limits
         self._state = ConnectionState.HANDSHAKING
         self.peer_hello: Hello | None = None
@@ -215,14 +223,21 @@ class Connection:
         self._finished_publications: dict[int, None] = {}
         self._outbound = Outbound(limits.split_threshold)
         # Plain ints (an Extension member is one, but Hello wants exact ints).
-        self._extensions = tuple(index(extension) for extension in extensions)
+        # The bearer extension rides in our hello exactly when we have a token.
+        self._extensions = tuple(index(extension) for extension in extensions if extension != Extension.BEARER)
+        self._token = token
+        if token is not None:
+            self._extensions += (int(Extension.BEARER),)
         self._hello_taken = False  # has data_to_send handed out our hello yet?
+        # The first bytes the peer sent: TLS where hello was expected is named
+        # as such (see _tls_where_hello_was_expected).
+        self._opening = bytearray()
         # The keepalive extension: agreed once both hellos list it; then at
         # most one ping of ours is in flight, with this nonce.
         self._keepalive = False
         self._next_ping = 1
         self._ping_in_flight: int | None = None
-        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
+        self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions, token=self._token))
 
     # ---- state ---------------------------------------------------------
 
@@ -254,6 +269,8 @@ class Connection:
         if self._state in _DEAF_STATES:
             return
         view = memoryview(data)
+        if len(self._opening) < 6:
+            self._opening += view[: 6 - len(self._opening)]
         limit = self.limits.max_message_size
         # Hand the Unpacker at most one message-size at a time, and only after
         # it has parsed what it holds (see events), so its buffer limit can
@@ -311,11 +328,19 @@ class Connection:
         try:
             self._parse(events, max_events if max_events is not None else _NO_EVENT_LIMIT)
         except RemoteProtocolError as exc:
-            self._fail(exc)
-            if events:
-                self._deferred_error = exc
-                return events
-            raise
+            tls = _tls_where_hello_was_expected(self._opening) if self.peer_hello is None else None
+            if tls is None:
+                self._fail(exc)
+                if events:
+                    self._deferred_error = exc
+                    return events
+                raise
+            self._fail(tls)
+            try:
+                raise tls from exc
+            finally:
+                # As above: no local may hold the raised error (frame cycle).
+                del tls
         return events
 
     def _fail(self, error: RemoteProtocolError) -> None:
@@ -325,7 +350,7 @@ class Connection:
         hello_unsent = not self._hello_taken
         self._outbound.control.clear()
         if hello_unsent:
-            self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions))
+            self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions, token=self._token))
         self._waiting.clear()
         self._held = None
         if not self._goodbye_sent:
@@ -1131,3 +1156,21 @@ def _describe_element(element: object) -> str:
     if type(element.obj) is not bytes:
         return f"a memoryview of {type(element.obj).__name__}"
     return "a memoryview of bytes that is not one run of bytes"
+
+
+# TLS records start with their content type: 0x15 an alert, 0x16 a handshake,
+# whose message type (the sixth byte) is 1 for ClientHello, 2 for ServerHello.
+# Neither byte starts a msgpack array, so a peer that speaks TLS fails
+# decoding on its first byte; saying so beats "a message must be an array".
+_TLS_ALERT = 0x15
+_TLS_HANDSHAKE = 0x16
+_TLS_CLIENT_HELLO = 1
+
+
+def _tls_where_hello_was_expected(opening: bytearray) -> RemoteProtocolError | None:
+    if not opening or opening[0] not in (_TLS_ALERT, _TLS_HANDSHAKE):
+        return None
+    if opening[0] == _TLS_HANDSHAKE and len(opening) >= 6 and opening[5] == _TLS_CLIENT_HELLO:
+        return RemoteProtocolError("the peer speaks TLS where hello was expected: this port is plain, use tcp://")
+    return RemoteProtocolError("this port speaks TLS: use tls://")
+

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, TypeVar, Union
 
 from ._errors import LocalProtocolError
@@ -30,6 +30,7 @@ __all__ = [
     "UNBOUNDED",
     "MessageType",
     "Extension",
+    "MAX_TOKEN_SIZE",
     "Hello",
     "Subscribe",
     "Request",
@@ -91,6 +92,13 @@ class Extension(enum.IntEnum):
 
     #: ping / pong and dead-peer detection.
     KEEPALIVE = 1
+    #: a bearer token for the server's authentication hook (section 9): the
+    #: one extension with an argument, written ``[2, token]`` in the list.
+    BEARER = 2
+
+#: Longest bearer token a hello may carry, in UTF-8 bytes: room for a signed
+#: JWT with generous claims, small beside a hello's other limits.
+MAX_TOKEN_SIZE = 8192
 
 
 def _check_id(name: str, value: object) -> None:
@@ -169,6 +177,9 @@ class Hello:
 
     version: int = PROTOCOL_VERSION
     extensions: tuple[int, ...] = ()
+    #: The bearer extension's argument (a credential: never in repr or logs);
+    #: set exactly when ``extensions`` lists ``Extension.BEARER``.
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         _check_int("version", self.version)
@@ -176,6 +187,13 @@ class Hello:
             raise LocalProtocolError("extensions must be a tuple of ints")
         for extension in self.extensions:
             _check_int("extension id", extension)
+        if (self.token is not None) != (Extension.BEARER in self.extensions):
+            raise LocalProtocolError("a hello carries a token exactly when it lists the bearer extension")
+        if self.token is not None:
+            if type(self.token) is not str:
+                raise LocalProtocolError("token must be a str")
+            if len(self.token.encode("utf-8", "surrogatepass")) > MAX_TOKEN_SIZE:
+                raise LocalProtocolError(f"token longer than {MAX_TOKEN_SIZE} bytes")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

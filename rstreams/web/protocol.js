@@ -37,7 +37,13 @@ export const Code = Object.freeze({
 /** Extension ids a hello may list (docs/PROTOCOL.md section 8). */
 export const Extension = Object.freeze({
   keepalive: 1,
+  // A bearer token for the server's authenticate hook (section 9), written
+  // with its argument: [2, token].
+  bearer: 2,
 });
+
+/** How a token rides in the WebSocket upgrade: a second subprotocol. */
+export const BEARER_SUBPROTOCOL_PREFIX = "rstreams.bearer.";
 
 const CODE_NAMES = Object.fromEntries(Object.entries(Code).map(([k, v]) => [v, k]));
 
@@ -159,8 +165,10 @@ export class Connection {
    * @param {object} [options]
    * @param {number[]} [options.extensions] extension ids our hello lists
    *   (e.g. [Extension.keepalive]); none by default
+   * @param {string|null} [options.token] a bearer token: our hello carries it
+   *   as [Extension.bearer, token]
    */
-  constructor(limits = {}, { extensions = [] } = {}) {
+  constructor(limits = {}, { extensions = [], token = null } = {}) {
     this.limits = { ...DEFAULT_PROTOCOL_LIMITS, ...limits };
     this.decodeLimits = {
       maxDepth: 2,
@@ -189,7 +197,12 @@ export class Connection {
     this.keepalive = false;
     this.nextPing = 1;
     this.pingInFlight = null;
-    this.queue(Code.hello, [PROTOCOL_VERSION, this.extensions]);
+    const announced = this.extensions.filter((id) => id !== Extension.bearer);
+    if (token !== null && token !== undefined) {
+      if (typeof token !== "string" || token === "") throw new TypeError("token must be a non-empty string");
+      announced.push([Extension.bearer, token]);
+    }
+    this.queue(Code.hello, [PROTOCOL_VERSION, announced]);
   }
 
   /**

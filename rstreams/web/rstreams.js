@@ -24,7 +24,7 @@
 
 import { PublisherError, RemoteProtocolError, RStreamsError, SessionBroken, SessionClosed, UnknownPublisher } from "./errors.js";
 import { decode, encode, toBytes } from "./msgpack.js";
-import { Connection, Extension, SUBPROTOCOL, UNBOUNDED } from "./protocol.js";
+import { BEARER_SUBPROTOCOL_PREFIX, Connection, Extension, SUBPROTOCOL, UNBOUNDED } from "./protocol.js";
 import { AdaptiveDemand, DemandWindow } from "./demand.js";
 
 export {
@@ -112,6 +112,10 @@ const now = () => (typeof performance !== "undefined" ? performance.now() : Date
  *   ping, if the server agrees to keepalive (default 30 s; null: do not offer it)
  * @param {number} [options.keepaliveTimeout] ms a ping waits for its pong; then the
  *   session ends with SessionBroken("keepalive timeout: ...") (default 30 s)
+ * @param {string} [options.token] a bearer token for a server that asks for one:
+ *   carried in the hello and, when it can be, as the subprotocol
+ *   `rstreams.bearer.TOKEN` of the upgrade; a refused session ends with
+ *   SessionClosed("authentication failed")
  * @returns {Promise<Session>}
  * @throws {SessionBroken} the connection could not be opened. On a page served
  *   over http(s), the message also names the page's origin and the server's
@@ -119,13 +123,23 @@ const now = () => (typeof performance !== "undefined" ? performance.now() : Date
  *   origin unless allowed, and the browser hides the reason (the 403's body),
  *   so a refused origin is the likely cause when the server is up.
  */
+// A browser cannot set Authorization on a WebSocket: the token also goes as a
+// second subprotocol, when it is made of the characters a subprotocol may hold
+// (the hello carries it in any case).
+const SUBPROTOCOL_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+function subprotocols(token) {
+  if (typeof token === "string" && SUBPROTOCOL_TOKEN.test(token)) return [SUBPROTOCOL, BEARER_SUBPROTOCOL_PREFIX + token];
+  return [SUBPROTOCOL];
+}
+
 export function connect(url, options = {}) {
   const WS = options.WebSocket ?? globalThis.WebSocket;
   if (typeof WS !== "function") throw new TypeError("no WebSocket available: pass options.WebSocket");
   return new Promise((resolve, reject) => {
     let ws;
     try {
-      ws = new WS(url, [SUBPROTOCOL]);
+      ws = new WS(url, subprotocols(options.token));
     } catch (err) {
       reject(new SessionBroken(`cannot open ${url}: ${err.message}`));
       return;
@@ -174,7 +188,7 @@ export class Session {
     this._keepaliveTimeout = options.keepaliveTimeout ?? KEEPALIVE_TIMEOUT_MS;
     this._keepaliveTimer = null; // the next ping, or the deadline of the ping in flight
     const extensions = this._keepaliveInterval ? [Extension.keepalive] : [];
-    this._conn = new Connection(options.limits, { extensions });
+    this._conn = new Connection(options.limits, { extensions, token: options.token ?? null });
     this._goodbyeTimeout = options.goodbyeTimeout ?? GOODBYE_TIMEOUT_MS;
     this._subscriptions = new Map(); // our Id → Subscription
     this._publishers = new Map(); // path → handler entry

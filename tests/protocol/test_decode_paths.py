@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from helpers import SMALL_LIMITS
 from rstreams.protocol import (
+    MAX_TOKEN_SIZE,
     MAX_ID,
     Cancel,
     Goodbye,
@@ -113,9 +114,28 @@ def _reference_decode(obj: Any, limits: ProtocolLimits) -> Message:  # noqa: C90
             raise _fail("hello extensions must be an array")
         if len(extensions) > limits.max_extensions:
             raise _fail(f"hello lists {len(extensions)} extensions, limit {limits.max_extensions}")
+        ids: list[int] = []
+        tokens: list[str] = []
         for extension in extensions:
-            _int(extension, "extension id")
-        return Hello(version=version, extensions=extensions)
+            if type(extension) is not tuple:
+                ids.append(_int(extension, "extension id"))
+                if ids[-1] == 2:
+                    raise _fail("the bearer extension must carry its token: [2, token]")
+                continue
+            # [id, arguments...]: only the bearer extension (2) has some.
+            if len(extension) == 0:
+                raise _fail("hello extension with arguments must start with its id")
+            if _int(extension[0], "extension id") != 2:
+                continue
+            if len(extension) != 2 or type(extension[1]) is not str:
+                raise _fail("the bearer extension must be [2, token] with a str token")
+            if tokens:
+                raise _fail("hello lists the bearer extension twice")
+            if len(extension[1].encode("utf-8", "surrogatepass")) > MAX_TOKEN_SIZE:
+                raise _fail(f"bearer token longer than {MAX_TOKEN_SIZE} bytes")
+            tokens.append(extension[1])
+            ids.append(2)
+        return Hello(version=version, extensions=tuple(ids), token=tokens[0] if tokens else None)
     if code == MessageType.SUBSCRIBE:
         initial = _int(obj[3], "initialDemand") if len(obj) > 3 else 0
         return Subscribe(publisher=_str(obj[1], "publisher"), subscriber=_id(obj[2], "subscriber"), initial_demand=initial)

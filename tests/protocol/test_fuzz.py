@@ -213,7 +213,14 @@ ids = st.one_of(st.integers(0, 10), st.integers(0, MAX_ID))
 blobs = st.binary(max_size=300)
 texts = st.text(max_size=50)
 valid_messages = st.one_of(
-    st.builds(Hello, version=wire_ints, extensions=st.lists(wire_ints, max_size=8).map(tuple)),
+    st.builds(Hello, version=wire_ints, extensions=st.lists(wire_ints.filter(lambda i: i != 2), max_size=8).map(tuple)),
+    # The bearer extension (id 2) carries its token.
+    st.builds(
+        lambda version, extensions, token: Hello(version=version, extensions=(*extensions, 2), token=token),
+        wire_ints,
+        st.lists(wire_ints.filter(lambda i: i != 2), max_size=7),
+        st.text(max_size=40),
+    ),
     st.builds(Subscribe, publisher=texts, subscriber=ids, initial_demand=wire_ints),
     st.builds(Request, subscriber=ids, demand=wire_ints),
     st.builds(Cancel, subscriber=ids),
