@@ -109,7 +109,7 @@ from ._app import (
     SubscribeRequest,
     open_app_session,
 )
-from ._client import EpoxyPeer, connect_epoxy_url, subscribe_call
+from ._client import EpoxyPeer, connect_epoxy_url, publish_epoxy_url, subscribe_call
 from ._bridge import BRIDGE
 
 __all__ = [
@@ -204,6 +204,7 @@ __all__ = [
     "open_app_session",
     "EpoxyPeer",
     "connect_epoxy_url",
+    "publish_epoxy_url",
     "subscribe_call",
     "BRIDGE",
 ]
