@@ -213,3 +213,18 @@ def test_busy_loops_start_and_stop() -> None:
 def test_the_runner_documents_its_command() -> None:
     result = subprocess.run([sys.executable, str(BENCH / "run.py"), "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "--quick" in result.stdout and "--load" in result.stdout
+
+
+def test_the_soak_runs_and_drains() -> None:
+    # Five seconds of the soak: every client and fault runs, the server is
+    # sampled and drains. No verdict on flatness from so few samples (the
+    # warm-up is most of them); the benchmark is `bench/soak.py --duration 600`.
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "soak.py"), "--duration", "5", "--interval", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
+    assert "RSS MiB" in result.stdout and "rss: first third" in result.stdout, result.stdout + result.stderr
+    assert "drained to 0" in result.stdout and "DIED" not in result.stdout, result.stdout
+    assert "failed rounds" not in result.stdout, result.stdout
