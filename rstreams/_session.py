@@ -789,6 +789,7 @@ class Session(Peer):
                 handle = self._publications.pop(event.subscriber, None)
                 if handle is not None:
                     handle.stop()
+                    self._count_published(handle)  # now: it is gone from _publications
                     if self._log_streams:
                         self._log_stream("stream_cancel", event.subscriber, "cancelled by the subscriber")
             elif type(event) is Goodbye:
@@ -891,15 +892,22 @@ class Session(Peer):
         handle.scope = trio.CancelScope()
         self._nursery.start_soon(self._run_publication, handle, work, request, name=f"publisher {name}")
 
+    def _count_published(self, handle: PublicationHandle) -> None:
+        """Fold a publication's elements into the session's count, once: when
+        it ends, or at once when it is cancelled (it leaves _publications
+        then, and a stopped sink counts nothing more), so that statistics
+        never miss a stream between the two."""
+        if handle.sink is not None:
+            self._elements_published += handle.sink._sent
+            handle.sink = None
+
     def _end_publication(self, handle: PublicationHandle, error: str | None, *, answer: bool = True) -> None:
         """The publisher is done, at once or as a task: send onComplete (no
         ``error``) or onError, unless it was cancelled (``answer`` false) or
         the stream already ended, and forget the publication."""
         conn = self._conn
         subscriber = handle.subscriber
-        if handle.sink is not None:
-            self._elements_published += handle.sink._sent
-            handle.sink = None
+        self._count_published(handle)
         if self._publications.get(subscriber) is handle:
             del self._publications[subscriber]
             if answer and conn.is_publishing(subscriber):
