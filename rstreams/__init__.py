@@ -47,7 +47,7 @@ if _TYPE_CHECKING:
     from ._topic_offsets import OFFSETS_PUBLISHER, PartitionOffsets, topic_offsets
     from ._topic_core import decode_sequenced, encode_sequenced
     from ._url import BridgeURL, Endpoint, parse_bridge_url, parse_url
-    from .protocol import ElementBatch, ProtocolLimits
+    from .protocol import DEFAULT_CONNECTION_MEMORY, ElementBatch, ProtocolLimits
 
 __all__ = [
     "Authenticate",
@@ -71,6 +71,7 @@ __all__ = [
     "PartitionOffsets",
     "ProtocolError",
     "ProtocolLimits",
+    "DEFAULT_CONNECTION_MEMORY",
     "PublisherError",
     "RStreamsError",
     "RawCodec",
@@ -179,6 +180,7 @@ _LAZY_NAMES: dict[str, str] = {
     "parse_url": "._url",
     "ElementBatch": ".protocol",
     "ProtocolLimits": ".protocol",
+    "DEFAULT_CONNECTION_MEMORY": ".protocol",
 }
 
 if not _TYPE_CHECKING:

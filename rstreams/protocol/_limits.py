@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ProtocolLimits", "DEFAULT_LIMITS"]
+__all__ = ["ProtocolLimits", "DEFAULT_LIMITS", "DEFAULT_CONNECTION_MEMORY"]
 
 KiB = 1024
 MiB = 1024 * KiB
+
+#: The memory one connection may hold on behalf of its peer, in bytes, in
+#: every protocol rstreams speaks (wire-v0 and every bridge): what it has
+#: received and not yet handed on, and what it has queued for the peer and
+#: not yet written. One number, so that a server's memory is bounded by
+#: connections x this, plus a constant (issue 18).
+DEFAULT_CONNECTION_MEMORY = 64 * MiB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
