@@ -10,7 +10,9 @@ The window is the demand. The peer requires ``pubsub`` and suggests
 ``batch-ack:max-count=W``, where W is the URL's ``window`` or, by default,
 the demand of the first subscriber when it first has some: ``rstreams sub
 --prefetch N`` asks for N, so it subscribes with a window of N (capped at
-``max_pending_messages``, 1024). That is why the handshake waits for the
+``max_pending_messages``, 1024). A subscriber with no prefetch (the default:
+its demand adapts, starting at 16) gets the largest window, 1024, since its
+first demand is only where its window starts: the acks follow its demand. That is why the handshake waits for the
 first subscription: the TCP (or TLS) connection is made at once, so a host
 that does not answer fails ``connect``, but a broker that refuses the
 handshake fails the first subscription, with the typed MicroMsg2 error.
@@ -92,11 +94,16 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
         self._start_lock = trio.Lock()
         self._started = False
 
-    async def _start(self, demand: int) -> MicroMsg2Connection:
-        # The handshake, once, with the window of the first demand.
+    async def _start(self, feed: StreamFeed) -> MicroMsg2Connection:
+        # The handshake, once, with the window of the first demand; an
+        # adaptive subscriber's first demand is only where its window
+        # starts, so it gets the largest window instead, and its acks (one
+        # per message it takes) pace the broker as its demand grows.
         async with self._start_lock:
             if not self._started:
-                window = self.window or max(1, min(demand, self.settings.limits.max_pending_messages, MAX_WINDOW))
+                largest = min(self.settings.limits.max_pending_messages, MAX_WINDOW)
+                wanted = largest if feed.adaptive else feed.demand
+                window = self.window or max(1, min(wanted, largest))
                 settings = replace(
                     self.settings,
                     required=(ExtensionSpec(name=PUBSUB),),
@@ -114,7 +121,7 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
             await feed.wait_demand()
             if feed.ended:
                 return
-        connection = await self._start(feed.demand)
+        connection = await self._start(feed)
         stream = await connection.subscribe(feed.name)
         try:
             while True:

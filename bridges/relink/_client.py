@@ -7,7 +7,8 @@ id, and sends the publisher name on its own channel. Elements are taken from
 the listener's channel only while the subscriber has demand: taking one
 consumes it, and those consumed acknowledgements are what lets the listener
 send more (never more than its window ahead). The subscriber's ``prefetch``
-is the stream's consumed-ack window: the acknowledgement goes out once that
+is the stream's consumed-ack window (with no prefetch, the adaptive demand:
+the window grows as the demand does): the acknowledgement goes out once that
 many were taken, or when everything received was taken (the listener may
 be waiting on a window smaller than our prefetch), or after the link's
 short ack delay, whichever comes first. A two-part message with an
@@ -112,6 +113,10 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                 except trio.EndOfChannel:
                     feed.subscribed()
                     return  # the publisher completed
+                # An adaptive subscriber's demand grows while it keeps up:
+                # the ack window grows with it (and never passes an explicit
+                # prefetch, which demand never exceeds).
+                ack_window = max(ack_window, feed.demand)
                 batch = [parts]
                 while len(batch) < feed.demand and len(inbound):
                     batch.append(inbound.receive_nowait(consume=False))

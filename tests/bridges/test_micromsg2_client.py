@@ -49,6 +49,29 @@ async def test_the_window_is_the_first_subscriber_s_demand(nursery: trio.Nursery
     assert windows == [5, 3]
 
 
+async def test_an_adaptive_subscriber_gets_the_largest_window_not_its_first_demand(nursery: trio.Nursery) -> None:
+    # With no prefetch the demand starts at 16 and grows while the consumer
+    # keeps up: a window fixed at 16 would hold it at 16 for the whole
+    # connection, so it asks for the largest window (1024) instead, and
+    # the broker's smaller suggestion (64) still wins.
+    windows: list[int | None] = []
+
+    async def record(connection: MicroMsg2Connection) -> None:
+        windows.append(connection.window)
+        command = await connection.receive_command()
+        assert isinstance(command, Subscribe)
+        await connection.complete(command.destination)
+
+    generous = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(1024), ExtensionSpec(name="pubsub")))
+    for settings in (generous, BROKERISH):
+        url = await serve(nursery, MicroMsg2Server(record, settings=settings))
+        with trio.fail_after(10):
+            async with rstreams.connect(url) as peer:
+                async with peer.subscribe("x") as stream:
+                    assert [element async for element in stream] == []
+    assert windows == [1024, 64]
+
+
 async def test_leaving_early_unsubscribes(nursery: trio.Nursery) -> None:
     commands: list[object] = []
     done = trio.Event()
