@@ -27,7 +27,7 @@ per element. onNextPacked becomes one event whose batch slices lazily.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from operator import index
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
@@ -168,14 +168,20 @@ def element_flags() -> dict[SubscriptionState, bool]:
 _TAKES_ELEMENTS = element_flags()
 
 
-def _remember(ids: dict[int, None], subscriber: int, limit: int) -> int | None:
-    """Add an Id to a bounded, insertion-ordered memory; return an evicted Id."""
+def _remember(ids: OrderedDict[int, None], subscriber: int, limit: int) -> int | None:
+    """Add an Id to a bounded, insertion-ordered memory; return an evicted Id.
+
+    An OrderedDict, not a dict: a dict used as a queue (insert at the end,
+    delete the oldest) keeps its deleted slots at the front until it is
+    resized, so ``next(iter(ids))`` walks all of them, and once the memory
+    was full (``max_remembered_ids`` streams on one connection) every
+    stream that ended cost about 25 us here, a third of a busy server's
+    time. ``popitem(last=False)`` is O(1).
+    """
     ids.pop(subscriber, None)
     ids[subscriber] = None
     if len(ids) > limit:
-        oldest = next(iter(ids))
-        del ids[oldest]
-        return oldest
+        return ids.popitem(last=False)[0]
     return None
 
 
@@ -217,10 +223,10 @@ class Connection:
         self._answer_pending: set[int] = set()
         self._subscriptions: dict[int, _Subscription] = {}
         self._next_id = 1
-        self._cancelled: dict[int, None] = {}
+        self._cancelled: OrderedDict[int, None] = OrderedDict()
         self._forgotten_below = 0
         self._publications: dict[int, Publication] = {}
-        self._finished_publications: dict[int, None] = {}
+        self._finished_publications: OrderedDict[int, None] = OrderedDict()
         self._outbound = Outbound(limits.split_threshold)
         # Plain ints (an Extension member is one, but Hello wants exact ints).
         # The bearer extension rides in our hello exactly when we have a token.
