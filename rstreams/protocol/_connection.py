@@ -776,9 +776,11 @@ class Connection:
         if sub.reassembler is None:
             sub.reassembler = Reassembler(self.limits.max_element_size)
         # The connection's budget (PROTOCOL.md section 5): the parts of all
-        # streams' unfinished elements together stay within the inbound half.
+        # streams' unfinished elements together stay within the inbound half,
+        # a last part included (it is held with the rest while joined), so a
+        # part is refused the same whether or not it came in one read.
         joining = sub.reassembler.buffered
-        if not last and self._unfinished + len(message.data) > self._max_inbound:
+        if self._unfinished + len(message.data) > self._max_inbound:
             raise self._over_budget(self._unfinished + len(message.data), "of unfinished split elements")
         element = sub.reassembler.add(message.element, message.data, last)
         self._unfinished += sub.reassembler.buffered - joining
