@@ -194,6 +194,7 @@ class Outbound:
         publication.chunks.append(chunk)
         publication.queued_count += count
         publication.queued_bytes += nbytes
+        self.data_bytes += nbytes
         self.schedule(publication)
 
     def drop(self, publication: Publication) -> int:

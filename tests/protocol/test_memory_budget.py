@@ -230,3 +230,42 @@ def test_the_half_is_never_exceeded_and_fails_exactly_when_it_would(case: tuple[
             assert client.inbound_bytes <= HALF + 64
     assert failed == fails
     assert received == expected
+
+
+# ---- the outbound count the session's half reads --------------------------
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("send"), st.integers(0, 2), st.lists(st.integers(0, 5000), min_size=1, max_size=4)),
+            st.tuples(st.just("write"), st.integers(1, 9000)),
+            st.tuples(st.just("cancel"), st.integers(0, 2)),
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=100, deadline=None)
+def test_outbound_bytes_is_what_is_queued(steps: list[tuple]) -> None:  # type: ignore[type-arg]
+    # Kept up to date per enqueue and per publication a write visits, it
+    # must always equal the control queue plus every publication's queue.
+    from helpers import ConnectionPair
+    from rstreams.protocol import Cancel
+
+    pair = ConnectionPair(SMALL_LIMITS)
+    pair.open()
+    streams = [pair.open_stream(pair.client, initial_demand=UNBOUNDED) for _ in range(3)]
+    server = pair.server
+    open_streams = set(streams)
+    for step in steps:
+        if step[0] == "send" and streams[step[1]] in open_streams:
+            server.send_elements(streams[step[1]], [bytes(size) for size in step[2]])
+        elif step[0] == "write":
+            server.data_to_send(step[1])
+        elif step[0] == "cancel" and streams[step[1]] in open_streams:
+            open_streams.discard(streams[step[1]])
+            pair.deliver(server, encode(Cancel(subscriber=streams[step[1]])))
+        assert server.outbound_bytes == server.control_bytes + sum(server.queued_bytes(s) for s in streams)
+    while server.has_data_to_send:
+        server.data_to_send()
+    assert server.outbound_bytes == 0

@@ -1,0 +1,253 @@
+"""One memory budget per connection, over real sockets (issue 18, items 4 and 7).
+
+Every buffer of a connection counts against ``max_connection_memory``, in
+two halves: what the peer sent and this side holds (inbound), and what this
+side queued for the peer (outbound). Here with a small budget (4 MiB):
+
+* defect 4: a peer's unfinished split parts on many streams together past
+  the inbound half close that peer's connection with goodbye ``protocol
+  error: memory budget exceeded: ...``, and another client is served on;
+* a peer that asks for much and never reads makes the publishers wait once
+  the outbound half is full, with no error, and loses nothing once it reads;
+* each open stream costs ``STREAM_MEMORY_COST``, so a subscribe beyond the
+  streams' share is refused with onError and the session stays;
+* elements our application asked for and has not taken stop the reader
+  (backpressure), never an error.
+
+The server's whole memory under mixed attacks is measured in
+``test_memory_budget_process.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import msgpack
+import trio
+import trio.testing
+
+import rstreams
+import rstreams.demo
+from rstreams import STREAM_MEMORY_COST
+from rstreams.protocol import Goodbye, OnComplete, OnError, OnNextLastPart, OnNextPart, ProtocolLimits, Subscribe, Subscribed
+
+from ._support import RawPeer, fetch_range, new_session, wait_for
+
+_pack = msgpack.Packer(use_bin_type=True).pack
+KiB = 1024
+MiB = 1024 * KiB
+BUDGET = 4 * MiB
+HALF = BUDGET // 2
+CONFIG = rstreams.SessionConfig(
+    limits=ProtocolLimits(max_message_size=1 * MiB, max_element_size=HALF),
+    max_connection_memory=BUDGET,
+)
+
+
+@asynccontextmanager
+async def serving(app: rstreams.Router = rstreams.demo.app) -> AsyncIterator[tuple[rstreams.Server, int]]:
+    server = rstreams.Server(app, config=CONFIG)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+        yield server, rstreams.listener_port(listeners[0])
+        nursery.cancel_scope.cancel()
+
+
+async def raw_peer(port: int) -> RawPeer:
+    peer = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+    await peer.handshake()
+    return peer
+
+
+async def wait_until_stuck(value: object) -> None:
+    """Until ``value()`` stops changing with every task blocked."""
+    previous: object = None
+    unchanged = 0
+    while unchanged < 5:
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+        current = value()  # type: ignore[operator]
+        unchanged = unchanged + 1 if current == previous else 0
+        previous = current
+
+
+async def test_unfinished_parts_on_many_streams_close_only_that_peer() -> None:
+    # Defect 4, scaled down: eight echo streams, each holding unfinished
+    # parts well within max_element_size, 2.4 MiB together: past the half.
+    streams = 8
+    part = b"p" * (64 * KiB)
+    with trio.fail_after(30):
+        async with serving() as (server, port):
+            attacker = await raw_peer(port)
+            session = await new_session(server)
+            await attacker.stream.send_all(
+                b"".join(_pack([1, f"echo?source=src{i}", i, 1]) for i in range(1, streams + 1))
+            )
+            # The echo publishers subscribe back to our sources: answer each,
+            # and remember the server's Id for it.
+            ids = []
+            while len(ids) < streams:
+                message = await attacker.receive()
+                if isinstance(message, Subscribe):
+                    ids.append(message.subscriber)
+                    await attacker.send(Subscribed(subscriber=message.subscriber))
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as bystander:
+                await fetch_range(bystander, 50)
+                # Parts round-robin over the eight streams, 32 of them (4 per
+                # stream) filling the half exactly, and one more: the last
+                # the server reads (so it closes with nothing of ours unread).
+                parts = [OnNextPart(subscriber=ids[index % streams], element=0, data=part) for index in range(HALF // len(part) + 1)]
+                for message in parts:
+                    await attacker.send(message)
+                reason = await attacker.expect_goodbye_and_close()
+                assert reason.startswith("protocol error: memory budget exceeded: "), reason
+                assert f"(limit {HALF}, max_connection_memory {BUDGET})" in reason
+                await session.wait_closed()
+                assert session.close_reason == reason
+                # The other client was never touched, and is served on.
+                await fetch_range(bystander, 50)
+                assert not bystander.closed
+
+
+async def test_parts_within_the_half_are_joined_on_many_streams() -> None:
+    # The same, each stream's element finished in time: all joined and echoed.
+    streams = 8
+    part = b"q" * (64 * KiB)
+    with trio.fail_after(30):
+        async with serving() as (server, port):
+            peer = await raw_peer(port)
+            await peer.stream.send_all(b"".join(_pack([1, f"echo?source=s{i}", i, 1]) for i in range(1, streams + 1)))
+            ids = []
+            while len(ids) < streams:
+                message = await peer.receive()
+                if isinstance(message, Subscribe):
+                    ids.append(message.subscriber)
+                    await peer.send(Subscribed(subscriber=message.subscriber))
+            for subscriber in ids:  # 3 x 64 KiB unfinished on each: 1.5 MiB in all
+                await peer.send(*(OnNextPart(subscriber=subscriber, element=0, data=part) for _ in range(3)))
+            for subscriber in ids:
+                await peer.send(OnNextLastPart(subscriber=subscriber, element=0, data=b"end"))
+            echoed = 0
+            joined = 0
+            while echoed < streams:
+                message = await peer.receive()
+                if isinstance(message, OnNextLastPart):
+                    echoed += 1
+                    joined += 1
+                assert not isinstance(message, (Goodbye, OnError)), message
+            assert joined == streams
+
+
+async def test_a_peer_that_never_reads_fills_the_outbound_half_and_loses_nothing() -> None:
+    # Twenty range streams with a demand of millions, never read: every
+    # publisher builds 512 KiB runs as fast as it may queue them.
+    streams = 20
+    count = 2_000_000
+    with trio.fail_after(45):
+        async with serving() as (server, port):
+            peer = await raw_peer(port)
+            session = await new_session(server)
+            await peer.stream.send_all(
+                b"".join(_pack([1, f"range?count={count}", i, count]) for i in range(1, streams + 1))
+            )
+            highest = 0
+
+            def outbound() -> int:
+                nonlocal highest
+                held = session.statistics().outbound_bytes
+                highest = max(highest, held)
+                return held
+
+            await wait_until_stuck(outbound)
+            # Within the half, past it by one publisher's run at most.
+            assert HALF // 2 < highest <= HALF + 512 * KiB + 64 * KiB, highest
+            waiting = session._budget_waiters
+            assert waiting and all(session._conn.publication_demand(handle.subscriber) for handle in waiting)
+            assert not session.closed
+            assert session.statistics().publications == streams
+            # Now read everything: every element of every stream, in order.
+            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=8 * MiB)
+            received = dict.fromkeys(range(1, streams + 1), 0)
+            completed = 0
+            while completed < streams:
+                data = await peer.stream.receive_some(1 << 20)
+                assert data
+                unpacker.feed(data)
+                for message in unpacker:
+                    if message[0] == 8:  # onNextPacked: [8, id, count, bytes]
+                        first = int.from_bytes(message[3][:8], "big")
+                        assert first == received[message[1]]
+                        received[message[1]] += message[2]
+                    elif message[0] == 5:
+                        assert int.from_bytes(message[2], "big") == received[message[1]]
+                        received[message[1]] += 1
+                    elif message[0] == 6:
+                        completed += 1
+                    else:
+                        assert message[0] == 4, message  # subscribed; nothing else
+                if completed == 0:
+                    assert session.statistics().outbound_bytes <= HALF + 512 * KiB + 64 * KiB
+            assert received == dict.fromkeys(range(1, streams + 1), count)
+            assert not session.closed
+            await peer.aclose()
+
+
+async def test_streams_beyond_their_share_are_refused_and_the_session_stays() -> None:
+    share = HALF * 3 // 4 // STREAM_MEMORY_COST  # streams the budget admits
+    with trio.fail_after(30):
+        async with serving() as (server, port):
+            peer = await raw_peer(port)
+            session = await new_session(server)
+            n = share + 20
+            await peer.stream.send_all(
+                b"".join(_pack([1, "range?count=1000000000", i, 0]) for i in range(1, n + 1))
+            )
+            answers: dict[int, object] = {}
+            while len(answers) < n:
+                message = await peer.receive()
+                assert isinstance(message, (Subscribed, OnError)), message
+                answers[message.subscriber] = message
+            refused = [answer for answer in answers.values() if isinstance(answer, OnError)]
+            assert len(refused) == 20
+            assert all(answer.error.startswith("memory budget exceeded: ") for answer in refused)  # type: ignore[attr-defined]
+            assert isinstance(answers[share], Subscribed) and isinstance(answers[share + 1], OnError)
+            # A cancel gives a stream's share back: the next subscribe is served.
+            await peer.stream.send_all(_pack([3, 1]) + _pack([1, "range?count=3", n + 1, 3]))
+            served = await peer.receive_until(OnComplete)
+            assert isinstance(served[0], Subscribed) and served[0].subscriber == n + 1, served
+            assert not any(isinstance(message, OnError) for message in served), served
+            assert not session.closed
+            await peer.aclose()
+
+
+async def test_elements_the_application_has_not_taken_stop_the_reader() -> None:
+    # Our own subscription asks for 40 elements of 256 KiB (10 MiB) and
+    # takes none: the reader stops once they fill the inbound half, the
+    # peer's sends block, nothing fails; taking them lets the rest in.
+    size = 256 * KiB
+    n = 40
+    with trio.fail_after(45):
+        async with serving() as (_, port):
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}", config=CONFIG) as client:
+                async with client.subscribe(f"blob?count={n}&size={size}", prefetch=0) as blobs:
+                    blobs.request(n)
+                    await wait_until_stuck(lambda: client.statistics().bytes_received)
+                    statistics = client.statistics()
+                    assert HALF // 2 < statistics.inbound_bytes <= HALF + CONFIG.read_size + size, statistics
+                    assert blobs.statistics().received < n
+                    assert not client.closed
+                    received = [element async for element in blobs]
+                    assert len(received) == n
+                    assert all(len(element) == size for element in received)
+                    assert [element[0] for element in received] == [i % 256 for i in range(n)]
+                await wait_for(lambda: client.statistics().inbound_bytes == 0)
+
+
+def test_the_budget_is_validated() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="must fit in the inbound half"):
+        rstreams.SessionConfig(max_connection_memory=BUDGET)  # default 32 MiB elements
+    with pytest.raises(ValueError, match="max_connection_memory must be a positive int"):
+        rstreams.SessionConfig(max_connection_memory=0)
+    assert rstreams.SessionConfig().max_connection_memory == rstreams.DEFAULT_CONNECTION_MEMORY
