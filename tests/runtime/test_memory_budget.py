@@ -14,14 +14,18 @@ side queued for the peer (outbound). Here with a small budget (4 MiB):
 * elements our application asked for and has not taken stop the reader
   (backpressure), never an error.
 
-The server's whole memory under mixed attacks is measured in
-``test_memory_budget_process.py``.
+And the whole server (``rstreams serve --max-connection-memory 4M`` in a
+process of its own) under six attacks at once: its resident memory grows by
+less than connections x budget plus a constant.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import msgpack
 import trio
@@ -30,9 +34,20 @@ import trio.testing
 import rstreams
 import rstreams.demo
 from rstreams import STREAM_MEMORY_COST
-from rstreams.protocol import Goodbye, OnComplete, OnError, OnNextLastPart, OnNextPart, ProtocolLimits, Subscribe, Subscribed
+from rstreams.protocol import (
+    Goodbye,
+    OnComplete,
+    OnError,
+    OnNextLastPart,
+    OnNextPart,
+    Ping,
+    Pong,
+    ProtocolLimits,
+    Subscribe,
+    Subscribed,
+)
 
-from ._support import RawPeer, fetch_range, new_session, wait_for
+from ._support import PeerClosed, RawPeer, fetch_range, new_session, wait_for
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 KiB = 1024
@@ -251,3 +266,133 @@ def test_the_budget_is_validated() -> None:
     with pytest.raises(ValueError, match="max_connection_memory must be a positive int"):
         rstreams.SessionConfig(max_connection_memory=0)
     assert rstreams.SessionConfig().max_connection_memory == rstreams.DEFAULT_CONNECTION_MEMORY
+
+
+# ---- the whole server's memory under attack ---------------------------------
+
+ATTACK_BUDGET = 4 * MiB
+#: What the server may grow by beyond connections x budget: CPython keeps
+#: freed memory in its arenas and malloc's (so RSS does not fall back between
+#: peaks), each connection's fixed machinery (tasks, the socket wrappers, the
+#: trio and msgpack objects: well under 1 MiB apiece), and the demo's shared
+#: buffers. The measured growth is far below connections x budget alone.
+ATTACK_CONSTANT = 40 * MiB
+
+
+def vm_rss(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")  # pragma: no cover
+
+
+async def serving_process(budget: int) -> tuple[subprocess.Popen[bytes], int]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rstreams", "serve", "rstreams.demo:app", "--tcp", "127.0.0.1:0", "--max-connection-memory", str(budget)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = (await trio.to_thread.run_sync(process.stdout.readline)).decode()
+    assert line.startswith("rstreams: serving rstreams.demo:app on tcp://"), line
+    return process, int(line.strip().rsplit(":", 1)[1])
+
+
+async def attack_with_parts(port: int, held: trio.Event, done: trio.Event, scale: int) -> None:
+    """Unfinished parts on eight echo streams: 16 MiB in all (well within
+    max_element_size per stream), or until the server says goodbye."""
+    peer = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+    await peer.stream.send_all(_pack([0, 0, [1]]))  # hello, with keepalive: a ping is answered
+    await peer.stream.send_all(b"".join(_pack([1, f"echo?source=s{i}", i, 1]) for i in range(1, 9)))
+    ids: list[int] = []
+    while len(ids) < 8:
+        message = await peer.receive()
+        if isinstance(message, Subscribe):
+            ids.append(message.subscriber)
+            await peer.send(Subscribed(subscriber=message.subscriber))
+    part = b"p" * (64 * KiB)
+    try:
+        for index in range(scale * 32):
+            await peer.send(OnNextPart(subscriber=ids[index % 8], element=0, data=part))
+        await peer.send(Ping(nonce=1))
+        await peer.receive_until(Pong)  # every part was read, and is held
+    except (PeerClosed, trio.BrokenResourceError):
+        pass  # refused: memory budget exceeded
+    held.set()
+    await done.wait()
+    await peer.aclose()
+
+
+async def attack_never_reading(port: int, held: trio.Event, done: trio.Event, scale: int) -> None:
+    """Range streams with all the demand in the world, never read."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    streams = scale * 16
+    await stream.send_all(_pack([0, 0, []]) + b"".join(_pack([1, "range?count=1000000000", i, 10**9]) for i in range(1, streams + 1)))
+    held.set()
+    await done.wait()
+    await trio.aclose_forcefully(stream)
+
+
+async def attack_with_streams(port: int, held: trio.Event, done: trio.Event, scale: int) -> None:
+    """More waiting streams than the budget admits."""
+    peer = await raw_peer(port)
+    n = scale * 40
+    await peer.stream.send_all(b"".join(_pack([1, "range?count=1000000000", i, 0]) for i in range(1, n + 1)))
+    answers = 0
+    while answers < n:
+        answers += isinstance(await peer.receive(), (Subscribed, OnError))
+    held.set()
+    await done.wait()
+    await peer.aclose()
+
+
+async def run_attacks(port: int, attacks: list[Any], scale: int, done: trio.Event, nursery: trio.Nursery) -> list[trio.Event]:
+    held = [trio.Event() for _ in attacks]
+    for attack, event in zip(attacks, held):
+        nursery.start_soon(attack, port, event, done, scale)
+    return held
+
+
+async def test_server_memory_stays_within_connections_times_the_budget() -> None:
+    # Six attacks at once, each of which costs a server without the budget
+    # 16 MiB or more (two of them about 100 MiB), against a budget of 4 MiB.
+    attacks = [attack_with_parts, attack_with_parts, attack_never_reading, attack_never_reading, attack_with_streams, attack_with_streams]
+    with trio.fail_after(50):
+        process, port = await serving_process(ATTACK_BUDGET)
+        try:
+            # Warm up: each attack in small, then a plain client, so that
+            # what is imported, compiled and cached once is in the baseline.
+            async with trio.open_nursery() as nursery:
+                done = trio.Event()
+                for event in await run_attacks(port, attacks[::2], 1, done, nursery):
+                    await event.wait()
+                done.set()
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                await fetch_range(client, 100)
+            before = vm_rss(process.pid)
+
+            peak = before
+            async with trio.open_nursery() as nursery:
+                done = trio.Event()
+                held = await run_attacks(port, attacks, 10, done, nursery)
+                # The worst point: every attack holding what it can, and the
+                # server's memory no longer growing (sampled until it stays).
+                samples: list[int] = []
+                while not (all(event.is_set() for event in held) and len(samples) >= 20 and max(samples[-20:]) <= max(samples[:-20], default=0)):
+                    samples.append(vm_rss(process.pid))
+                    peak = max(peak, samples[-1])
+                    await trio.sleep(0.02)
+                # Served meanwhile, with every attack at its worst.
+                async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                    await fetch_range(client, 1000)
+                done.set()
+            growth = peak - before
+            print(f"server RSS {before / MiB:.1f} MiB before, peak growth {growth / MiB:.1f} MiB over {len(samples)} samples")
+            assert growth <= len(attacks) * ATTACK_BUDGET + ATTACK_CONSTANT, f"grew by {growth / MiB:.1f} MiB"
+            # And after: a well-behaved client is served as before.
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                await fetch_range(client, 100)
+            assert process.poll() is None
+        finally:
+            process.kill()
+            await trio.to_thread.run_sync(process.wait)
