@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import msgpack
+import pytest
 import trio
 import trio.testing
 
@@ -207,6 +208,43 @@ async def test_a_peer_that_never_reads_fills_the_outbound_half_and_loses_nothing
             await peer.aclose()
 
 
+async def test_a_write_wakes_only_the_publishers_its_room_can_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 150 publishers with demand wait for the outbound half: each write must
+    # wake as many as the room it freed can take (a few), never all of them
+    # (waking all would make n waiting streams cost n per write, defect 2).
+    from rstreams._session import Session
+
+    calls: list[tuple[int, int]] = []  # (waiting before, woken)
+    wake_budget_waiters = Session._wake_budget_waiters
+
+    def counted(self: Session) -> None:
+        before = len(self._budget_waiters)
+        wake_budget_waiters(self)
+        calls.append((before, before - len(self._budget_waiters)))
+
+    monkeypatch.setattr(Session, "_wake_budget_waiters", counted)
+    streams = 150
+    count = 20_000
+    with trio.fail_after(45):
+        async with serving() as (server, port):
+            peer = await raw_peer(port)
+            session = await new_session(server)
+            await peer.stream.send_all(b"".join(_pack([1, f"range?count={count}", i, count]) for i in range(1, streams + 1)))
+            await wait_until_stuck(lambda: len(session._budget_waiters))
+            assert len(session._budget_waiters) > 100
+            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=8 * MiB)
+            completed = 0
+            while completed < streams:
+                data = await peer.stream.receive_some(1 << 20)
+                assert data
+                unpacker.feed(data)
+                completed += sum(message[0] == 6 for message in unpacker)
+            await peer.aclose()
+    most = HALF // CONFIG.max_queued_bytes + 1
+    assert any(before > 3 * most for before, _ in calls)  # many waited...
+    assert max(woken for _, woken in calls) <= most  # ...and few were woken at a time
+
+
 async def test_streams_beyond_their_share_are_refused_and_the_session_stays() -> None:
     share = HALF * 3 // 4 // STREAM_MEMORY_COST  # streams the budget admits
     with trio.fail_after(30):
@@ -259,8 +297,6 @@ async def test_elements_the_application_has_not_taken_stop_the_reader() -> None:
 
 
 def test_the_budget_is_validated() -> None:
-    import pytest
-
     with pytest.raises(ValueError, match="must fit in the inbound half"):
         rstreams.SessionConfig(max_connection_memory=BUDGET)  # default 32 MiB elements
     with pytest.raises(ValueError, match="max_connection_memory must be a positive int"):
