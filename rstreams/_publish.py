@@ -499,6 +499,10 @@ class Sink:
         while view_offset < total:
             await self.wait_demand()
             count = min((total - view_offset) // size, self._room())
+            if self._handle.scope is not None:
+                # Within the connection's outbound half (one element past it
+                # at most), as send_some: a large buffer goes in pieces.
+                count = min(count, max(1, self._session._outbound_room() // size))
             if not count:
                 # Cancelled (or the session began closing) during the schedule
                 # point at the end of wait_demand: the next wait_demand raises

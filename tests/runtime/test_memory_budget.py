@@ -208,6 +208,41 @@ async def test_a_peer_that_never_reads_fills_the_outbound_half_and_loses_nothing
             await peer.aclose()
 
 
+async def one_large_buffer(sink: rstreams.Sink) -> None:
+    await sink.send_packed(bytes(8 * 1_000_000))  # 8 MB at once, twice the whole budget
+
+
+async def test_a_large_packed_buffer_is_queued_within_the_half() -> None:
+    app = rstreams.Router({"large": rstreams.Route(one_large_buffer, element_size=8)})
+    with trio.fail_after(30):
+        async with serving(app) as (server, port):
+            peer = await raw_peer(port)
+            session = await new_session(server)
+            await peer.stream.send_all(_pack([1, "large", 1, 10**6]))
+            highest = 0
+
+            def outbound() -> int:
+                nonlocal highest
+                highest = max(highest, session.statistics().outbound_bytes)
+                return highest
+
+            await wait_until_stuck(outbound)
+            assert HALF // 2 < highest <= HALF + 64 * KiB, highest
+            elements = 0
+            unpacker = msgpack.Unpacker(raw=False, max_buffer_size=8 * MiB)
+            while True:
+                data = await peer.stream.receive_some(1 << 20)
+                assert data
+                unpacker.feed(data)
+                messages = list(unpacker)
+                elements += sum(message[2] for message in messages if message[0] == 8)
+                elements += sum(1 for message in messages if message[0] == 5)
+                if any(message[0] == 6 for message in messages):
+                    break
+            assert elements == 10**6
+            await peer.aclose()
+
+
 async def test_a_write_wakes_only_the_publishers_its_room_can_take(monkeypatch: pytest.MonkeyPatch) -> None:
     # 150 publishers with demand wait for the outbound half: each write must
     # wake as many as the room it freed can take (a few), never all of them
