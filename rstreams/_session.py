@@ -403,7 +403,12 @@ class Session(Peer):
     # ---- memory budget ------------------------------------------------
 
     def _streams_cost(self) -> int:
-        return (len(self._publications) + len(self._subscriptions)) * STREAM_MEMORY_COST
+        # Capped at the streams' share, so data always keeps a quarter of the
+        # half: the peer's subscribes are refused past it (_start_publication),
+        # but our application's own subscriptions are not, and must not stall
+        # every publisher of the connection.
+        cost = (len(self._publications) + len(self._subscriptions)) * STREAM_MEMORY_COST
+        return cost if cost < self._streams_share else self._streams_share
 
     def _outbound_held(self) -> int:
         """The outbound half's use: what is queued for the peer or in the

@@ -1153,7 +1153,8 @@ class Connection:
         """Bytes the peer sent that this machine holds: the unfinished split
         elements of every stream, and what was received and not yet parsed
         into events. Never more than the inbound half of
-        ``max_connection_memory`` plus one read not yet parsed."""
+        ``max_connection_memory`` plus a message header, once
+        :meth:`events` has parsed what was received."""
         waiting = sum(map(len, self._waiting)) if self._waiting else 0
         return self._unfinished + (self._fed - self._message_end) + waiting
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import msgpack
@@ -329,6 +329,33 @@ async def test_elements_the_application_has_not_taken_stop_the_reader() -> None:
                     assert all(len(element) == size for element in received)
                     assert [element[0] for element in received] == [i % 256 for i in range(n)]
                 await wait_for(lambda: client.statistics().inbound_bytes == 0)
+
+
+async def numbers(sink: rstreams.Sink) -> None:
+    await sink.send_many([index.to_bytes(4, "big") for index in range(1000)])
+
+
+async def test_our_own_subscriptions_beyond_the_share_do_not_stall_our_publishers() -> None:
+    # Our application's subscriptions are charged but not refused; past the
+    # streams' share they must not take the room of the data: the server's
+    # echo of our publisher still gets all of it.
+    share = HALF * 3 // 4 // STREAM_MEMORY_COST
+    server = rstreams.Server(rstreams.demo.app)  # the server's default budget admits them all
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+            url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
+            async with rstreams.open_session(url, app=rstreams.Router({"numbers": numbers}), config=CONFIG) as client:
+                async with client.subscribe("echo?source=numbers", prefetch=0) as echo, AsyncExitStack() as stack:
+                    # (our publication exists now: the server's echo subscribed to it)
+                    await wait_for(lambda: client.statistics().publications == 1)
+                    for _ in range(HALF // STREAM_MEMORY_COST + 20):  # more than the whole half
+                        await stack.enter_async_context(client.subscribe("range?count=1000000000", prefetch=0))
+                    assert client.statistics().outbound_bytes >= share * STREAM_MEMORY_COST
+                    echo.request(1000)
+                    echoed = [element async for element in echo]
+                    assert echoed == [index.to_bytes(4, "big") for index in range(1000)]
+            nursery.cancel_scope.cancel()
 
 
 def test_the_budget_is_validated() -> None:
