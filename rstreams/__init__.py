@@ -21,7 +21,7 @@ from ._version import __version__
 if _TYPE_CHECKING:
     from ._auth import Authenticate, Authorize, PeerInfo, Principal, static_token
     from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
-    from ._config import SessionConfig
+    from ._config import STREAM_MEMORY_COST, SessionConfig
     from ._connect import connect, open_local_session, open_session
     from ._errors import (
         HandshakeError,
@@ -72,6 +72,7 @@ __all__ = [
     "ProtocolError",
     "ProtocolLimits",
     "DEFAULT_CONNECTION_MEMORY",
+    "STREAM_MEMORY_COST",
     "PublisherError",
     "RStreamsError",
     "RawCodec",
@@ -181,6 +182,7 @@ _LAZY_NAMES: dict[str, str] = {
     "ElementBatch": ".protocol",
     "ProtocolLimits": ".protocol",
     "DEFAULT_CONNECTION_MEMORY": ".protocol",
+    "STREAM_MEMORY_COST": "._config",
 }
 
 if not _TYPE_CHECKING:

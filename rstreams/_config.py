@@ -5,11 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._auth import Authenticate, Authorize
-from .protocol import DEFAULT_LIMITS, ProtocolLimits
+from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
 
-__all__ = ["SessionConfig", "DEFAULT_CONFIG", "DEFAULT_SERVER_CONFIG", "DEFAULT_IDLE_TIMEOUT"]
+__all__ = [
+    "SessionConfig",
+    "DEFAULT_CONFIG",
+    "DEFAULT_SERVER_CONFIG",
+    "DEFAULT_IDLE_TIMEOUT",
+    "STREAM_MEMORY_COST",
+]
 
 KiB = 1024
+
+#: What one open stream (a publication serving the peer, or one of our
+#: subscriptions) is charged against its connection's outbound half of
+#: ``max_connection_memory``, so that the number of streams a peer can open
+#: is bounded too. Measured, not guessed: a server's resident memory grows
+#: by 8.1 KB per ``range?count=1000000000`` stream left waiting for demand
+#: (10,000 of them: +81 MB; 5,000: +41 MB, RSS of ``rstreams serve``), most
+#: of it the publisher's task and its coroutine frames.
+STREAM_MEMORY_COST = 8 * KiB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +57,23 @@ class SessionConfig:
             A peer that sends more requests than this many bytes of answers
             before it reads any blocks itself: generous, so that bursts of
             thousands of subscribes written at once still get through.
+        max_connection_memory: the memory budget of this connection, in
+            bytes (default :data:`~rstreams.DEFAULT_CONNECTION_MEMORY`, 64
+            MiB), in two fixed halves. The outbound half bounds what this
+            side holds for the peer: control messages, every publication's
+            queued elements together, what the writer holds unsent, and
+            ``STREAM_MEMORY_COST`` per open stream; once it is full every
+            publisher waits (backpressure, never an error), and a subscribe
+            that would take the streams' share (three quarters of the
+            half) beyond it is answered onError ``memory budget exceeded:
+            ...``. The inbound half bounds what the peer sent and this side
+            holds: the unfinished split elements of all streams together
+            and the unparsed rest of a message (more is the peer's doing:
+            goodbye ``protocol error: memory budget exceeded: ...``), and
+            elements received and not yet taken by the application (the
+            reader stops reading while they and the rest fill the half).
+            ``limits.max_element_size`` and ``limits.max_message_size``
+            must fit in the inbound half. See docs/PROTOCOL.md section 5.
         busy_poll: seconds the reader polls the socket before it sleeps
             when the peer's next message is due (a ``fetch`` waits for its
             answer; the peer's subscribes were just answered), as long as
@@ -92,6 +124,7 @@ class SessionConfig:
     write_size: int = 256 * KiB
     max_queued_bytes: int = 256 * KiB
     max_unsent_control: int = 4096 * KiB
+    max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
     busy_poll: float = 200e-6
     idle_timeout: float | None = None
     keepalive_interval: float | None = 30.0
@@ -108,9 +141,18 @@ class SessionConfig:
         for name in ("handshake_timeout", "drain_timeout", "goodbye_timeout", "busy_poll"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
-        for name in ("read_size", "write_size", "max_queued_bytes", "max_unsent_control"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+        for name in ("read_size", "write_size", "max_queued_bytes", "max_unsent_control", "max_connection_memory"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        half = self.max_connection_memory // 2
+        for name in ("max_element_size", "max_message_size"):
+            value = getattr(self.limits, name)
+            if value > half:
+                raise ValueError(
+                    f"limits.{name} ({value} bytes) must fit in the inbound half of max_connection_memory"
+                    f" ({self.max_connection_memory} bytes, half {half}): raise the budget or lower the limit"
+                )
         if self.authorize is not None and self.authenticate is None:
             raise ValueError("authorize needs authenticate (it is given the principal authenticate returned)")
 

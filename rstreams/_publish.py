@@ -214,6 +214,10 @@ class PublishingSession(Protocol):
 
     def _wake_writer(self) -> None: ...
 
+    def _outbound_room(self) -> int: ...
+
+    def _wait_in_budget_queue(self, handle: PublicationHandle) -> None: ...
+
 
 class PublicationHandle:
     """The session's side of one publication: its task's scope and waiter.
@@ -222,7 +226,7 @@ class PublicationHandle:
     answers at once never needs one.
     """
 
-    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "sink", "name", "_waiter")
+    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "sink", "name", "_waiter", "in_budget_queue")
 
     def __init__(self, session: PublishingSession, subscriber: int, element_size: int) -> None:
         self.session = session
@@ -234,6 +238,9 @@ class PublicationHandle:
         self.sink: Sink | None = None
         self.name = ""  # the publisher name the subscriber asked for
         self._waiter: trio.Event | None = None
+        # In the session's queue of publishers waiting for the connection's
+        # outbound half to have room (see Session._wait_in_budget_queue).
+        self.in_budget_queue = False
 
     async def wait_for_room(self) -> None:
         # Wait for what is missing, and be woken only by what brings it.
@@ -243,9 +250,15 @@ class PublicationHandle:
         # on every write: publishers waiting for demand must not be among
         # them, or each write would wake every one of them for nothing, and
         # opening n waiting streams would cost n**2 (issue 18).
+        # A publisher with demand and room in its own queue waits for the
+        # connection's outbound half instead (the memory budget): in a
+        # first-come queue that a write wakes only as far as the room it
+        # freed goes, never all at once.
         waiter = self._waiter = trio.Event()
         session = self.session
         if session._conn.queued_bytes(self.subscriber) < session.config.max_queued_bytes:
+            if session._outbound_room() <= 0 and session._conn.publication_demand(self.subscriber):
+                session._wait_in_budget_queue(self)
             await waiter.wait()
             return
         session._room_waiters.add(self)
@@ -253,6 +266,11 @@ class PublicationHandle:
             await waiter.wait()
         finally:
             session._room_waiters.discard(self)
+
+    @property
+    def waiting(self) -> bool:
+        """True while the publisher waits in :meth:`wait_for_room`."""
+        return self._waiter is not None
 
     def wake(self) -> None:
         waiter = self._waiter
@@ -321,8 +339,15 @@ class Sink:
 
     def _room(self) -> int:
         # How many elements may be queued now: demand, but nothing while the
-        # queue already holds max_queued_bytes (a byte bound on top of demand).
-        if self._handle.closed or self._conn.queued_bytes(self._subscriber) >= self._max_queued:
+        # queue already holds max_queued_bytes (a byte bound on top of demand),
+        # or while the connection's outbound half is full (its memory budget).
+        # A publisher answering at once (no task, so no scope yet) is not held
+        # by the budget: it cannot wait, and what it queues is bounded as an
+        # answer to the subscribe (Session._unsent_answers).
+        handle = self._handle
+        if handle.closed or self._conn.queued_bytes(self._subscriber) >= self._max_queued:
+            return 0
+        if handle.scope is not None and self._session._outbound_room() <= 0:
             return 0
         return self._conn.publication_demand(self._subscriber)
 
@@ -386,6 +411,8 @@ class Sink:
             encode = self._codec.encode
             batch = [encode(value) for value in batch]
         budget = self._max_queued - self._conn.queued_bytes(self._subscriber)
+        if self._handle.scope is not None:
+            budget = min(budget, self._session._outbound_room())
         if self._element_size:
             fit = max(1, budget // self._element_size)
         elif sum(map(len, batch)) <= budget:
@@ -472,6 +499,10 @@ class Sink:
         while view_offset < total:
             await self.wait_demand()
             count = min((total - view_offset) // size, self._room())
+            if self._handle.scope is not None:
+                # Within the connection's outbound half (one element past it
+                # at most), as send_some: a large buffer goes in pieces.
+                count = min(count, max(1, self._session._outbound_room() // size))
             if not count:
                 # Cancelled (or the session began closing) during the schedule
                 # point at the end of wait_demand: the next wait_demand raises

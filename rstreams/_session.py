@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ import trio
 
 from ._auth import AUTHENTICATION_FAILED, PeerInfo, Principal
 from ._codecs import CodecLike, resolve_codec
-from ._config import DEFAULT_CONFIG, SessionConfig
+from ._config import DEFAULT_CONFIG, STREAM_MEMORY_COST, SessionConfig
 from ._direct_socket import direct_socket
 from ._errors import (
     describe_error,
@@ -60,7 +61,7 @@ from ._groups import caller_sees_its_own_exception
 from ._logs import peer_address, transport_name
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
-from ._subscribe import StreamReceiver, Subscription, _Fetch
+from ._subscribe import HeldElements, StreamReceiver, Subscription, _Fetch
 from .protocol import (
     Cancel,
     Connection,
@@ -121,6 +122,13 @@ class SessionStatistics:
         bytes_received / bytes_sent: transport bytes so far.
         elements_dropped: queued elements a goodbye discarded.
         close_reason: why the session closed (None while open).
+        inbound_bytes: what the connection holds of what the peer sent, now:
+            unfinished split elements, input not yet parsed, and elements
+            received and not yet taken by the application (the inbound
+            half of ``config.max_connection_memory``).
+        outbound_bytes: what it holds for the peer, now: control messages,
+            queued elements, what the writer holds unsent, and
+            ``STREAM_MEMORY_COST`` per open stream (the outbound half).
     """
 
     state: str
@@ -130,6 +138,8 @@ class SessionStatistics:
     bytes_sent: int
     elements_dropped: int
     close_reason: str | None
+    inbound_bytes: int = 0
+    outbound_bytes: int = 0
 
 
 class Session(Peer):
@@ -157,7 +167,26 @@ class Session(Peer):
         # a request-response peer sends tens of thousands of times a second.
         self._log_streams = logger.isEnabledFor(logging.DEBUG)
         extensions = (Extension.KEEPALIVE,) if config.keepalive_interval is not None else ()
-        self._conn = Connection(limits=config.limits, extensions=extensions, token=config.token)
+        self._conn = Connection(
+            limits=config.limits,
+            extensions=extensions,
+            token=config.token,
+            max_connection_memory=config.max_connection_memory,
+        )
+        # The memory budget (SessionConfig.max_connection_memory): each half.
+        self._half_budget = config.max_connection_memory // 2
+        # Open streams may take this much of the outbound half (see
+        # _start_publication): three quarters, the rest is kept for data.
+        self._streams_share = self._half_budget * 3 // 4
+        # Elements our subscriptions hold for the application (inbound).
+        self.held_elements = HeldElements()
+        # What the writer holds: taken from the queues and not yet written.
+        self._writer_held = 0
+        # Publishers that wait for the connection's outbound half to have
+        # room (their own queue is not full and they have demand), first
+        # come first woken: a write wakes as many as the room it freed can
+        # take, O(woken), never all of them (issue 18, defect 2).
+        self._budget_waiters: deque[PublicationHandle] = deque()
         #: Who the peer is, as ``config.authenticate`` said (None without it).
         self.principal: Principal | None = None
         # With an authenticate hook, the peer's subscribes that arrive before
@@ -288,6 +317,9 @@ class Session(Peer):
         self._close_reason = reason
         self._stream_error = error
         self._close_requested.set()
+        # A reader waiting for the application to take elements reads again:
+        # the close sequence needs the peer's goodbye.
+        self.held_elements.release(0)
 
     async def _manager(self) -> None:
         try:
@@ -363,6 +395,48 @@ class Session(Peer):
         self._publications.clear()
         for handle in list(self._room_waiters):
             handle.wake()
+        for handle in self._budget_waiters:
+            handle.in_budget_queue = False
+            handle.wake()
+        self._budget_waiters.clear()
+
+    # ---- memory budget ------------------------------------------------
+
+    def _streams_cost(self) -> int:
+        # Capped at the streams' share, so data always keeps a quarter of the
+        # half: the peer's subscribes are refused past it (_start_publication),
+        # but our application's own subscriptions are not, and must not stall
+        # every publisher of the connection.
+        cost = (len(self._publications) + len(self._subscriptions)) * STREAM_MEMORY_COST
+        return cost if cost < self._streams_share else self._streams_share
+
+    def _outbound_held(self) -> int:
+        """The outbound half's use: what is queued for the peer or in the
+        writer's hands, and the nominal cost of every open stream."""
+        unsent = len(self._unsent) if self._unsent is not None else 0
+        return self._conn.outbound_bytes + self._writer_held + unsent + self._streams_cost()
+
+    def _outbound_room(self) -> int:
+        """Bytes publishers may still queue before the outbound half is full."""
+        return self._half_budget - self._outbound_held()
+
+    def _wait_in_budget_queue(self, handle: PublicationHandle) -> None:
+        # At most one entry per handle: one woken by its subscriber's request
+        # (or stopped) stays queued, and is skipped or woken once more.
+        if not handle.in_budget_queue:
+            handle.in_budget_queue = True
+            self._budget_waiters.append(handle)
+
+    def _wake_budget_waiters(self) -> None:
+        waiters = self._budget_waiters
+        room = self._outbound_room()
+        share = self.config.max_queued_bytes  # what each woken one may queue
+        while waiters and room > 0:
+            handle = waiters.popleft()
+            handle.in_budget_queue = False
+            if handle.waiting:
+                handle.wake()
+                room -= share
 
     # ---- timekeeper -----------------------------------------------------
 
@@ -445,7 +519,9 @@ class Session(Peer):
                 self._bytes_out += sent
                 if sent < len(data):
                     self._unsent = memoryview(data)[sent:]
-                elif not (self._conn.has_data_to_send or self._conn.goodbye_sent):
+                if self._budget_waiters:
+                    self._wake_budget_waiters()
+                if self._unsent is None and not (self._conn.has_data_to_send or self._conn.goodbye_sent):
                     return  # (after goodbye, the writer must wake to finish)
         self._wake_writer()
 
@@ -476,6 +552,14 @@ class Session(Peer):
             for handle in list(self._room_waiters):
                 if conn.queued_bytes(handle.subscriber) < max_queued:
                     handle.wake()
+
+    def _written(self) -> None:
+        # A write is done: what it held is freed, and publishers waiting for
+        # the outbound half to have room may have it now.
+        self._writer_held = 0
+        self._note_write_progress()
+        if self._budget_waiters:
+            self._wake_budget_waiters()
 
     async def _wait_drained(self) -> None:
         while (
@@ -531,9 +615,10 @@ class Session(Peer):
                         continue
                     size = sum(map(len, buffers))
                     self._writing = True
+                    self._writer_held = size
                     await direct.send_buffers(buffers)
                     self._writing = False
-                    self._note_write_progress()
+                    self._written()
                     self._bytes_out += size
                     bulk = size >= write_size
                     continue
@@ -542,9 +627,10 @@ class Session(Peer):
                     if not data:
                         continue
                 self._writing = True
+                self._writer_held = len(data)
                 await stream.send_all(data)
                 self._writing = False
-                self._note_write_progress()
+                self._written()
                 self._bytes_out += len(data)
                 bulk = len(data) >= write_size
         except _TRANSPORT_ERRORS as exc:
@@ -557,6 +643,7 @@ class Session(Peer):
             self._request_close(_CloseKind.LOST, f"connection lost while writing: {describe_error(exc)}", exc)
         finally:
             self._writing = False
+            self._writer_held = 0
             self._writer_done.set()
             self._note_write_progress()
             idle = self._writer_idle
@@ -694,10 +781,31 @@ class Session(Peer):
                 self._answered_bytes -= answered.pop(oldest)
         return self._conn.control_bytes + self._answered_bytes
 
+    def _inbound_full(self) -> bool:
+        # Elements the application asked for and has not taken, with what
+        # the connection holds of the peer's input, fill the inbound half.
+        # Only elements waiting for the application stop the reader: with
+        # none, what the connection holds (split parts) can only shrink by
+        # reading on, and growing it past the half is the peer's error.
+        held = self.held_elements.held
+        return held > 0 and held + self._conn.inbound_bytes >= self._half_budget
+
+    async def _wait_elements_taken(self) -> None:
+        """Read nothing more while the inbound half is full of elements the
+        application has not taken yet: they were asked for, so this is
+        backpressure (the peer's sends block), never an error. Woken as the
+        application uses chunks up, or when the session starts closing."""
+        held = self.held_elements
+        while self._inbound_full() and self._close_kind is None:
+            released = held.on_release = trio.Event()
+            await released.wait()
+
     async def _receive_once(self) -> bool:
         """Receive and dispatch one read; False when reading is over."""
         if self._unsent_answers() > self.config.max_unsent_control:
             await self._wait_answers_taken()
+        if self._inbound_full():
+            await self._wait_elements_taken()
         data: bytes | bytearray
         if self._busy_poll and (self._fetching or self._answered_subscribe):
             data = await self._receive_due()
@@ -790,6 +898,9 @@ class Session(Peer):
                 if handle is not None:
                     handle.stop()
                     self._count_published(handle)  # now: it is gone from _publications
+                    if self._budget_waiters:
+                        # Its queue and its stream's cost are freed.
+                        self._wake_budget_waiters()
                     if self._log_streams:
                         self._log_stream("stream_cancel", event.subscriber, "cancelled by the subscriber")
             elif type(event) is Goodbye:
@@ -854,6 +965,20 @@ class Session(Peer):
             return
         if self._close_kind is not None:
             conn.fail(subscriber, "session closing")
+            return
+        streams_cost = (len(self._publications) + len(self._subscriptions) + 1) * STREAM_MEMORY_COST
+        if streams_cost > self._streams_share:
+            # Each open stream is charged against the outbound half; the
+            # streams may take three quarters of it, so that data always
+            # has room. The stream is refused, the session stays.
+            conn.fail(
+                subscriber,
+                f"memory budget exceeded: {streams_cost} bytes for {streams_cost // STREAM_MEMORY_COST} open streams"
+                f" of {STREAM_MEMORY_COST} bytes each (limit {self._streams_share},"
+                f" max_connection_memory {self.config.max_connection_memory})",
+            )
+            if self._log_streams:
+                self._log_stream("stream_error", subscriber, "refused %r: memory budget", name, reason="memory budget")
             return
         if self.config.authorize is not None and not self._authorized(path):
             conn.fail(subscriber, f"not authorized: {name}")
@@ -921,6 +1046,8 @@ class Session(Peer):
                     else:
                         self._log_stream("stream_error", subscriber, "onError %s", error, reason=error)
         handle.closed = True
+        if self._budget_waiters:
+            self._wake_budget_waiters()
         self._wake_writer()
 
     async def _run_publication(self, handle: PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
@@ -1047,6 +1174,8 @@ class Session(Peer):
             bytes_sent=self._bytes_out,
             elements_dropped=self._dropped,
             close_reason=self._close_reason,
+            inbound_bytes=self._conn.inbound_bytes + self.held_elements.held,
+            outbound_bytes=self._outbound_held(),
         )
 
     def __repr__(self) -> str:

@@ -48,6 +48,7 @@ __all__ = [
     "ADAPTIVE_INITIAL",
     "ADAPTIVE_MAXIMUM",
     "CHECKPOINT_INTERVAL",
+    "HeldElements",
     "StreamReceiver",
     "Subscription",
     "SubscriptionOwner",
@@ -111,6 +112,30 @@ class _OneWaiter:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+class HeldElements:
+    """Bytes of received elements that a session's subscriptions hold and
+    the application has not taken yet: part of the inbound half of the
+    connection's memory budget (see ``SessionConfig.max_connection_memory``).
+
+    Counted per batch received and per batch used up, never per element.
+    The session reads ``held``, and sets ``on_release`` while its reader
+    waits for the application to take some.
+    """
+
+    __slots__ = ("held", "on_release")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.on_release: trio.Event | None = None
+
+    def release(self, nbytes: int) -> None:
+        self.held -= nbytes
+        waiting = self.on_release
+        if waiting is not None:
+            self.on_release = None
+            waiting.set()
+
+
 class Subscription(_OneWaiter):
     """One stream from a peer's publisher: an async iterator of elements.
 
@@ -141,6 +166,8 @@ class Subscription(_OneWaiter):
         "_error",
         "_failed",
         "_busy",
+        "_held",
+        "_chunk_bytes",
         "__weakref__",
     )
 
@@ -170,6 +197,11 @@ class Subscription(_OneWaiter):
         self._error: BaseException | None = None
         self._failed = False  # (stays when a refusal lets go of _error)
         self._busy = False
+        # The session's count of held element bytes (None for owners that
+        # keep none, like the bridges' clients), and the bytes of each chunk
+        # in _chunks, released as each chunk is used up.
+        self._held: HeldElements | None = getattr(session, "held_elements", None)
+        self._chunk_bytes: deque[int] = deque()
 
     # ---- called by the session's reader (synchronously) ----------------
 
@@ -181,6 +213,11 @@ class Subscription(_OneWaiter):
     def _on_elements(self, batch: ElementBatch) -> None:
         items = batch.items
         self._chunks.append(items if items is not None else batch)
+        held = self._held
+        if held is not None:
+            nbytes = batch.nbytes
+            self._chunk_bytes.append(nbytes)
+            held.held += nbytes
         count = len(batch)
         self._buffered += count
         self._received += count
@@ -237,6 +274,7 @@ class Subscription(_OneWaiter):
 
     def cancel(self) -> None:
         """Cancel the stream (a no-op once it ended). Synchronous, never blocks."""
+        self._release_all()
         if self._ended or self.subscriber is None:
             return
         self._cancelled = True
@@ -381,6 +419,8 @@ class Subscription(_OneWaiter):
         head += 1
         if head >= len(chunk):
             self._chunks.popleft()
+            if self._chunk_bytes:
+                self._release_chunk()
             head = 0
         self._head = head
         self._buffered -= 1
@@ -402,6 +442,8 @@ class Subscription(_OneWaiter):
             parts.append(chunk if head == 0 and count == len(chunk) else chunk[head : head + count])
             if count == available:
                 self._chunks.popleft()
+                if self._chunk_bytes:
+                    self._release_chunk()
                 self._head = 0
             else:
                 self._head = head + count
@@ -422,6 +464,21 @@ class Subscription(_OneWaiter):
         for part in parts:
             merged.extend(part)
         return merged
+
+    def _release_chunk(self) -> None:
+        # A chunk used up: its bytes no longer count against the budget.
+        held = self._held
+        assert held is not None
+        held.release(self._chunk_bytes.popleft())
+
+    def _release_all(self) -> None:
+        # Left or cancelled: what is still buffered is the application's
+        # to drop, and no longer holds the session's reader back.
+        if self._chunk_bytes:
+            held = self._held
+            assert held is not None
+            held.release(sum(self._chunk_bytes))
+            self._chunk_bytes.clear()
 
     def batches(self, max_elements: int = 2**31) -> _BatchIterator:
         """Iterate over everything buffered at once, for high-rate consumers.

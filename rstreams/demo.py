@@ -91,7 +91,7 @@ RANGE_BLOCK = 65536
 #: demand outstanding (they are sent as demand arrives).
 RANGE_IDLE_RUN = 256
 #: The largest ``blob`` element: what a peer with default limits accepts.
-MAX_BLOB_SIZE = 64 * 1024 * 1024
+MAX_BLOB_SIZE = 32 * 1024 * 1024
 #: About how many bytes of ``blob`` elements are handed over per batch, so a
 #: large demand of large elements never builds more than this at once.
 BLOB_BATCH_BYTES = 1024 * 1024

@@ -10,14 +10,17 @@ in ``_serving``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import ssl
+
+    from .._config import SessionConfig
 
     from .._publish import Router
     from .._serve import Server
@@ -40,6 +43,8 @@ __all__ = [
     "parse_origin",
     "add_log_level_argument",
     "add_server_arguments",
+    "config_for_connection_memory",
+    "parse_size",
     "server_from_arguments",
     "configure_logging",
     "client_ssl_context",
@@ -145,6 +150,56 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """A size in bytes: ``65536``, or with a binary suffix ``K``, ``M``, ``G``
+    (``64M``, ``64MiB`` and ``64MB`` all mean 64 x 1024 x 1024)."""
+    stripped = text.strip()
+    number = stripped.rstrip("KMGiBkmgb")
+    unit = stripped[len(number) :].upper().removesuffix("B").removesuffix("I")
+    if unit not in _SIZE_UNITS or not number.strip():
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 65536, 64K, 64M or 1G, got {text!r}")
+    try:
+        value = int(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 65536, 64K, 64M or 1G, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
+    return value * _SIZE_UNITS[unit]
+
+
+def _connection_memory(text: str) -> int:
+    size = parse_size(text)
+    try:
+        config_for_connection_memory(size)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return size
+
+
+def config_for_connection_memory(size: int, **settings: Any) -> SessionConfig:
+    """A ``SessionConfig`` with ``max_connection_memory=size``; below the
+    default budget, the element and message limits shrink to fit its
+    inbound half, as the config requires (one largest element per half)."""
+    from .._config import SessionConfig
+    from ..protocol import DEFAULT_LIMITS
+
+    limits = DEFAULT_LIMITS
+    half = size // 2
+    if limits.max_element_size > half or limits.max_message_size > half:
+        try:
+            limits = dataclasses.replace(
+                limits,
+                max_element_size=min(limits.max_element_size, half),
+                max_message_size=min(limits.max_message_size, half),
+            )
+        except ValueError:
+            raise ValueError(f"--max-connection-memory {size} is too small for one split part per half") from None
+    return SessionConfig(limits=limits, max_connection_memory=size, **settings)
+
+
 def _non_negative_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -189,6 +244,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     (``serve --ws``); they check that at least one listener was named.
     """
     from .._config import DEFAULT_CONFIG, DEFAULT_IDLE_TIMEOUT
+    from ..protocol import DEFAULT_CONNECTION_MEMORY
 
     parser.add_argument(
         "--tcp",
@@ -213,6 +269,18 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         default=DEFAULT_MAX_CONNECTIONS,
         help="refuse connections beyond N open sessions (with goodbye \"server busy\"; "
         f"default: {DEFAULT_MAX_CONNECTIONS})",
+    )
+    parser.add_argument(
+        "--max-connection-memory",
+        metavar="SIZE",
+        type=_connection_memory,
+        default=DEFAULT_CONNECTION_MEMORY,
+        help="the memory budget of each session, in bytes or with a K, M or G suffix (powers of 1024): "
+        "half for what the peer sent and is held, half for what is queued for it; a peer that sends "
+        "more unfinished split elements than its half is closed with goodbye \"protocol error: memory "
+        "budget exceeded: ...\"; below 64M the largest element and message accepted shrink to half of it "
+        f"(default: {DEFAULT_CONNECTION_MEMORY // 1024**2}M; server memory stays under about "
+        "--max-connections x this, plus a constant; docs/PROTOCOL.md section 5)",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -245,10 +313,11 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
 
 def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     """The ``Server`` that ``add_server_arguments``' options describe."""
-    from .._config import SessionConfig
     from .._serve import Server
 
-    config = SessionConfig(busy_poll=args.busy_poll, idle_timeout=args.idle_timeout or None)
+    config = config_for_connection_memory(
+        args.max_connection_memory, busy_poll=args.busy_poll, idle_timeout=args.idle_timeout or None
+    )
     token = server_token(args)
     authenticate = None
     if token is not None:

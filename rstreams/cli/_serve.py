@@ -68,6 +68,7 @@ examples:
   rstreams serve myapp:app --ws 127.0.0.1:8000 --static-dir pages  # your pages at http://127.0.0.1:8000/
   rstreams serve rstreams.demo:app --emp 127.0.0.1:7000         # over EMP (docs/bridges/emp.md)
   rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --metrics 127.0.0.1:9100 --log-level info
+  rstreams serve rstreams.demo:app --tcp 127.0.0.1:9000 --max-connection-memory 16M  # a smaller budget per session
 """
 
 

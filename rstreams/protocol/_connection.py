@@ -38,7 +38,7 @@ from ._batch import ElementBatch
 from ._codec import DecodeError, encode, encode_request, encode_subscribe, message_from_wire, new_unpacker
 from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
-from ._limits import DEFAULT_LIMITS, ProtocolLimits
+from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
 from ._messages import (
     MAX_ID,
     PROTOCOL_VERSION,
@@ -131,6 +131,10 @@ _PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
 _ON_NEXT = 5
 _NO_EVENT_LIMIT = 2**62  # events(): parse everything received
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
+# What a split part's message adds to its data: the unparsed rest of the
+# last part of a largest element may go this far past the inbound half (the
+# same room ProtocolLimits leaves for a header under max_message_size).
+_MESSAGE_HEADER_ROOM = 64
 # One Elements event per run of elements, at least one per subscribe: the
 # dataclass __init__ costs more than the rest of a short run's handling.
 _new_elements = prechecked(Elements)
@@ -197,6 +201,17 @@ class Connection:
         extensions: extension ids to announce in our hello.
         token: a bearer token to carry in our hello (the bearer extension,
             PROTOCOL.md section 9); None: no bearer extension.
+        max_connection_memory: the connection's memory budget, in bytes;
+            this machine enforces its inbound half (PROTOCOL.md section 5):
+            the unfinished split elements of all streams together may not
+            go past it, and a split part or an unparsed message that would
+            take them past it is the peer's ``RemoteProtocolError``
+            (``memory budget exceeded: ...``). :attr:`inbound_bytes` says
+            what it holds now.
+
+    Raises:
+        ValueError: ``limits.max_element_size`` or ``limits.max_message_size``
+            does not fit in the inbound half.
     """
 
     def __init__(
@@ -205,8 +220,22 @@ class Connection:
         limits: ProtocolLimits = DEFAULT_LIMITS,
         extensions: Iterable[int] = (),
         token: str | None = None,
+        max_connection_memory: int = DEFAULT_CONNECTION_MEMORY,
     ) -> None:
+        if type(max_connection_memory) is not int or max_connection_memory <= 0:
+            raise ValueError(f"max_connection_memory must be a positive int, got {max_connection_memory!r}")
+        half = max_connection_memory // 2
+        if limits.max_element_size > half or limits.max_message_size > half:
+            raise ValueError(
+                f"max_element_size ({limits.max_element_size}) and max_message_size ({limits.max_message_size})"
+                f" must fit in the inbound half ({half} bytes) of max_connection_memory {max_connection_memory}"
+            )
         self.limits = limits
+        self.max_connection_memory = max_connection_memory
+        self._max_inbound = half
+        # Bytes of split elements being joined, on all our subscriptions
+        # together (each Reassembler's buffered, summed as parts come and go).
+        self._unfinished = 0
         self._state = ConnectionState.HANDSHAKING
         self.peer_hello: Hello | None = None
         self.goodbye_received: Goodbye | None = None
@@ -367,13 +396,14 @@ class Connection:
     def _end_all_streams(self) -> int:
         dropped = 0
         for publication in self._publications.values():
-            dropped += publication.discard()
+            dropped += self._outbound.drop(publication)
             publication.state = PUBLICATION_TRANSITIONS[publication.state, _PUBLICATION_ENDED]
         self._publications.clear()
         self._outbound.ready.clear()
         for sub in self._subscriptions.values():
             sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, _SUBSCRIPTION_ENDED])
         self._subscriptions.clear()
+        self._unfinished = 0
         return dropped
 
     def _parse(self, events: list[Event], max_events: int) -> None:
@@ -478,8 +508,11 @@ class Connection:
             finally:
                 self._message_end = message_end
             # The Unpacker ran out of complete messages.
-            if self._fed - message_end > self.limits.max_message_size:
+            partial = self._fed - message_end
+            if partial > self.limits.max_message_size:
                 raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
+            if partial > self._max_inbound + _MESSAGE_HEADER_ROOM - self._unfinished:
+                raise self._over_budget(self._unfinished + partial, "of unfinished split elements and unparsed input")
             if not self._waiting:
                 break
             chunk = self._waiting.popleft()
@@ -748,7 +781,15 @@ class Connection:
             return
         if sub.reassembler is None:
             sub.reassembler = Reassembler(self.limits.max_element_size)
+        # The connection's budget (PROTOCOL.md section 5): the parts of all
+        # streams' unfinished elements together stay within the inbound half,
+        # a last part included (it is held with the rest while joined), so a
+        # part is refused the same whether or not it came in one read.
+        joining = sub.reassembler.buffered
+        if self._unfinished + len(message.data) > self._max_inbound:
+            raise self._over_budget(self._unfinished + len(message.data), "of unfinished split elements")
         element = sub.reassembler.add(message.element, message.data, last)
+        self._unfinished += sub.reassembler.buffered - joining
         if element is None:
             return
         if sub.element_size and len(element) != sub.element_size:
@@ -758,6 +799,17 @@ class Connection:
         if not sub.demand.take(1):
             raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
         events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
+
+    def _over_budget(self, held: int, what: str) -> RemoteProtocolError:
+        return RemoteProtocolError(
+            f"memory budget exceeded: {held} bytes {what} on this connection"
+            f" (limit {self._max_inbound}, max_connection_memory {self.max_connection_memory})"
+        )
+
+    def _forget_parts(self, sub: _Subscription) -> None:
+        # A subscription that ends or is cancelled mid-element drops its parts.
+        if sub.reassembler is not None:
+            self._unfinished -= sub.reassembler.buffered
 
     def _receive_on_complete(self, message: OnComplete, events: list[Event]) -> None:
         sub = self._subscriptions.get(message.subscriber)
@@ -776,6 +828,7 @@ class Connection:
             # A late terminal for a cancelled stream: nothing more can come.
             self._cancelled.pop(message.subscriber, None)
             return
+        self._forget_parts(sub)
         del self._subscriptions[sub.subscriber]
         events.append(message)
 
@@ -859,6 +912,7 @@ class Connection:
         if sub is None or sub.state is _CANCELLED:
             return
         sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, SubscriptionEvent.SEND_CANCEL])
+        self._forget_parts(sub)
         del self._subscriptions[subscriber]
         evicted = _remember(self._cancelled, subscriber, self.limits.max_remembered_ids)
         if evicted is not None:
@@ -892,7 +946,7 @@ class Connection:
             raise error(f"cannot {event.value} on publication {publication.subscriber} in state {publication.state.name}") from None
 
     def _forget_publication(self, publication: Publication) -> None:
-        publication.discard()
+        self._outbound.drop(publication)
         self._outbound.unschedule(publication)
         self._publications.pop(publication.subscriber, None)
         self._remember_finished(publication.subscriber)
@@ -1099,6 +1153,22 @@ class Connection:
         """Bytes of control messages queued and not yet taken by
         :meth:`data_to_send` (they always go before any element)."""
         return len(self._outbound.control)
+
+    @property
+    def inbound_bytes(self) -> int:
+        """Bytes the peer sent that this machine holds: the unfinished split
+        elements of every stream, and what was received and not yet parsed
+        into events. Never more than the inbound half of
+        ``max_connection_memory`` plus a message header, once
+        :meth:`events` has parsed what was received."""
+        waiting = sum(map(len, self._waiting)) if self._waiting else 0
+        return self._unfinished + (self._fed - self._message_end) + waiting
+
+    @property
+    def outbound_bytes(self) -> int:
+        """Bytes queued for the peer and not yet taken by :meth:`data_to_send`:
+        control messages, and the elements queued on every publication."""
+        return len(self._outbound.control) + self._outbound.data_bytes
 
     @property
     def has_data_to_send(self) -> bool:

@@ -31,7 +31,9 @@ class ProtocolLimits:
         max_message_size: largest single protocol message accepted, in bytes.
             Also bounds an unsplit onNext element. Default 16 MiB.
         max_element_size: largest element accepted after joining split parts.
-            Default 64 MiB.
+            Default 32 MiB: one largest element fits the inbound half of the
+            default per-connection budget (:data:`DEFAULT_CONNECTION_MEMORY`;
+            ``SessionConfig`` refuses a larger one than its budget's half).
         max_string_size: largest str field (publisher names, error texts,
             goodbye reasons), in UTF-8 bytes. Default 64 KiB.
         max_extensions: most extension ids accepted in a hello. Default 64.
@@ -43,7 +45,7 @@ class ProtocolLimits:
     """
 
     max_message_size: int = 16 * MiB
-    max_element_size: int = 64 * MiB
+    max_element_size: int = 32 * MiB
     max_string_size: int = 64 * KiB
     max_extensions: int = 64
     split_threshold: int = 64 * KiB

@@ -174,6 +174,11 @@ class Outbound:
         # offset in the output bytearray, its view), and their total size.
         self._gathered: list[tuple[int, memoryview]] | None = None
         self._gathered_bytes = 0
+        # Bytes of elements queued on every publication together, and not yet
+        # written (pending_bytes summed): the connection's memory budget
+        # reads it, so it is kept up to date here, per enqueue and per
+        # publication visited by a write, never summed over publications.
+        self.data_bytes = 0
 
     def unschedule(self, publication: Publication) -> None:
         if publication.scheduled:
@@ -189,7 +194,13 @@ class Outbound:
         publication.chunks.append(chunk)
         publication.queued_count += count
         publication.queued_bytes += nbytes
+        self.data_bytes += nbytes
         self.schedule(publication)
+
+    def drop(self, publication: Publication) -> int:
+        """Discard what a publication has queued; return the elements dropped."""
+        self.data_bytes -= publication.pending_bytes
+        return publication.discard()
 
     @property
     def has_data(self) -> bool:
@@ -231,7 +242,9 @@ class Outbound:
             # One quantum per visit, but never far past max_bytes: _emit
             # writes at least one message and stops once over its limit.
             room = max_bytes - len(out) - self._gathered_bytes
+            pending = publication.pending_bytes
             self._emit(publication, out, len(out) + (quantum if quantum < room else room))
+            self.data_bytes -= pending - publication.pending_bytes
             if publication.state is not _DONE and publication.has_work:
                 ready.append(publication)
             else:

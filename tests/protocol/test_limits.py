@@ -12,7 +12,7 @@ from rstreams.protocol import DEFAULT_LIMITS, ProtocolLimits
 def test_defaults() -> None:
     assert DEFAULT_LIMITS == ProtocolLimits(
         max_message_size=16 * 1024 * 1024,
-        max_element_size=64 * 1024 * 1024,
+        max_element_size=32 * 1024 * 1024,
         max_string_size=64 * 1024,
         max_extensions=64,
         split_threshold=64 * 1024,
