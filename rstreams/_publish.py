@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import islice
@@ -118,7 +119,7 @@ class SubscribeRequest:
             parsed = path, MappingProxyType(params)
             if len(name) <= _PARSED_NAME_LENGTH:
                 if len(_parsed_names) >= _PARSED_NAMES:
-                    del _parsed_names[next(iter(_parsed_names))]  # the oldest
+                    _parsed_names.popitem(last=False)  # the oldest, in O(1)
                 _parsed_names[name] = parsed
         return parsed
 
@@ -200,7 +201,7 @@ def _parse_name(name: str) -> tuple[str, dict[str, str]]:
 # Parsed names, oldest first: at most _PARSED_NAMES of them, each at most
 # _PARSED_NAME_LENGTH characters, so a peer that sends endless distinct
 # names costs a bounded amount of memory (about 100 KiB).
-_parsed_names: dict[str, tuple[str, Mapping[str, str]]] = {}
+_parsed_names: OrderedDict[str, tuple[str, Mapping[str, str]]] = OrderedDict()
 _PARSED_NAMES = 256
 _PARSED_NAME_LENGTH = 200
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -230,7 +230,9 @@ class Session(Peer):
         # reader's pass): stream Id -> bytes as queued, oldest first, and
         # the sum of those: answers to what was read, like control (see
         # _unsent_answers).
-        self._answered: dict[int, int] = {}
+        # (An OrderedDict: its oldest entry is found in O(1); a dict's is
+        # found by walking the slots its deletions left at the front.)
+        self._answered: OrderedDict[int, int] = OrderedDict()
         self._answered_bytes = 0
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
