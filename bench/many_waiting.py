@@ -117,10 +117,10 @@ if __name__ == "__main__":
     parser.add_argument("--block", type=int, default=2_000, help="subscribed answers per timed block")
     args = parser.parse_args()
     port = free_port()
-    # Each open stream costs STREAM_MEMORY_COST (8 KiB) of the connection's
+    # Each open stream costs STREAM_MEMORY_COST (6 KiB) of the connection's
     # memory budget, and streams may take three quarters of its outbound
-    # half: the default 64 MiB admits 3,072 streams, so N of them need a
-    # budget of at least N x 8 KiB x 8 / 3 (10,000: 209 MiB).
+    # half: the default 64 MiB admits 4,096 streams, so N of them need a
+    # budget of at least N x 6 KiB x 8 / 3 (10,000: 157 MiB).
     budget = -(-args.n * rstreams.STREAM_MEMORY_COST * 8 // 3)
     server = subprocess.Popen(
         [sys.executable, "-m", "rstreams", "serve", "examples.demo:app", "--tcp", f"127.0.0.1:{port}",

@@ -21,10 +21,13 @@ KiB = 1024
 #: subscriptions) is charged against its connection's outbound half of
 #: ``max_connection_memory``, so that the number of streams a peer can open
 #: is bounded too. Measured, not guessed: a server's resident memory grows
-#: by 8.1 KB per ``range?count=1000000000`` stream left waiting for demand
-#: (10,000 of them: +81 MB; 5,000: +41 MB, RSS of ``rstreams serve``), most
-#: of it the publisher's task and its coroutine frames.
-STREAM_MEMORY_COST = 8 * KiB
+#: by 5.6 KB per ``range?count=1000000000`` stream left waiting for demand
+#: (10,000 of them: +54 MB, RSS of ``rstreams serve``), most of it the
+#: publisher's task and its coroutine frames, with the session's and the
+#: protocol's records of the stream. (It was 8.1 KB while the demo's
+#: ``range`` built a run of elements before any demand; a publisher that
+#: holds more of its own before demand costs more than this.)
+STREAM_MEMORY_COST = 6 * KiB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -87,8 +87,8 @@ sensors.mount(app)
 
 #: Elements per precomputed ``range`` block (512 KiB of packed elements).
 RANGE_BLOCK = 65536
-#: How many ``range`` elements are built ahead while the subscriber has no
-#: demand outstanding (they are sent as demand arrives).
+#: The longest ``range`` sent at once with its subscribed (no task), when the
+#: subscribe already asks for all of it.
 RANGE_IDLE_RUN = 256
 #: The largest ``blob`` element: what a peer with default limits accepts.
 MAX_BLOB_SIZE = 32 * 1024 * 1024
@@ -131,13 +131,14 @@ def _range_elements(start: int, count: int) -> bytes:
 
 
 async def _send_range(sink: rstreams.Sink, count: int) -> None:
-    # Build only what the subscriber has asked for (at most a block, and a
-    # small run while it has asked for nothing yet), so that a slow subscriber
-    # pins a few bytes of this task's memory, not a 512 KiB block.
+    # Build only what the subscriber has asked for (at most a block), and
+    # nothing before it asks: a slow subscriber pins a few bytes of this
+    # task's memory, not a 512 KiB block, and one that has asked for nothing
+    # yet pins none (thousands of waiting streams cost their tasks only).
     sent = 0
     while sent < count:
-        wanted = sink.demand or RANGE_IDLE_RUN
-        run = min(count - sent, RANGE_BLOCK - sent % RANGE_BLOCK, wanted)
+        await sink.wait_demand()
+        run = min(count - sent, RANGE_BLOCK - sent % RANGE_BLOCK, sink.demand)
         await sink.send_packed(_range_elements(sent, run))
         sent += run
 
