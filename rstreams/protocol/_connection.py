@@ -23,7 +23,31 @@ Runs of onNext for one stream are checked and collected inline (a dict
 lookup, a type check and a demand decrement per element) and handed over as
 one :class:`~rstreams.protocol.Elements` event; no message object is built
 per element. onNextPacked becomes one event whose batch slices lazily.
+
+Large parts
+-----------
+The parts of a split element do not go through msgpack's Unpacker, which
+would copy every payload byte twice (into its buffer, out as ``bytes``)
+before the join copies it a third time. Received bytes wait in
+``_waiting`` as views of what the I/O layer read, and the Unpacker is fed
+from there. Whenever the Unpacker holds nothing unparsed, the next message
+starts at the front of ``_waiting``, and if it is a part
+(:func:`~rstreams.protocol._codec.read_part_header`), its header is read
+here and its payload is handed to the stream's reassembler as views of the
+received bytes, across as many reads as it spans; the join at the last part
+is then the only copy. When the Unpacker runs out of data in the middle of
+a message that is a part (a read that ends inside one), the part is taken
+back: a fresh Unpacker replaces the one holding its start, and the part is
+read from the views. The Unpacker is fed at most ``_FEED_STEP`` bytes at a
+time, so that a part after a few small messages is found soon.
+
+Both paths apply the same rules through the same code: ``_part_arrives``
+when a part's header is known (the table's RECEIVE_ELEMENT transition, the
+element and size checks, demand for a last part), ``_part_completes`` when
+its payload is all there. A part's header in any form but the usual one is
+left to the Unpacker, so malformed input fails exactly as it always did.
 """
+
 
 from __future__ import annotations
 
@@ -35,7 +59,16 @@ from typing import Any, ClassVar
 import msgpack
 
 from ._batch import ElementBatch
-from ._codec import DecodeError, encode, encode_request, encode_subscribe, message_from_wire, new_unpacker
+from ._codec import (
+    MAX_PART_HEADER_SIZE,
+    DecodeError,
+    encode,
+    encode_request,
+    encode_subscribe,
+    message_from_wire,
+    new_unpacker,
+    read_part_header,
+)
 from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
 from ._limits import DEFAULT_LIMITS, ProtocolLimits
@@ -134,6 +167,12 @@ _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
 # One Elements event per run of elements, at least one per subscribe: the
 # dataclass __init__ costs more than the rest of a short run's handling.
 _new_elements = prechecked(Elements)
+# Most bytes handed to the Unpacker at once (see "Large parts").
+_FEED_STEP = 64 * 1024
+# What _receive_parts found at the front of _waiting.
+_NEXT_FOR_UNPACKER = 0  # another message (or nothing): feed the Unpacker
+_PARTS_WAIT = 1  # the rest of a part (or of its header) has not arrived
+_PARTS_STOP = 2  # max_events reached
 
 
 class _Subscription:
@@ -210,6 +249,13 @@ class Connection:
         self._fed = 0
         self._message_end = 0
         self._run_subscriber = 0
+        # A part whose payload is being taken from _waiting (see "Large
+        # parts"): its stream (None: dropped), whether it is a last part,
+        # and how many of its bytes are still to come.
+        self._part_subscription: _Subscription | None = None
+        self._part_last = False
+        self._part_left = 0
+        self._last_fed: memoryview | None = None  # the Unpacker's last feed
         self._deferred_error: RemoteProtocolError | None = None
         # A request or cancel held back to the next events() call, because the
         # subscribe it is about is in the batch being returned (see events).
@@ -352,6 +398,8 @@ class Connection:
         if hello_unsent:
             self._outbound.control += encode(Hello(version=PROTOCOL_VERSION, extensions=self._extensions, token=self._token))
         self._waiting.clear()
+        self._part_subscription = self._last_fed = None
+        self._part_left = 0
         self._held = None
         if not self._goodbye_sent:
             self._goodbye_sent = True
@@ -474,14 +522,108 @@ class Connection:
             # The Unpacker ran out of complete messages.
             if self._fed - message_end > self.limits.max_message_size:
                 raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
-            if not self._waiting:
+            if self._fed != message_end and self._take_back_part(message_end):
+                unpacker = self._unpacker
+                tell = unpacker.tell
+                message_end = self._message_end
+            waiting = self._waiting
+            if self._fed == message_end and (
+                self._part_left or (_drop_empty_views(waiting) and waiting[0][0] == _FIXARRAY_4)
+            ):
+                # The Unpacker holds nothing: the next message starts at
+                # the front of _waiting, and may be a part to take here.
+                found = self._receive_parts(events, run, max_events)
+                if found != _NEXT_FOR_UNPACKER:
+                    return
+                if not run:
+                    run_subscription = None
+            if not waiting:
                 break
-            chunk = self._waiting.popleft()
+            chunk = waiting.popleft()
+            if len(chunk) > _FEED_STEP:
+                waiting.appendleft(chunk[_FEED_STEP:])
+                chunk = chunk[:_FEED_STEP]
             try:
                 unpacker.feed(chunk)
             except DecodeError as exc:  # pragma: no cover - feed only fails on BufferFull, prevented above
                 raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
             self._fed += len(chunk)
+            self._last_fed = chunk
+
+    def _take_back_part(self, message_end: int) -> bool:
+        """The Unpacker ran out of data inside a message: if that message
+        is a part (or may be one) and its bytes are all in the last feed,
+        take it back, for _receive_parts to read from the views instead. A
+        fresh Unpacker replaces the one holding its start."""
+        last_fed = self._last_fed
+        tail_size = self._fed - message_end
+        if last_fed is None or tail_size > len(last_fed) or self._state is not _OPEN:
+            return False
+        tail = last_fed[len(last_fed) - tail_size :]
+        if tail[0] != _FIXARRAY_4:
+            return False
+        # Its header as far as received: the tail and what waits after it
+        # (a tail that is only a header's start may be decided by the next
+        # read; taken back undecided, it would come straight back here).
+        waiting = self._waiting
+        waiting.appendleft(tail)
+        header = read_part_header(_first_bytes(waiting, MAX_PART_HEADER_SIZE), self.limits.max_message_size)
+        waiting.popleft()
+        if header is None:
+            return False
+        self._unpacker = new_unpacker(self.limits)
+        self._fed = self._message_end = 0
+        self._last_fed = None
+        self._waiting.appendleft(tail)
+        return True
+
+    def _receive_parts(self, events: list[Event], run: list[bytes], max_events: int) -> int:
+        """Take the parts at the front of _waiting, and the rest of a part
+        whose payload is still arriving, until another message is next
+        (see "Large parts")."""
+        waiting = self._waiting
+        max_message_size = self.limits.max_message_size
+        while True:
+            if self._part_left:
+                subscription = self._part_subscription
+                reassembler = subscription.reassembler if subscription is not None else None
+                left = self._part_left
+                while left:
+                    if not waiting:
+                        self._part_left = left
+                        return _PARTS_WAIT
+                    front = waiting[0]
+                    if len(front) <= left:
+                        waiting.popleft()
+                        piece = front
+                    else:
+                        waiting[0] = front[left:]
+                        piece = front[:left]
+                    left -= len(piece)
+                    if reassembler is not None:
+                        reassembler.add_piece(piece)
+                self._part_left = 0
+            subscription = self._part_subscription
+            if subscription is not None:
+                self._part_subscription = None
+                if self._part_last:
+                    self._part_completes(subscription, events)
+                if len(events) >= max_events:
+                    return _PARTS_STOP
+            # The next message: a part, the start of one, or another.
+            if not _drop_empty_views(waiting) or self._state is not _OPEN or waiting[0][0] != _FIXARRAY_4:
+                return _NEXT_FOR_UNPACKER
+            header = read_part_header(_first_bytes(waiting, MAX_PART_HEADER_SIZE), max_message_size)
+            if header is None:
+                return _NEXT_FOR_UNPACKER
+            if not header.length:
+                return _PARTS_WAIT  # (all that waits is the start of a part's header)
+            if run:
+                self._flush_run(events, run)
+            _drop_bytes(waiting, header.length)
+            self._part_subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
+            self._part_last = header.last
+            self._part_left = header.size
 
     def _ends_pending_stream(self, message: Any) -> bool:
         """Whether ``message`` is a cancel or request(n <= 0), or one that may
@@ -736,20 +878,49 @@ class Connection:
 
     def _receive_part(self, message: OnNextPart | OnNextLastPart, events: list[Event]) -> None:
         last = isinstance(message, OnNextLastPart)
+        sub = self._part_arrives(message.subscriber, message.element, len(message.data), last)
+        if sub is None:
+            return
+        assert sub.reassembler is not None
+        sub.reassembler.add_piece(message.data)
+        if last:
+            self._part_completes(sub, events)
+
+    # A part's rules, in two steps shared by both paths: the parts the
+    # receive loop reads itself (see "Large parts") are checked as soon as
+    # their header is read, and completed once their payload is all there,
+    # which may be a read or more later.
+
+    def _part_arrives(self, subscriber: int, element: int, size: int, last: bool) -> _Subscription | None:
+        """Apply a part's header: the stream whose reassembler takes its
+        ``size`` bytes of payload, or None if the part is dropped."""
         what = "onNextLastPart" if last else "onNextPart"
-        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
+        sub = self._subscription_event(subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
         if sub is None or sub.state is not _ACTIVE:
+            return None
+        reassembler = sub.reassembler
+        if reassembler is None:
+            reassembler = sub.reassembler = Reassembler(self.limits.max_element_size)
+        reassembler.start_part(element, size)
+        if last:
+            if sub.element_size and reassembler.size != sub.element_size:
+                raise RemoteProtocolError(
+                    f"element of {reassembler.size} bytes on a stream with elementSize {sub.element_size}"
+                )
+            # Demand only grows until the element is complete (and is taken
+            # then), so what is checked here still holds at the end.
+            if not sub.demand.outstanding:
+                raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
+        return sub
+
+    def _part_completes(self, sub: _Subscription, events: list[Event]) -> None:
+        """The last part's payload is all there: hand the element over,
+        unless the stream ended meanwhile (cancelled, or our goodbye)."""
+        assert sub.reassembler is not None
+        element = sub.reassembler.finish()
+        if self._subscriptions.get(sub.subscriber) is not sub:
             return
-        if sub.reassembler is None:
-            sub.reassembler = Reassembler(self.limits.max_element_size)
-        element = sub.reassembler.add(message.element, message.data, last)
-        if element is None:
-            return
-        if sub.element_size and len(element) != sub.element_size:
-            raise RemoteProtocolError(
-                f"element of {len(element)} bytes on a stream with elementSize {sub.element_size}"
-            )
-        if not sub.demand.take(1):
+        if not sub.demand.take(1):  # pragma: no cover - checked by _part_arrives
             raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
         events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
 
@@ -1134,6 +1305,45 @@ class Connection:
             f"<Connection {self._state.name}: {len(self._subscriptions)} subscriptions,"
             f" {len(self._publications)} publications>"
         )
+
+
+_FIXARRAY_4 = 0x94  # the first byte of every part (and of a few other messages)
+
+
+def _first_bytes(waiting: deque[memoryview], count: int) -> bytes:
+    """Up to ``count`` bytes from the front of ``waiting`` (a copy: a
+    part's header is all that is ever read this way)."""
+    front = waiting[0]
+    if len(front) >= count:
+        return bytes(front[:count])
+    views = []
+    for view in waiting:
+        views.append(view[:count])
+        count -= len(views[-1])
+        if count <= 0:
+            break
+    return b"".join(views)
+
+
+def _drop_empty_views(waiting: deque[memoryview]) -> bool:
+    """Drop empty reads from the front of ``waiting``; True if any bytes wait."""
+    while waiting:
+        if waiting[0]:
+            return True
+        waiting.popleft()
+    return False
+
+
+def _drop_bytes(waiting: deque[memoryview], count: int) -> None:
+    """Remove ``count`` bytes from the front of ``waiting`` (all there)."""
+    while count:
+        front = waiting[0]
+        if len(front) <= count:
+            waiting.popleft()
+            count -= len(front)
+        else:
+            waiting[0] = front[count:]
+            count = 0
 
 
 def is_bytes_view(element: object) -> bool:
