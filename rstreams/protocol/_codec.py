@@ -472,9 +472,10 @@ _UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 _BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
 
 
-def read_part_header(data: bytes, max_message_size: int) -> PartHeader | None:
+def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHeader | None:
     """Read the header of an onNextPart or onNextLastPart at the start of
-    ``data`` (at least :data:`MAX_PART_HEADER_SIZE` bytes, or all there is).
+    ``data`` (at least :data:`MAX_PART_HEADER_SIZE` bytes, or all there is;
+    a one-dimensional view of bytes is read as they are).
 
     Returns the header; :data:`INCOMPLETE_PART_HEADER` if ``data`` is a
     prefix of one and more bytes will tell; None for anything else: another
@@ -528,7 +529,7 @@ def read_part_header(data: bytes, max_message_size: int) -> PartHeader | None:
     return PartHeader(end, code == _LAST_PART_CODE, ids[0], ids[1], payload)
 
 
-def _read_whole_part_header(data: bytes, max_message_size: int) -> PartHeader | None:
+def _read_whole_part_header(data: bytes | memoryview, max_message_size: int) -> PartHeader | None:
     # read_part_header when the whole of any header is there (the usual
     # case: no bound to check at each step), written out: once per part.
     code = data[1]

@@ -522,7 +522,9 @@ class Connection:
             # The Unpacker ran out of complete messages.
             if self._fed - message_end > self.limits.max_message_size:
                 raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
-            if self._fed != message_end and self._take_back_part(message_end):
+            if self._fed == message_end:
+                self._last_fed = None  # (parsed: no need to keep the read alive)
+            elif self._take_back_part(message_end):
                 unpacker = self._unpacker
                 tell = unpacker.tell
                 message_end = self._message_end
@@ -608,16 +610,25 @@ class Connection:
                 if len(events) >= max_events:
                     return _PARTS_STOP
             # The next message: a part, the start of one, or another.
-            if not _drop_empty_views(waiting) or self._state is not _OPEN or waiting[0][0] != _FIXARRAY_4:
+            if not _drop_empty_views(waiting) or self._state is not _OPEN:
                 return _NEXT_FOR_UNPACKER
-            header = read_part_header(_first_bytes(waiting, MAX_PART_HEADER_SIZE), max_message_size)
-            if header is None:
+            front = waiting[0]
+            if front[0] != _FIXARRAY_4:
                 return _NEXT_FOR_UNPACKER
-            if not header.length:
-                return _PARTS_WAIT  # (all that waits is the start of a part's header)
+            if len(front) > MAX_PART_HEADER_SIZE:
+                header = read_part_header(front[:MAX_PART_HEADER_SIZE], max_message_size)
+                if header is None:
+                    return _NEXT_FOR_UNPACKER
+                waiting[0] = front[header.length :]
+            else:
+                header = read_part_header(_first_bytes(waiting, MAX_PART_HEADER_SIZE), max_message_size)
+                if header is None:
+                    return _NEXT_FOR_UNPACKER
+                if not header.length:
+                    return _PARTS_WAIT  # (all that waits is the start of a part's header)
+                _drop_bytes(waiting, header.length)
             if run:
                 self._flush_run(events, run)
-            _drop_bytes(waiting, header.length)
             self._part_subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
             self._part_last = header.last
             self._part_left = header.size
