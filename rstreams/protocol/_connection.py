@@ -50,7 +50,6 @@ its payload is all there. A part's header in any form but the usual one is
 left to the Unpacker, so malformed input fails exactly as it always did.
 """
 
-
 from __future__ import annotations
 
 from collections import deque

@@ -360,3 +360,22 @@ def test_max_events_stops_after_a_split_element() -> None:
     assert elements_of(client.events(1), 1) == [BIG + b"a"]
     assert elements_of(client.events(1), 1) == [b"b"]
     assert client.events(1) == []
+
+
+def test_a_part_a_read_ends_inside_is_taken_back_from_the_unpacker() -> None:
+    client, opening = opened_client(2)
+    client.receive_data(opening)
+    client.events()
+    element = payload(1, 0, 200 * 1024)
+    wire = encode(OnNext(subscriber=2, element=b"first")) + part(1, 0, element, last=True)
+    # One read: the onNext sends it to the Unpacker, with the part's start.
+    client.receive_data(wire[:100 * 1024])
+    assert elements_of(client.events(), 2) == [b"first"]
+    # The part was taken back: the Unpacker holds nothing, and the payload
+    # so far waits in the stream's reassembler, as a view of the read.
+    assert client._fed == client._message_end == 0
+    assert client._part_left == len(wire) - 100 * 1024
+    reassembler = client._subscriptions[1].reassembler
+    assert reassembler is not None and reassembler.buffered == 100 * 1024
+    client.receive_data(wire[100 * 1024 :])
+    assert elements_of(client.events(), 1) == [element]
