@@ -505,8 +505,11 @@ class Connection:
                         self._held = message
                         return
                     # (_take_control, written out: this runs for every control message)
-                    at_once = at_once_paths.get(message[0]) if type(message) is tuple and message else None
-                    if at_once is None or type(message[0]) is not int or not at_once(self, message, events):
+                    # (The code's type first: a map there would be unhashable.)
+                    at_once = (
+                        at_once_paths.get(message[0]) if type(message) is tuple and message and type(message[0]) is int else None
+                    )
+                    if at_once is None or not at_once(self, message, events):
                         self._dispatch(message_from_wire(message, limits), events)
                         if self._state in _PEER_DONE_STATES:
                             # Nothing the peer sends after its goodbye matters.
@@ -654,8 +657,8 @@ class Connection:
         """Apply one message other than a well-formed onNext: by its one-step
         path if it has one and the usual case holds, else the general way.
         True once the peer has said goodbye: parsing stops there."""
-        at_once = self._AT_ONCE.get(message[0]) if type(message) is tuple and message else None
-        if at_once is None or type(message[0]) is not int or not at_once(self, message, events):
+        at_once = self._AT_ONCE.get(message[0]) if type(message) is tuple and message and type(message[0]) is int else None
+        if at_once is None or not at_once(self, message, events):
             self._dispatch(message_from_wire(message, self.limits), events)
             if self._state in _PEER_DONE_STATES:
                 # Nothing the peer sends after its goodbye matters.

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from unittest import mock
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -60,6 +61,10 @@ def opened_client(streams: int, *, demand: int = 1 << 40, limits: ProtocolLimits
     client.data_to_send()
     opening = encode(Hello()) + b"".join(encode(Subscribed(subscriber=s)) for s in range(1, streams + 1))
     return client, opening
+
+
+def opening_bytes(streams: int) -> bytes:
+    return opened_client(streams)[1]
 
 
 def split_into_reads(data: bytes, sizes: list[int]) -> list[bytes]:
@@ -150,6 +155,7 @@ def test_every_well_formed_header_is_read(last: bool, subscriber: int, size: int
         b"\x94\x09\x01\x01\xa1x",  # str data
         b"\x94\x09\x01\x01\xc0",  # nil data
         b"\x94\x09\xcf\x80\x00\x00\x00\x00\x00\x00\x00\x01\xc4\x00",  # 2**63: not an Id
+        b"\x94\x09\x01\xcf\x80\x00\x00\x00\x00\x00\x00\x00\xc4\x00",  # nor as an element
         b"\x95\x09\x01\x01\xc4\x00\xc0",  # five fields
         b"\x93\x09\x01\x01",  # three
         b"\x94\x09\x01\x01\xc6\x00\x10\x00\x00",  # over max_message_size
@@ -202,6 +208,16 @@ def split_traffic(draw: st.DrawFn) -> tuple[bytes, int, dict[int, list[bytes]]]:
     return bytes(wire), streams, expected
 
 
+def message_starts(wire: bytes) -> list[int]:
+    """Where each message of well-formed ``wire`` starts."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(wire)
+    starts = [0]
+    for _ in unpacker:
+        starts.append(unpacker.tell())
+    return starts[:-1]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     traffic=split_traffic(),
@@ -220,6 +236,57 @@ def test_split_elements_arrive_as_through_the_unpacker(
         if type(event) is tuple:
             received[event[0]] += event[1]
     assert received == expected
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    traffic=split_traffic(),
+    flips=st.lists(
+        st.tuples(
+            st.integers(0, 2**32),
+            st.integers(0, 11),
+            # Bytes that mean something in a header, or any.
+            st.sampled_from([0x00, 0x01, 0x09, 0x0A, 0x7F, 0x80, 0x93, 0x94, 0x95, 0xA1, 0xC0, 0xC4, 0xC5, 0xC6, 0xCC, 0xCD, 0xCE, 0xCF, 0xD0, 0xD3, 0xE0, 0xFF])
+            | st.integers(0, 255),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    reads=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 300 * 1024)), max_size=20),
+    message_per_read=st.booleans(),
+)
+def test_damaged_traffic_fails_as_through_the_unpacker(
+    traffic: tuple[bytes, int, dict[int, list[bytes]]],
+    flips: list[tuple[int, int, int]],
+    reads: list[int],
+    message_per_read: bool,
+) -> None:
+    wire, streams, _ = traffic
+    if not wire:
+        return
+    # Damage the first bytes of a message or two: its header.
+    starts = message_starts(wire)
+    damaged = bytearray(wire)
+    for message, offset, value in flips:
+        damaged[min(starts[message % len(starts)] + offset, len(damaged) - 1)] = value
+    if message_per_read:
+        # Every message at the start of a read: every part goes the part
+        # reader's way (else most start inside a read the Unpacker has).
+        reads = [len(opening_bytes(streams))] + [end - start for start, end in zip(starts, [*starts[1:], len(wire)])]
+    results = []
+    for slow in (False, True):
+        client, opening = opened_client(streams)
+        with unpacker_only() if slow else nullcontext():
+            events, error = feed(client, split_into_reads(opening + bytes(damaged), reads))
+        results.append((normalized(events), error, client))
+    (fast_events, fast_error, _), (slow_events, slow_error, slow_client) = results
+    assert fast_events == slow_events
+    if fast_error != slow_error:
+        # The one difference allowed: a part's rules are checked when its
+        # header arrives, so a broken part whose payload never arrives
+        # fails at once, where the Unpacker still waits for the rest.
+        assert slow_error is None and fast_error is not None
+        assert slow_client._fed != slow_client._message_end
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -379,3 +446,35 @@ def test_a_part_a_read_ends_inside_is_taken_back_from_the_unpacker() -> None:
     assert reassembler is not None and reassembler.buffered == 100 * 1024
     client.receive_data(wire[100 * 1024 :])
     assert elements_of(client.events(), 1) == [element]
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        part(1, 0, b"x" * 40) + part(1, 0, b"y" * 300, last=True),
+        # (uint8 and uint32 ids, a bin32 header: a peer may write them so)
+        b"\x94\x0a\xcc\x01\xce\x00\x01\x11\x70\xc6\x00\x00\x01\x00" + b"z" * 256,
+    ],
+    ids=["fixints-bin8-bin16", "uint8-uint32-bin32"],
+)
+@pytest.mark.parametrize("message_per_read", [False, True])
+def test_every_one_byte_damage_to_a_header_fails_as_through_the_unpacker(template: bytes, message_per_read: bool) -> None:
+    # Exhaustive where the fuzz above samples: each byte of the first
+    # header, set to each value, read whole or from the start of a read.
+    streams = 1
+    for offset in range(12):
+        for value in range(256):
+            damaged = bytearray(template)
+            damaged[offset] = value
+            results = []
+            for slow in (False, True):
+                client, opening = opened_client(streams)
+                reads = [opening, bytes(damaged)] if message_per_read else [opening + bytes(damaged)]
+                with unpacker_only() if slow else nullcontext():
+                    events, error = feed(client, reads)
+                results.append((normalized(events), error, client))
+            (fast_events, fast_error, _), (slow_events, slow_error, slow_client) = results
+            assert fast_events == slow_events, (offset, value)
+            if fast_error != slow_error:
+                assert slow_error is None and fast_error is not None, (offset, value)
+                assert slow_client._fed != slow_client._message_end, (offset, value)
