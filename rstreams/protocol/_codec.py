@@ -20,13 +20,21 @@ array into a message object: used for control messages and by tools.
 The connection's receive loop handles onNext / onNextPacked inline without
 building message objects, and the outbound scheduler writes element runs with
 the ``*_header`` helpers here, a few byte-string appends per element.
+
+A third reads only the header of onNextPart / onNextLastPart
+(:func:`read_part_header`), so that the connection can take a large part's
+payload from the received bytes without msgpack copying it twice (once into
+its buffer, once out as ``bytes``). It recognises only what a header of a
+well-formed part looks like, and says "not a part" to anything else, which
+then goes through the Unpacker like every other message: every error is
+still found, and worded, in one place.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -65,6 +73,10 @@ __all__ = [
     "DecodeError",
     "bin_header",
     "int_bytes",
+    "PartHeader",
+    "read_part_header",
+    "INCOMPLETE_PART_HEADER",
+    "MAX_PART_HEADER_SIZE",
 ]
 
 # The exceptions msgpack's Unpacker raises for malformed input: FormatError,
@@ -432,3 +444,128 @@ class MessageDecoder:
             # the size check measures from the end of the last complete one.
             self._message_end = self._unpacker.tell()
             yield message_from_wire(obj, self._limits)
+
+
+class PartHeader(NamedTuple):
+    """The header of an onNextPart / onNextLastPart: ``[9 or 10,
+    subscriber, element, bin]`` up to the bin's first payload byte."""
+
+    length: int  # bytes of the header (0: incomplete, see read_part_header)
+    last: bool  # onNextLastPart
+    subscriber: int
+    element: int
+    size: int  # bytes of payload that follow
+
+
+#: :func:`read_part_header`'s answer to a prefix of a part's header.
+INCOMPLETE_PART_HEADER = PartHeader(0, False, 0, 0, 0)
+#: The longest header :func:`read_part_header` reads: fixarray, code, two
+#: uint64 and a bin32 header.
+MAX_PART_HEADER_SIZE = 1 + 1 + 9 + 9 + 5
+
+_FIXARRAY_4 = 0x94
+_PART_CODES = (int(MessageType.ON_NEXT_PART), int(MessageType.ON_NEXT_LAST_PART))
+_LAST_PART_CODE = int(MessageType.ON_NEXT_LAST_PART)
+assert _PART_CODES == (9, 10)  # as _read_whole_part_header writes them
+# msgpack's unsigned int and bin headers: tag -> bytes of the length or value.
+_UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHeader | None:
+    """Read the header of an onNextPart or onNextLastPart at the start of
+    ``data`` (at least :data:`MAX_PART_HEADER_SIZE` bytes, or all there is;
+    a one-dimensional view of bytes is read as they are).
+
+    Returns the header; :data:`INCOMPLETE_PART_HEADER` if ``data`` is a
+    prefix of one and more bytes will tell; None for anything else: another
+    message, or a part whose header is not the usual well-formed one (ids
+    that are not Ids, a data field that is not bin, a message over
+    ``max_message_size``). None means "let the Unpacker decide", which is
+    also how such a part's error is found.
+    """
+    available = len(data)
+    if available >= MAX_PART_HEADER_SIZE:
+        return _read_whole_part_header(data, max_message_size)
+    if not available or data[0] != _FIXARRAY_4:
+        return None
+    if available < 2:
+        return INCOMPLETE_PART_HEADER
+    code = data[1]
+    if code not in _PART_CODES:
+        return None
+    position = 2
+    ids = [0, 0]
+    for index in (0, 1):
+        if position >= available:
+            return INCOMPLETE_PART_HEADER
+        tag = data[position]
+        if tag < 0x80:  # positive fixint
+            ids[index] = tag
+            position += 1
+            continue
+        size = _UINT_SIZES.get(tag)
+        if size is None:
+            return None
+        end = position + 1 + size
+        if end > available:
+            return INCOMPLETE_PART_HEADER
+        value = int.from_bytes(data[position + 1 : end], "big")
+        if value > MAX_ID:
+            return None
+        ids[index] = value
+        position = end
+    if position >= available:
+        return INCOMPLETE_PART_HEADER
+    size = _BIN_SIZES.get(data[position])
+    if size is None:
+        return None
+    end = position + 1 + size
+    if end > available:
+        return INCOMPLETE_PART_HEADER
+    payload = int.from_bytes(data[position + 1 : end], "big")
+    if end + payload > max_message_size:
+        return None
+    return PartHeader(end, code == _LAST_PART_CODE, ids[0], ids[1], payload)
+
+
+def _read_whole_part_header(data: bytes | memoryview, max_message_size: int) -> PartHeader | None:
+    # read_part_header when the whole of any header is there (the usual
+    # case: no bound to check at each step), written out: once per part.
+    code = data[1]
+    if data[0] != _FIXARRAY_4 or (code != 9 and code != 10):
+        return None
+    tag = data[2]
+    if tag < 0x80:
+        subscriber = tag
+        position = 3
+    else:
+        size = _UINT_SIZES.get(tag)
+        if size is None:
+            return None
+        position = 3 + size
+        subscriber = int.from_bytes(data[3:position], "big")
+        if subscriber > MAX_ID:
+            return None
+    tag = data[position]
+    if tag < 0x80:
+        element = tag
+        position += 1
+    else:
+        size = _UINT_SIZES.get(tag)
+        if size is None:
+            return None
+        start = position + 1
+        position = start + size
+        element = int.from_bytes(data[start:position], "big")
+        if element > MAX_ID:
+            return None
+    size = _BIN_SIZES.get(data[position])
+    if size is None:
+        return None
+    start = position + 1
+    position = start + size
+    payload = int.from_bytes(data[start:position], "big")
+    if position + payload > max_message_size:
+        return None
+    return PartHeader(position, code == 10, subscriber, element, payload)

@@ -1115,3 +1115,13 @@ def test_unbounded_request_is_sent_once(pair: ConnectionPair) -> None:
     pair.client.request(subscriber, UNBOUNDED)
     pair.client.request(subscriber, 5)
     assert pair.send(pair.client) == [Request(subscriber=subscriber, demand=UNBOUNDED)]
+
+
+@pytest.mark.parametrize("opened", [False, True])
+@pytest.mark.parametrize("code", [b"\x80", b"\x90", b"\xc0", b"\xa1x"], ids=["map", "array", "nil", "str"])
+def test_a_message_code_of_another_type_is_a_protocol_error(pair: ConnectionPair, opened: bool, code: bytes) -> None:
+    # An empty map as the code used to escape as TypeError (unhashable, in
+    # the at-once lookup); found by the part reader's damage tests.
+    connection = pair.client if opened else Connection()
+    with pytest.raises(RemoteProtocolError):
+        pair.deliver(connection, b"\x92" + code + b"\x01")

@@ -22,6 +22,7 @@ from rstreams.protocol import (
     Goodbye,
     Hello,
     OnError,
+    OnNext,
     OnNextLastPart,
     OnNextPart,
     ProtocolLimits,
@@ -135,13 +136,24 @@ def test_a_stream_that_ends_mid_element_frees_its_parts(how: str) -> None:
     assert client.inbound_bytes == 4000
 
 
+def test_a_part_is_judged_on_its_header_before_its_payload_arrives() -> None:
+    client = subscribed_client(5)
+    client.receive_data(b"".join(part(i, b"x" * 3600) for i in range(1, 6)))  # 18,000 held
+    client.events()
+    # The first 3000 bytes of a 4000-byte part: its header announces 4000
+    # more, past the half with what is held already: refused before the rest.
+    client.receive_data(part(1, b"w" * 4000)[:3000])
+    with pytest.raises(RemoteProtocolError, match="^memory budget exceeded: 22000 bytes of unfinished split elements"):
+        client.events()
+
+
 def test_an_unparsed_message_counts_before_it_is_complete() -> None:
     client = subscribed_client(5)
     client.receive_data(b"".join(part(i, b"x" * 3600) for i in range(1, 6)))  # 18,000 held
     client.events()
-    # The first 3000 bytes of a 4000-byte part: not parsed yet, but held,
+    # The first 3000 bytes of a 4000-byte onNext: not parsed yet, but held,
     # and past the half with what is held already: refused before the rest.
-    client.receive_data(part(1, b"w" * 4000)[:3000])
+    client.receive_data(encode(OnNext(subscriber=2, element=b"w" * 4000))[:3000])
     with pytest.raises(RemoteProtocolError, match="^memory budget exceeded: 21000 bytes of unfinished split elements and unparsed input"):
         client.events()
 
