@@ -79,7 +79,7 @@ class MemoryBudget:
     :meth:`give_back` for both once they are gone.
     """
 
-    def __init__(self, limit: int, *, on_room: Callable[[], None] | None = None) -> None:
+    def __init__(self, limit: int, *, on_room: Callable[[], object] | None = None) -> None:
         if type(limit) is not int or limit <= 0:
             raise ValueError(f"limit must be a positive int, got {limit!r}")
         self.limit = limit
