@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from rstreams import Peer, SubscriptionError
 
+from ._budget import MemoryBudget
+
 __all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH"]
 
 #: Demand per subscription while collecting a response.
@@ -29,20 +31,54 @@ class ResponseTooLarge(SubscriptionError):
         self.limit = limit
 
 
-async def collect_elements(peer: Peer, name: str, *, max_bytes: int, prefetch: int = COLLECT_PREFETCH) -> list[bytes]:
+async def collect_elements(
+    peer: Peer,
+    name: str,
+    *,
+    max_bytes: int,
+    prefetch: int = COLLECT_PREFETCH,
+    budget: MemoryBudget | None = None,
+) -> list[bytes]:
     """Subscribe to ``name`` and return all its elements once it completes.
+
+    Args:
+        max_bytes: the most element bytes of the response.
+        budget: the connection's memory budget: ``max_bytes`` (at most the
+            whole budget) is taken from it before subscribing, waiting for
+            room, so that the responses a connection builds never hold more
+            than its budget; what the elements did not use is given back
+            when they are complete. The caller owns the rest,
+            ``sum(map(len, elements))`` bytes, and gives them back once the
+            response is queued (where the queued bytes take over).
 
     Raises:
         ResponseTooLarge: the elements passed ``max_bytes`` (the stream is cancelled).
         SubscriptionError: the publisher refused or failed (UnknownPublisher,
             PublisherError).
+        The connection's end: the budget was closed while waiting for room.
+
+    Cancellation: the stream is cancelled and nothing stays taken from ``budget``.
     """
+    reserved = 0
+    if budget is not None:
+        max_bytes = min(max_bytes, budget.limit)
+        # Whole, up front: responses that each took part of the room and
+        # waited for more could wait for one another forever.
+        await budget.take(max_bytes)
+        reserved = max_bytes
     elements: list[bytes] = []
     size = 0
-    async with peer.subscribe(name, prefetch=prefetch) as subscription:
-        async for element in subscription:
-            size += len(element)
-            if size > max_bytes:
-                raise ResponseTooLarge(max_bytes)
-            elements.append(bytes(element))
+    try:
+        async with peer.subscribe(name, prefetch=prefetch) as subscription:
+            async for element in subscription:
+                size += len(element)
+                if size > max_bytes:
+                    raise ResponseTooLarge(max_bytes)
+                elements.append(bytes(element))
+    except BaseException:
+        if budget is not None:
+            budget.give_back(reserved)
+        raise
+    if budget is not None:
+        budget.give_back(reserved - size)
     return elements

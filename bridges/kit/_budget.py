@@ -85,6 +85,7 @@ class MemoryBudget:
         self.limit = limit
         self._used = 0
         self._waiters: deque[_Waiter] = deque()
+        self._waiting_bytes = 0
         self._error: BaseException | None = None
         self._on_room = on_room
 
@@ -103,13 +104,22 @@ class MemoryBudget:
         """True while nothing more fits."""
         return self._used >= self.limit
 
+    @property
+    def room(self) -> int:
+        """What is left once the waiting takers are served: where a reader may read into.
+
+        Takers that wait (responses to build) come before more input, so a
+        peer that asks and does not read gets no further request read.
+        """
+        return max(self.limit - self._used - self._waiting_bytes, 0)
+
     def statistics(self) -> BudgetStatistics:
         """A snapshot: the limit, what is used, who waits."""
         return BudgetStatistics(
             limit=self.limit,
             used=self._used,
             waiting=len(self._waiters),
-            waiting_bytes=sum(waiter.size for waiter in self._waiters),
+            waiting_bytes=self._waiting_bytes,
         )
 
     def _check_size(self, size: int) -> None:
@@ -152,11 +162,13 @@ class MemoryBudget:
             return
         waiter = _Waiter(trio.lowlevel.current_task(), size)
         self._waiters.append(waiter)
+        self._waiting_bytes += size
 
         def abort(_: object) -> trio.lowlevel.Abort:
             # Still waiting (a woken waiter is no longer in the deque): leave,
             # and let those behind us go if they now fit.
             self._waiters.remove(waiter)
+            self._waiting_bytes -= waiter.size
             self._wake()
             return trio.lowlevel.Abort.SUCCEEDED
 
@@ -185,6 +197,7 @@ class MemoryBudget:
         self._error = error
         while self._waiters:
             waiter = self._waiters.popleft()
+            self._waiting_bytes -= waiter.size
             trio.lowlevel.reschedule(waiter.task, outcome.Error(_copy(error)))
 
     def _wake(self) -> None:
@@ -192,6 +205,7 @@ class MemoryBudget:
         waiters = self._waiters
         while waiters and self._used + waiters[0].size <= self.limit:
             waiter = waiters.popleft()
+            self._waiting_bytes -= waiter.size
             self._used += waiter.size
             trio.lowlevel.reschedule(waiter.task)
 

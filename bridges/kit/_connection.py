@@ -240,6 +240,20 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         return self._written
 
     @property
+    def max_response_in_budget(self) -> int:
+        """The largest response this connection may build within its budget.
+
+        The budget less what the peer's input may hold meanwhile (the
+        read-ahead and one read), so that a response waiting for room never
+        waits for room that only its own answering would free. A response
+        larger than this is refused the protocol's way (a response too large),
+        not awaited forever.
+        """
+        limit = self.budget.limit
+        room = limit - self.config.max_read_ahead - self.config.receive_size
+        return room if room >= limit // 2 else limit // 2
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes read and not yet taken by the application."""
         return self._buffered
@@ -444,7 +458,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         )
         self._paused = wanted and (
             (self._buffered > 0 and self._buffered >= self.config.max_read_ahead)
-            or self.budget.exhausted
+            or self.budget.room == 0
             or self._read_paused_by_protocol()
         )
         if self._paused and self._pong is not None:
@@ -459,7 +473,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                 await self._reader_lot.park()
             try:
                 # Never more than the budget's room: what we read is ours to hold.
-                data = await self.stream.receive_some(max(min(self.config.receive_size, self.budget.available), 1))
+                # Waiting responses come first (MemoryBudget.room).
+                data = await self.stream.receive_some(max(min(self.config.receive_size, self.budget.room), 1))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # trio's error often says nothing itself ("BrokenResourceError()")
                 # while its cause does (a certificate that failed to verify).
