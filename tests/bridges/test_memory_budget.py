@@ -1,0 +1,336 @@
+"""One memory budget per bridge connection (issue 18, items 5 and 7).
+
+* :class:`bridges.kit.MemoryBudget`'s accounting, fuzzed: never negative,
+  never over the limit but through ``charge``, waiters served in order;
+* EMP clients that ask and never read, against a server in a subprocess
+  with a small budget: its memory grows by at most connections x budget
+  plus a constant, a well-behaved client is still served meanwhile, and
+  once the attackers read they get every response they asked for;
+* a peer whose input alone passes the budget (an EMP message larger than
+  it) gets the protocol's error, "memory budget exceeded", and is closed,
+  while another connection on the same listener carries on.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import msgpack
+import pytest
+import trio
+import trio.testing
+from conftest import connect_raw
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import examples.demo
+import rstreams
+from bridges.emp import Connection, Data, EmpAppServer, EmpConfig, Error, ErrorCode, Hello, RequestResponse, encode
+from bridges.kit import MEMORY_BUDGET_EXCEEDED, LinkSettings, MemoryBudget, MiB
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# ---- the budget's accounting ----------------------------------------------------
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("take"), st.integers(0, 40)),
+        st.tuples(st.just("wait"), st.integers(0, 40)),
+        st.tuples(st.just("charge"), st.integers(0, 40)),
+        st.tuples(st.just("give"), st.integers(0, 60)),
+        st.tuples(st.just("cancel"), st.integers(0, 10)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(limit=st.integers(1, 64), script=operations)
+def test_budget_accounting_never_negative_never_over_and_in_order(limit: int, script: list[tuple[str, int]]) -> None:
+    # A model of the budget (bytes used, waiters in arrival order) run
+    # beside the real one: after every step they agree on what is used and
+    # on which waiters were served, in which order.
+    async def main() -> None:
+        budget = MemoryBudget(limit)
+        used = 0
+        charged = 0  # the most charge() took it over the limit
+        queue: deque[tuple[int, int]] = deque()  # (number, size) still waiting, model side
+        scopes: dict[int, trio.CancelScope] = {}
+        expected: list[int] = []
+        granted: list[int] = []
+
+        def model_wake() -> None:
+            nonlocal used
+            while queue and used + queue[0][1] <= limit:
+                number, size = queue.popleft()
+                used += size
+                expected.append(number)
+
+        async def waiter(number: int, size: int, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            with trio.CancelScope() as scope:
+                task_status.started(scope)
+                await budget.take(size)
+                granted.append(number)
+
+        async with trio.open_nursery() as nursery:
+            for number, (op, size) in enumerate(script):
+                if op == "take":
+                    if size > limit:
+                        with pytest.raises(ValueError):
+                            budget.take_nowait(size)
+                    elif queue or used + size > limit:
+                        with pytest.raises(trio.WouldBlock):
+                            budget.take_nowait(size)
+                    else:
+                        budget.take_nowait(size)
+                        used += size
+                elif op == "wait" and size <= limit:
+                    if not queue and used + size <= limit:
+                        used += size
+                        expected.append(number)
+                    else:
+                        queue.append((number, size))
+                    scopes[number] = await nursery.start(waiter, number, size)
+                elif op == "charge":
+                    budget.charge(size)
+                    used += size
+                    charged = max(charged, used - limit)
+                elif op == "give":
+                    if size > used:
+                        with pytest.raises(ValueError):
+                            budget.give_back(size)
+                    else:
+                        budget.give_back(size)
+                        used -= size
+                        model_wake()
+                elif op == "cancel" and queue:
+                    victim = queue[size % len(queue)]
+                    scopes[victim[0]].cancel()
+                    queue.remove(victim)
+                    model_wake()
+                await trio.testing.wait_all_tasks_blocked()
+                assert budget.used == used >= 0
+                assert used <= limit + charged  # over the limit only by what charge() counted
+                # Served exactly when the model serves them: in arrival order,
+                # the head first (within one wake-up, trio runs the woken
+                # tasks in any order, so each step compares sets).
+                assert sorted(granted) == sorted(expected)
+                assert budget.statistics().waiting == len(queue)
+                assert budget.room == max(limit - used - sum(size for _, size in queue), 0)
+                if queue:
+                    assert used + queue[0][1] > limit  # the head waits only when it does not fit
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_budget_refuses_what_can_never_fit_and_fails_waiters_when_closed() -> None:
+    async def main() -> None:
+        budget = MemoryBudget(10)
+        with pytest.raises(ValueError):
+            await budget.take(11)
+        budget.charge(10)
+        assert budget.exhausted and budget.available == 0
+        failed: list[BaseException] = []
+
+        async def wait() -> None:
+            try:
+                await budget.take(5)
+            except RuntimeError as exc:
+                failed.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            assert budget.statistics().waiting == 2 and budget.room == 0
+            budget.close(RuntimeError("the connection ended"))
+        assert [str(exc) for exc in failed] == ["the connection ended"] * 2
+        assert failed[0] is not failed[1]  # a fresh copy in each waiter
+        with pytest.raises(RuntimeError):
+            budget.take_nowait(1)
+
+    trio.run(main)
+
+
+def test_link_settings_carry_the_shared_default() -> None:
+    assert LinkSettings().max_connection_memory == rstreams.DEFAULT_CONNECTION_MEMORY
+    assert EmpConfig().max_connection_memory == rstreams.DEFAULT_CONNECTION_MEMORY
+    with pytest.raises(ValueError):
+        LinkSettings(max_connection_memory=0)
+
+
+# ---- EMP: clients that ask and never read (a server in a subprocess) ------------
+
+SERVER = """
+import sys, trio
+from rstreams.demo import app
+from bridges.emp import EmpAppServer, EmpConfig
+async def main():
+    server = EmpAppServer(app, config=EmpConfig(max_connection_memory=int(sys.argv[1]), keepalive_interval=None))
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+        print(listeners[0].socket.getsockname()[1], flush=True)
+trio.run(main)
+"""
+
+BUDGET = 4 * MiB
+ATTACKERS = 4
+REQUESTS = 32
+BLOB = b"blob?count=2&size=1048576"  # 2 MiB per response: fits the budget less read-ahead
+# What the server may grow by besides the attackers' budgets: the
+# interpreter's allocator keeps freed arenas, and a response exists twice
+# for a moment while it is packed (elements and packed body, ~2 x 2 MiB per
+# connection building one), plus the well-behaved client's own budget and
+# its session. 48 MiB is under a fifth of what the same attack costs
+# without the budget (16 concurrent 2 MiB responses per connection, each
+# held about twice: over 250 MiB for four attackers).
+CONSTANT = 48 * MiB
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _open_client(port: int) -> tuple[socket.socket, Connection]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", port))
+    machine = Connection()
+    sock.sendall(machine.data_to_send())
+    while not any(isinstance(event, Hello) for event in machine.events()):
+        machine.receive_data(sock.recv(65536))
+    return sock, machine
+
+
+def _read_responses(sock: socket.socket, machine: Connection, count: int) -> list[dict[str, object]]:
+    responses: list[dict[str, object]] = []
+    while len(responses) < count:
+        data = sock.recv(1 << 20)
+        assert data, f"the server closed after {len(responses)} of {count} responses"
+        machine.receive_data(data)
+        for event in machine.events():
+            if isinstance(event, Data) and event.request_response is not None:
+                responses.append(msgpack.unpackb(event.body))
+    return responses
+
+
+def _readable(sock: socket.socket) -> int:
+    import fcntl
+    import termios
+
+    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+
+@pytest.mark.timeout(120)
+def test_emp_clients_that_do_not_read_cost_at_most_their_budget() -> None:
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(BUDGET)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        # The well-behaved client is connected (and served once) before the
+        # attack, so the baseline includes what serving one client costs.
+        good, good_machine = _open_client(port)
+        good_machine.send_request(b"range?count=3")
+        good.sendall(good_machine.data_to_send())
+        assert _read_responses(good, good_machine, 1) == [{"elements": [bytes(8), (1).to_bytes(8, "big"), (2).to_bytes(8, "big")]}]
+        before = _rss(server.pid)
+
+        attackers = [_open_client(port) for _ in range(ATTACKERS)]
+        for sock, machine in attackers:
+            for _ in range(REQUESTS):
+                machine.send_request(BLOB)
+            sock.sendall(machine.data_to_send())
+        # Wait until every attacker's socket is full of responses it does
+        # not read: from then on the server can only build within budgets.
+        peak = before
+        give_up = time.monotonic() + 60
+        while not all(_readable(sock) >= 32 * 1024 for sock, _ in attackers):
+            assert time.monotonic() < give_up, "the server never wrote to the attackers"
+            peak = max(peak, _rss(server.pid))
+            time.sleep(0.05)
+        for _ in range(40):  # and look a while longer
+            peak = max(peak, _rss(server.pid))
+            time.sleep(0.05)
+        growth = peak - before
+        assert growth <= ATTACKERS * BUDGET + CONSTANT, f"the server grew by {growth / MiB:.1f} MiB"
+
+        # Meanwhile the well-behaved client is served.
+        good_machine.send_request(b"range?count=3")
+        good.sendall(good_machine.data_to_send())
+        assert len(_read_responses(good, good_machine, 1)[0]["elements"]) == 3  # type: ignore[arg-type]
+
+        # The attackers read now and get every response they asked for.
+        for sock, machine in attackers:
+            responses = _read_responses(sock, machine, REQUESTS)
+            assert all(response.keys() == {"elements"} for response in responses)
+            assert all(sum(map(len, response["elements"])) == 2 * MiB for response in responses)  # type: ignore[arg-type]
+            sock.close()
+        good.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+# ---- a peer whose input passes the budget ---------------------------------------
+
+
+async def test_emp_message_larger_than_the_budget_closes_that_connection_only(nursery: trio.Nursery) -> None:
+    config = EmpConfig(max_connection_memory=1 * MiB, max_read_ahead=256 * 1024, keepalive_interval=None)
+    server = EmpAppServer(examples.demo.app, config=config)
+    listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    port = rstreams.listener_port(listeners[0])
+    bystander = await connect_raw(port)
+    await bystander.send(Hello())
+    assert await bystander.receive() == Hello()
+
+    attacker = await connect_raw(port)
+    await attacker.send(Hello())
+    assert await attacker.receive() == Hello()
+    # One request of 2 MiB (well under EMP's 16 MiB message limit): the
+    # server would have to hold all of it to parse it.
+    huge = encode(Data(body=bytes(2 * MiB), extensions=(RequestResponse(request_id=1, is_request=True),)))
+    with trio.move_on_after(20):
+        try:
+            await attacker.send(huge)
+        except trio.BrokenResourceError:
+            pass  # closed before we finished: the error is already waiting
+    error = await attacker.receive()
+    assert isinstance(error, Error), error
+    assert error.code == ErrorCode.PROTOCOL
+    assert error.message.startswith(MEMORY_BUDGET_EXCEEDED)
+    assert await attacker.receive() is None
+
+    # The other connection on the same listener carries on.
+    await bystander.send(Data(body=b"range?count=2", extensions=(RequestResponse(request_id=7, is_request=True),)))
+    response = await bystander.receive()
+    assert isinstance(response, Data) and response.request_response == RequestResponse(request_id=7, is_request=False)
+    assert msgpack.unpackb(response.body) == {"elements": [bytes(8), (1).to_bytes(8, "big")]}
+
+
+async def test_emp_response_larger_than_the_budget_is_an_error_response_not_a_hang(nursery: trio.Nursery) -> None:
+    config = EmpConfig(max_connection_memory=2 * MiB, max_read_ahead=256 * 1024, keepalive_interval=None)
+    server = EmpAppServer(examples.demo.app, config=config)
+    listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    peer = await connect_raw(rstreams.listener_port(listeners[0]))
+    await peer.send(Hello())
+    assert await peer.receive() == Hello()
+    await peer.send(Data(body=b"blob?count=3&size=1048576", extensions=(RequestResponse(request_id=1, is_request=True),)))
+    response = await peer.receive()
+    assert isinstance(response, Data)
+    body = msgpack.unpackb(response.body)
+    assert body.keys() == {"error"} and "exceeds" in body["error"]
+    # And the connection still answers.
+    await peer.send(Data(body=b"range?count=1", extensions=(RequestResponse(request_id=2, is_request=True),)))
+    response = await peer.receive()
+    assert isinstance(response, Data) and msgpack.unpackb(response.body) == {"elements": [bytes(8)]}
