@@ -302,6 +302,12 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
             self._machine.send_error(message)
         return MicroMsg2Timeout(message)
 
+    def _input_held_by_machine(self) -> int:
+        return self._machine.buffered_input_size
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
+
     def _on_finish(self, error: BaseException) -> None:
         if self._window is not None:
             self._window.close(error)

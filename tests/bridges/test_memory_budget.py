@@ -334,3 +334,47 @@ async def test_emp_response_larger_than_the_budget_is_an_error_response_not_a_ha
     await peer.send(Data(body=b"range?count=1", extensions=(RequestResponse(request_id=2, is_request=True),)))
     response = await peer.receive()
     assert isinstance(response, Data) and msgpack.unpackb(response.body) == {"elements": [bytes(8)]}
+
+
+async def test_micromsg2_continued_message_larger_than_the_budget_closes_that_connection_only(nursery: trio.Nursery) -> None:
+    import dataclasses
+    from functools import partial
+
+    from micromsg2_raw import RawClient
+
+    from bridges.micromsg2 import BROKER_SETTINGS, Completed, ConnectionFailed, HandshakeCompleted, MessageReceived, MicroMsg2AppServer
+
+    app = rstreams.Router()
+    route = examples.demo.app.resolve("range")
+    assert route is not None
+    app.add("range", route)
+    settings = dataclasses.replace(BROKER_SETTINGS, max_connection_memory=2 * MiB, max_read_ahead=256 * 1024)
+    server = MicroMsg2AppServer(app, settings=settings)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    port = rstreams.listener_port(listener)
+    with trio.fail_after(30):
+        bystander = await RawClient.connect(port, window=4)
+        assert isinstance(await bystander.next_event(), HandshakeCompleted)
+        attacker = await RawClient.connect(port, window=4)
+        assert isinstance(await attacker.next_event(), HandshakeCompleted)
+        # An 8 MiB SEND: eight CONTINUED frames of 1 MiB (the spec's split),
+        # under MicroMsg2's 16 MiB message limit but four times the budget.
+        attacker.machine.send_message("chat", bytes(8 * MiB))
+        try:
+            await attacker.flush()
+        except trio.BrokenResourceError:
+            pass  # closed before we finished: its ERROR frame is already waiting
+        rest = bytearray()
+        try:
+            while chunk := await attacker.stream.receive_some(65536):
+                rest.extend(chunk)
+        except trio.BrokenResourceError:
+            pass
+        attacker.machine.receive_data(bytes(rest))
+        attacker.machine.receive_data(b"")
+        [failed, *_] = [event for event in attacker.machine.events() if isinstance(event, ConnectionFailed)]
+        assert failed.message.startswith(MEMORY_BUDGET_EXCEEDED), failed
+
+        await bystander.subscribe("range?count=2")
+        events = [await bystander.next_event() for _ in range(3)]
+        assert [type(event) for event in events] == [MessageReceived, MessageReceived, Completed]
