@@ -339,6 +339,23 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                 raise self._lost("the transport closed before the message was written")
             await self._written_lot.park()
 
+    async def wait_writable(self) -> None:
+        """Wait until at most ``max_write_buffer`` bytes queued so far are unwritten.
+
+        What a send waits for after queueing its message, for a sender that
+        queued with a ``*_nowait`` method and let go of its copy first.
+
+        Raises:
+            the connection's end error (or the bridge's lost-connection
+            error) if the transport closed before.
+
+        Cancellation: nothing is undone (what is queued may still go out).
+        Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._wait_written(self._queued)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
     async def _send_queued(self) -> None:
         # What a send does once the machine has queued its message.
         await self._wait_written(self._take_output())

@@ -378,3 +378,46 @@ async def test_micromsg2_continued_message_larger_than_the_budget_closes_that_co
         await bystander.subscribe("range?count=2")
         events = [await bystander.next_event() for _ in range(3)]
         assert [type(event) for event in events] == [MessageReceived, MessageReceived, Completed]
+
+
+async def test_epoxy_frame_larger_than_the_budget_closes_that_connection_only(nursery: trio.Nursery) -> None:
+    from functools import partial
+
+    from epoxy_helpers import RawEpoxy, message
+
+    from bridges.epoxy import (
+        PUBLISHERS_SERVICE,
+        Elements,
+        EpoxyAppServer,
+        EpoxyMessageType,
+        EpoxySettings,
+        ProtocolErrorCode,
+        SubscribeRequest,
+        open_epoxy_connection,
+    )
+    from bridges.epoxy import Error as EpoxyErrorStruct
+
+    settings = EpoxySettings(max_connection_memory=1 * MiB, max_read_ahead=256 * 1024, keepalive_interval=None)
+    server = EpoxyAppServer(examples.demo.app, settings=settings)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    port = rstreams.listener_port(listener)
+    with trio.fail_after(30):
+        async with open_epoxy_connection("127.0.0.1", port) as bystander:
+            attacker = await RawEpoxy.connect(port)
+            await attacker.handshake_as_client()
+            # A 2 MiB request (Epoxy's framelet limit is 32 MiB): the server
+            # would have to hold all of it to parse it.
+            huge = message(1, EpoxyMessageType.REQUEST, bytes(2 * MiB), PUBLISHERS_SERVICE, "Subscribe")
+            try:
+                await attacker.send(huge)
+            except trio.BrokenResourceError:
+                pass  # closed before we finished: its Error frame is already waiting
+            error = await attacker.protocol_error()
+            assert error.error_code == ProtocolErrorCode.LIMIT_EXCEEDED
+            assert error.details is not None
+            details = error.details.deserialize(EpoxyErrorStruct)
+            assert details.error_code == ProtocolErrorCode.LIMIT_EXCEEDED
+            assert details.message.startswith(MEMORY_BUDGET_EXCEEDED), details
+
+            result = await bystander.call(PUBLISHERS_SERVICE, "Subscribe", SubscribeRequest(publisher="range?count=2"), Elements)
+            assert result.elements == [bytes(8), (1).to_bytes(8, "big")]
