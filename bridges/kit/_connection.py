@@ -64,6 +64,9 @@ What a subclass provides (the contract)
   bookkeeping (pending calls);
 * ``_input_held_by_machine()``: bytes of the peer's input the machine holds
   (its decoder's buffer, a reassembly), counted against the budget;
+* ``_input_held_for_application()``: bytes of the peer's input held for
+  the application outside the kit's queues (Relink's channels, which
+  outlive a connection), counted against the budget;
 * ``_memory_budget_exceeded(message)``: queue the protocol's error for a
   peer over the budget and return the error to end with.
 
@@ -166,6 +169,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # The one budget: every buffer below takes from it (module docstring).
         self.budget = MemoryBudget(config.max_connection_memory, on_room=self._reader_lot.unpark_all)
         self._machine_held = 0  # what the budget counts for _input_held_by_machine()
+        self._application_held = 0  # ... and for _input_held_for_application()
         self._bytes_in = 0
         self._last_input = 0.0
         self._paused = False
@@ -212,6 +216,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         pass
 
     def _input_held_by_machine(self) -> int:
+        return 0
+
+    def _input_held_for_application(self) -> int:
         return 0
 
     def _memory_budget_exceeded(self, message: str) -> BaseException:
@@ -435,13 +442,17 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     def _count_machine_input(self) -> None:
         # Bring the budget up to date with what the machine holds of the
-        # peer's input (a partial frame, a message being joined).
-        held = self._input_held_by_machine()
-        if held > self._machine_held:
-            self.budget.charge(held - self._machine_held)
-        elif held < self._machine_held:
-            self.budget.give_back(self._machine_held - held)
-        self._machine_held = held
+        # peer's input (a partial frame, a message being joined), and what
+        # the subclass holds of it for the application.
+        self._machine_held = self._recount(self._machine_held, self._input_held_by_machine())
+        self._application_held = self._recount(self._application_held, self._input_held_for_application())
+
+    def _recount(self, counted: int, held: int) -> int:
+        if held > counted:
+            self.budget.charge(held - counted)
+        elif held < counted:
+            self.budget.give_back(counted - held)
+        return held
 
     def _check_memory(self) -> None:
         # The peer's misbehaviour: its input alone is past the budget (a
@@ -449,7 +460,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # it fills the budget (a partial message that can never complete,
         # since the reader reads only into room).
         limit = self.budget.limit
-        inbound = self._machine_held + self._buffered
+        inbound = self._machine_held + self._buffered + self._application_held
         if self._end is None and (inbound > limit or self._machine_held >= limit):
             error = self._memory_budget_exceeded(
                 f"{MEMORY_BUDGET_EXCEEDED}: the peer's input holds {inbound} bytes"

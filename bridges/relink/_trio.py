@@ -170,6 +170,18 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             )
         return RelinkConnectionLost(message)
 
+    def _input_held_by_machine(self) -> int:
+        return self._machine.buffered_input_size
+
+    def _input_held_for_application(self) -> int:
+        # The link's channels hold what the application has not taken; the
+        # link outlives this connection, so the connection carrying it
+        # counts it (from the moment it attaches).
+        return self.handle.held_bytes if self.handle is not None and self.handle.connection is self else 0
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
+
     def _closed_locally(self) -> BaseException:
         return RelinkConnectionLost("connection closed by this side")
 
@@ -211,6 +223,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
 
     def wake_reader(self) -> None:
         """The application took held messages: the reader may go on."""
+        self._count_machine_input()
         self._wake_reader()
 
     def write_backlog(self) -> int:

@@ -421,3 +421,34 @@ async def test_epoxy_frame_larger_than_the_budget_closes_that_connection_only(nu
 
             result = await bystander.call(PUBLISHERS_SERVICE, "Subscribe", SubscribeRequest(publisher="range?count=2"), Elements)
             assert result.elements == [bytes(8), (1).to_bytes(8, "big")]
+
+
+async def test_relink_message_larger_than_the_budget_closes_that_connection_only(nursery: trio.Nursery) -> None:
+    from functools import partial
+
+    from bridges.relink import LimitExceeded, LinkConfig, RelinkAppServer, RelinkSettings, open_relink_link
+
+    fast = dict(reconnect_delay=0.05, reconnect_max_delay=0.1, shutdown_timeout=1.0)
+    settings = RelinkSettings(max_connection_memory=1 * MiB, max_read_ahead=256 * 1024, **fast)  # type: ignore[arg-type]
+    server = RelinkAppServer(examples.demo.app, settings=settings)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    port = rstreams.listener_port(listener)
+    config = LinkConfig(connector_id_size=1, listener_id_size=1)
+    with trio.fail_after(30):
+        async with open_relink_link("127.0.0.1", port, config=config, settings=RelinkSettings(**fast)) as bystander:  # type: ignore[arg-type]
+            async with open_relink_link("127.0.0.1", port, config=config, settings=RelinkSettings(**fast)) as attacker:  # type: ignore[arg-type]
+                # A 2 MiB message (Relink's limit is 16 MiB): the server would
+                # have to hold all of it to parse it. Relink has no error
+                # packet: the server closes that connection (the connector
+                # reconnects and tries again, and is closed again).
+                await attacker.send(1, [bytes(2 * MiB)])
+                def over_budget() -> list[BaseException]:
+                    ends = [connection.end_reason for connection in server.connections]
+                    return [end for end in ends if isinstance(end, LimitExceeded) and str(end).startswith(MEMORY_BUDGET_EXCEEDED)]
+
+                while not over_budget():
+                    await trio.sleep(0.01)
+                assert over_budget()[0].limit == "max_connection_memory"  # type: ignore[attr-defined]
+                replies = bystander.inbound(0)
+                await bystander.send(0, [b"range?count=2"])
+                assert [parts async for parts in replies] == [(bytes(8),), ((1).to_bytes(8, "big"),)]
