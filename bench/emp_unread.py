@@ -1,6 +1,6 @@
-"""EMP clients that ask and never read: what do they cost the server? (issue 18, item 5)
+"""EMP (or Epoxy) clients that ask and never read: what do they cost the server? (issue 18, item 5)
 
-Runs an EMP app server (``rstreams.demo:app``, the kit's serving with
+Runs an EMP (``--protocol epoxy``: Epoxy) app server (``rstreams.demo:app``, the kit's serving with
 ``LinkSettings.max_connection_memory=BUDGET``) in a subprocess, opens
 CONNECTIONS raw EMP connections from this process, sends REQUESTS requests
 for ``blob?count=4&size=1048576`` (4 MiB each) on each and reads nothing,
@@ -25,15 +25,24 @@ import time
 
 import msgpack
 
+from typing import Any
+
 from bridges.emp import Connection, Data, Hello
+from bridges.epoxy import PUBLISHERS_SERVICE, ConfigReceived, Response, Role, SubscribeRequest
+from bridges.epoxy import Connection as EpoxyMachine
 
 SERVER = r"""
 import sys, trio
 sys.path.insert(0, sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
 from rstreams.demo import app
-from bridges.emp import EmpAppServer, EmpConfig
+budget = {"max_connection_memory": int(sys.argv[1])} if int(sys.argv[1]) else {}
+if sys.argv[3] == "emp":
+    from bridges.emp import EmpAppServer, EmpConfig
+    server = EmpAppServer(app, config=EmpConfig(**budget))
+else:
+    from bridges.epoxy import EpoxyAppServer, EpoxySettings
+    server = EpoxyAppServer(app, settings=EpoxySettings(**budget))
 async def main():
-    server = EmpAppServer(app, config=EmpConfig(**({"max_connection_memory": int(sys.argv[1])} if int(sys.argv[1]) else {})))
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         print(listeners[0].socket.getsockname()[1], flush=True)
@@ -49,17 +58,24 @@ def rss(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def open_client(port: int) -> tuple[socket.socket, Connection]:
+def open_client(port: int, protocol: str) -> tuple[socket.socket, Any]:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-    machine = Connection()
+    machine = Connection() if protocol == "emp" else EpoxyMachine(Role.CLIENT)
     sock.sendall(machine.data_to_send())
-    while not any(isinstance(event, Hello) for event in machine.events()):
+    while not any(isinstance(event, (Hello, ConfigReceived)) for event in machine.events()):
         machine.receive_data(sock.recv(65536))
     return sock, machine
 
 
-def read_responses(sock: socket.socket, machine: Connection, count: int, deadline: float) -> int:
+def ask(machine: Any, name: str) -> None:
+    if isinstance(machine, Connection):
+        machine.send_request(name.encode())
+    else:
+        machine.send_request(PUBLISHERS_SERVICE, "Subscribe", SubscribeRequest(publisher=name))
+
+
+def read_responses(sock: socket.socket, machine: Any, count: int, deadline: float) -> int:
     got = 0
     sock.settimeout(5)
     while got < count and time.monotonic() < deadline:
@@ -71,6 +87,8 @@ def read_responses(sock: socket.socket, machine: Connection, count: int, deadlin
             if isinstance(event, Data) and event.request_response is not None:
                 value = msgpack.unpackb(event.body)
                 got += "elements" in value
+            elif isinstance(event, Response):
+                got += not event.is_error
     return got
 
 
@@ -81,22 +99,23 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=0, help="max_connection_memory; 0: the default")
     parser.add_argument("--name", default="blob?count=4&size=1048576")
     parser.add_argument("--settle", type=float, default=8.0, help="seconds to watch VmRSS")
+    parser.add_argument("--protocol", choices=("emp", "epoxy"), default="emp")
     parser.add_argument("--bridges", default="", help="a directory holding another bridges/ package")
     args = parser.parse_args()
     env = dict(os.environ)
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(args.budget), args.bridges], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", SERVER, str(args.budget), args.bridges, args.protocol], stdout=subprocess.PIPE, text=True, env=env
     )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         time.sleep(0.5)
         before = rss(server.pid)
-        clients = [open_client(port) for _ in range(args.connections)]
+        clients = [open_client(port, args.protocol) for _ in range(args.connections)]
         sent = 0
         for sock, machine in clients:
             for _ in range(args.requests):
-                machine.send_request(args.name.encode())
+                ask(machine, args.name)
             data = machine.data_to_send()
             sock.sendall(data)
             sent += len(data)

@@ -29,7 +29,7 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
 
-from ._app import COLLECT_PREFETCH, ResponseTooLarge, collect_elements
+from ._app import COLLECT_COPIES, COLLECT_PREFETCH, ResponseTooLarge, collect_elements
 from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, pace_calls
 from ._client import BridgePeer, open_bridge_peer
@@ -49,6 +49,7 @@ __all__ = [
     "BridgePeer",
     "BudgetStatistics",
     "BridgeServer",
+    "COLLECT_COPIES",
     "COLLECT_PREFETCH",
     "ITEM_COST",
     "InboundQueue",

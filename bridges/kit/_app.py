@@ -13,10 +13,16 @@ from rstreams import Peer, SubscriptionError
 
 from ._budget import MemoryBudget
 
-__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH"]
+__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH", "COLLECT_COPIES"]
 
 #: Demand per subscription while collecting a response.
 COLLECT_PREFETCH = 64
+
+#: What a response being collected within a budget counts, per byte of its
+#: limit: its elements, and as much again for their copies on the way
+#: through the app session (encoded by the publisher's side, decoded by
+#: ours) while they are in flight.
+COLLECT_COPIES = 2
 
 
 class ResponseTooLarge(SubscriptionError):
@@ -43,11 +49,12 @@ async def collect_elements(
 
     Args:
         max_bytes: the most element bytes of the response.
-        budget: the connection's memory budget: ``max_bytes`` (at most the
-            whole budget) is taken from it before subscribing, waiting for
-            room, so that the responses a connection builds never hold more
-            than its budget; what the elements did not use is given back
-            when they are complete. The caller owns the rest,
+        budget: the connection's memory budget: ``COLLECT_COPIES *
+            max_bytes`` (``max_bytes`` is first cut to what the budget can
+            hold) is taken from it before subscribing, waiting for room, so
+            that the responses a connection builds never hold more than its
+            budget; once the elements are complete, all but their own size
+            is given back. The caller owns the rest,
             ``sum(map(len, elements))`` bytes, and gives them back once the
             response is queued (where the queued bytes take over).
 
@@ -61,11 +68,11 @@ async def collect_elements(
     """
     reserved = 0
     if budget is not None:
-        max_bytes = min(max_bytes, budget.limit)
+        max_bytes = min(max_bytes, budget.limit // COLLECT_COPIES)
         # Whole, up front: responses that each took part of the room and
         # waited for more could wait for one another forever.
-        await budget.take(max_bytes)
-        reserved = max_bytes
+        reserved = COLLECT_COPIES * max_bytes
+        await budget.take(reserved)
     elements: list[bytes] = []
     size = 0
     try:

@@ -89,6 +89,7 @@ from rstreams.support import describe_error
 
 from bridges import BridgeError
 
+from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
 from ._config import LinkSettings
 
@@ -248,17 +249,18 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     @property
     def max_response_in_budget(self) -> int:
-        """The largest response this connection may build within its budget.
+        """The largest response this connection may collect within its budget.
 
-        The budget less what the peer's input may hold meanwhile (the
-        read-ahead and one read), so that a response waiting for room never
-        waits for room that only its own answering would free. A response
-        larger than this is refused the protocol's way (a response too large),
-        not awaited forever.
+        What a response being collected counts (``COLLECT_COPIES`` times
+        its size) must leave room for what the peer's input may hold
+        meanwhile (the read-ahead and one read), so that a response waiting
+        for room never waits for room that only its own answering would
+        free. A response larger than this is refused the protocol's way (a
+        response too large), not awaited forever.
         """
         limit = self.budget.limit
-        room = limit - self.config.max_read_ahead - self.config.receive_size
-        return room if room >= limit // 2 else limit // 2
+        room = max(limit - self.config.max_read_ahead - self.config.receive_size, limit // 2)
+        return room // COLLECT_COPIES
 
     @property
     def buffered_bytes(self) -> int:
