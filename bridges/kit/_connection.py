@@ -64,6 +64,9 @@ What a subclass provides (the contract)
   bookkeeping (pending calls);
 * ``_input_held_by_machine()``: bytes of the peer's input the machine holds
   (its decoder's buffer, a reassembly), counted against the budget;
+* ``_input_frees_budget()``: whether reading can free the budget
+  (MicroMsg2: acknowledgements let the messages we hold go out); then
+  the reader goes on reading while our own messages exhaust it;
 * ``_input_held_for_application()``: bytes of the peer's input held for
   the application outside the kit's queues (Relink's channels, which
   outlive a connection), counted against the budget;
@@ -79,7 +82,7 @@ queueing whatever the protocol says then), ``has_data_to_send`` and
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
@@ -222,6 +225,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _input_held_for_application(self) -> int:
         return 0
 
+    def _input_frees_budget(self) -> bool:
+        return False
+
     def _memory_budget_exceeded(self, message: str) -> BaseException:
         return MemoryBudgetExceeded(message)
 
@@ -325,17 +331,46 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     # ---- output ----------------------------------------------------------------
 
-    def _take_output(self) -> int:
+    def _take_output(self, *, prepaid: int = 0) -> int:
         # Move what the machine queued to the writer; return the byte count
-        # that must be written for it to have gone out.
+        # that must be written for it to have gone out. ``prepaid``: bytes
+        # the sender already took from the budget for it.
         machine = self._machine
+        size = 0
         if machine.has_data_to_send:
             data = machine.data_to_send()
+            size = len(data)
             self._outgoing.append(data)
-            self._queued += len(data)
-            self.budget.charge(len(data))  # given back once written
+            self._queued += size
             self._writer_lot.unpark_all()
+        # Counted until written (the writer gives it back).
+        if size > prepaid:
+            self.budget.charge(size - prepaid)
+        elif prepaid > size:
+            self.budget.give_back(prepaid - size)
         return self._queued
+
+    async def _send_within_budget(self, size: int, queue: Callable[[], object]) -> None:
+        # A message we build for the peer (``queue`` has the machine build
+        # it, about ``size`` bytes): wait for room in the budget first, in
+        # order with the other takers, so that what a connection sends is
+        # paced by what the peer reads, not only by max_write_buffer per
+        # sender. Then wait as any send does.
+        prepaid = min(size, self.max_response_in_budget)
+        await self.budget.take(prepaid)
+        self._queue_prepaid(prepaid, queue)
+        await self._wait_written(self._queued)
+
+    def _queue_prepaid(self, prepaid: int, queue: Callable[[], object]) -> None:
+        # For a sender that already holds ``prepaid`` bytes of the budget for
+        # the message: they are handed over to the queued bytes. It need not
+        # wait for the writer: the budget paces it.
+        try:
+            queue()
+        except BaseException:
+            self.budget.give_back(prepaid)
+            raise
+        self._take_output(prepaid=prepaid)
 
     async def _wait_written(self, target: int) -> None:
         # Wait until at most max_write_buffer bytes, ours included, are left
@@ -442,6 +477,14 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self.budget.give_back(size)
         self._reader_lot.unpark_all()
 
+    def _reading_room(self) -> int:
+        # What the reader may read into. Messages we wait to build come
+        # first (MemoryBudget.room: a peer that asks and does not read gets
+        # no further request read), except while the machine holds part of
+        # a message: that part can only be freed by reading the rest, and a
+        # builder waiting for it would wait forever.
+        return self.budget.available if self._machine_held else self.budget.room
+
     def _count_machine_input(self) -> None:
         # Bring the budget up to date with what the machine holds of the
         # peer's input (a partial frame, a message being joined), and what
@@ -488,7 +531,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         )
         self._paused = wanted and (
             (self._buffered > 0 and self._buffered >= self.config.max_read_ahead)
-            or self.budget.room == 0
+            or (self._reading_room() == 0 and not self._input_frees_budget())
             or self._read_paused_by_protocol()
         )
         if self._paused and self._pong is not None:
@@ -503,8 +546,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                 await self._reader_lot.park()
             try:
                 # Never more than the budget's room: what we read is ours to hold.
-                # Waiting responses come first (MemoryBudget.room).
-                data = await self.stream.receive_some(max(min(self.config.receive_size, self.budget.room), 1))
+                room = self._reading_room() or self.config.receive_size  # 0: _input_frees_budget()
+                data = await self.stream.receive_some(min(self.config.receive_size, room))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # trio's error often says nothing itself ("BrokenResourceError()")
                 # while its cause does (a certificate that failed to verify).
