@@ -75,21 +75,25 @@ def ask(machine: Any, name: str) -> None:
         machine.send_request(PUBLISHERS_SERVICE, "Subscribe", SubscribeRequest(publisher=name))
 
 
-def read_responses(sock: socket.socket, machine: Any, count: int, deadline: float) -> int:
-    got = 0
-    sock.settimeout(5)
-    while got < count and time.monotonic() < deadline:
+def read_responses(sock: socket.socket, machine: Any, count: int, deadline: float) -> tuple[int, int]:
+    """(responses with elements, error responses)."""
+    elements = errors = 0
+    sock.settimeout(30)
+    while elements + errors < count and time.monotonic() < deadline:
         data = sock.recv(1 << 20)
         if not data:
             break
         machine.receive_data(data)
         for event in machine.events():
             if isinstance(event, Data) and event.request_response is not None:
-                value = msgpack.unpackb(event.body)
-                got += "elements" in value
+                ok = "elements" in msgpack.unpackb(event.body)
             elif isinstance(event, Response):
-                got += not event.is_error
-    return got
+                ok = not event.is_error
+            else:
+                continue
+            elements += ok
+            errors += not ok
+    return elements, errors
 
 
 def main() -> None:
@@ -129,7 +133,7 @@ def main() -> None:
               f"(growth {(peak - before) / 2**20:.1f} MiB)")
         deadline = time.monotonic() + 120
         got = [read_responses(sock, machine, args.requests, deadline) for sock, machine in clients]
-        print(f"then each client read: responses with elements per client = {got}")
+        print(f"then each client read (responses with elements, error responses): {got}")
         for sock, _ in clients:
             sock.close()
     finally:
