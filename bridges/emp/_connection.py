@@ -194,12 +194,14 @@ class Connection:
         """The peer made us hold more than the connection's memory budget.
 
         Queues ``error`` 3 (protocol, as for a message over the size limit)
-        with ``message``, moves to ``ERROR``, and returns the error to end
-        with. Idempotent once the connection has ended (nothing is queued).
+        with ``message``, moves to ``ERROR``, drops the unparsed input, and
+        returns the error to end with. Nothing is queued once the connection
+        has ended.
         """
         error = RemoteProtocolError(message, code=ErrorCode.PROTOCOL)
         if self._state not in _DEAF_STATES:
             self._fail(error)
+        self._decoder = Decoder(framing=self.framing, limits=self.limits)  # what it sent is dropped
         return error
 
     def _parse(self, events: list[Event]) -> None:

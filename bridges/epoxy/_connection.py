@@ -230,15 +230,15 @@ class Connection:
     @property
     def buffered_input_size(self) -> int:
         """Bytes received and not yet parsed into a frame (a partial frame)."""
-        return self._decoder.buffered
+        return self._decoder.held
 
     def fail_memory_budget(self, message: str) -> RemoteProtocolError:
         """The peer made us hold more than the connection's memory budget.
 
         Queues an Error frame ``LIMIT_EXCEEDED`` (as for a framelet over its
         size limit) whose ``details`` carry ``message``, moves to ``ERROR``,
-        and returns the error to end with. Nothing is queued once the
-        connection can no longer send.
+        drops the unparsed input, and returns the error to end with. Nothing
+        is queued once the connection can no longer send.
         """
         error = _remote(message, _Code.LIMIT_EXCEEDED)
         if self._state in LISTENING_STATES:
@@ -247,6 +247,7 @@ class Connection:
                 protocol_error = ProtocolError(error_code=_Code.LIMIT_EXCEEDED, details=bond.Bonded(details))
                 self._outbound += error_frame(protocol_error).encode()
             self._state = ConnectionState.ERROR
+        self._decoder = FrameDecoder(limits=self.limits)
         return error
 
     def _fail(self, error: RemoteProtocolError) -> None:

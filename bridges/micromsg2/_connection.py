@@ -210,13 +210,15 @@ class Connection:
         """The peer made us hold more than the connection's memory budget.
 
         Queues the ERROR frame ``error;message=...`` (as for a message over
-        ``max_message_size``), moves to ``ERROR``, and returns the error to
-        end with (a :class:`MessageTooLargeError`). Nothing is queued once the
-        connection has ended.
+        ``max_message_size``), moves to ``ERROR``, drops the unparsed and
+        partly joined input, and returns the error to end with (a
+        :class:`MessageTooLargeError`). Nothing is queued once the connection
+        has ended.
         """
         error = MessageTooLargeError(message)
         if self._state not in _DEAF_STATES:
             self._fail(error)
+        self._decoder, self._reassembler = Decoder(self.limits), Reassembler(self.limits.max_message_size)
         return error
 
     def events(self) -> list[Event]:

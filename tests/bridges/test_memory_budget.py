@@ -520,6 +520,95 @@ async def test_relink_message_larger_than_the_budget_closes_that_connection_only
                 while not over_budget():
                     await trio.sleep(0.01)
                 assert over_budget()[0].limit == "max_connection_memory"  # type: ignore[attr-defined]
+                # And the closed connection no longer holds what the peer sent.
+                assert all(
+                    connection.machine.buffered_input_size == 0
+                    for connection in server.connections
+                    if isinstance(connection.end_reason, LimitExceeded)
+                )
                 replies = bystander.inbound(0)
                 await bystander.send(0, [b"range?count=2"])
                 assert [parts async for parts in replies] == [(bytes(8),), ((1).to_bytes(8, "big"),)]
+
+
+# ---- the machines' side: the error, and the input dropped ------------------------
+
+
+def test_emp_machine_fails_over_budget_with_error_3_and_drops_its_input() -> None:
+    from bridges.emp import Decoder
+
+    machine = Connection()
+    machine.receive_data(encode(Hello()) + encode(Data(body=bytes(1000)))[:500])
+    assert [type(event) for event in machine.events()] == [Hello]
+    assert machine.buffered_input_size == 500
+    machine.data_to_send()
+    error = machine.fail_memory_budget(f"{MEMORY_BUDGET_EXCEEDED}: test")
+    assert error.code == ErrorCode.PROTOCOL and str(error).startswith(MEMORY_BUDGET_EXCEEDED)
+    assert machine.buffered_input_size == 0
+    decoder = Decoder()
+    decoder.feed(machine.data_to_send())
+    sent = decoder.next_message()
+    assert isinstance(sent, Error) and sent.code == ErrorCode.PROTOCOL and sent.message.startswith(MEMORY_BUDGET_EXCEEDED)
+    assert machine.fail_memory_budget("again").code == ErrorCode.PROTOCOL and not machine.has_data_to_send
+
+
+def test_micromsg2_machine_drops_a_partly_joined_message_when_over_budget() -> None:
+    from micromsg2_pair import open_pair
+
+    from bridges.micromsg2 import MessageTooLargeError
+
+    pair = open_pair()
+    pair.client.send_message("chat", bytes(3 * MiB))  # three CONTINUED frames and a last one
+    data = pair.client.data_to_send()
+    pair.server.receive_data(data[: 2 * MiB + 100])
+    pair.server.events()
+    assert pair.server.buffered_input_size >= 2 * MiB
+    error = pair.server.fail_memory_budget(f"{MEMORY_BUDGET_EXCEEDED}: test")
+    assert isinstance(error, MessageTooLargeError)
+    assert pair.server.buffered_input_size == 0
+    assert b"error;message=memory%20budget%20exceeded" in pair.server.data_to_send()
+
+
+def test_epoxy_machine_fails_over_budget_with_limit_exceeded_and_drops_its_input() -> None:
+    from epoxy_helpers import EpoxyPair, frames_of, message
+
+    from bridges.epoxy import EpoxyMessageType, FrameKind, ProtocolError, ProtocolErrorCode, bond
+    from bridges.epoxy import Error as EpoxyErrorStruct
+
+    pair = EpoxyPair()
+    pair.handshake()
+    pair.server.receive_data(message(1, EpoxyMessageType.REQUEST, bytes(1000), "s", "m").encode()[:600])
+    assert pair.server.events() == []
+    assert pair.server.buffered_input_size == 600 - 2 - 2 * 6  # less the frame's and two framelets' headers
+    error = pair.server.fail_memory_budget(f"{MEMORY_BUDGET_EXCEEDED}: test")
+    assert error.error_code == ProtocolErrorCode.LIMIT_EXCEEDED
+    assert pair.server.buffered_input_size == 0
+    [frame] = frames_of(pair.server.data_to_send())
+    assert frame.kind is FrameKind.ERROR
+    sent = bond.deserialize(ProtocolError, frame.framelets[0].content, bond.Protocol.FAST)
+    assert sent.details is not None and sent.details.deserialize(EpoxyErrorStruct).message.startswith(MEMORY_BUDGET_EXCEEDED)
+
+
+@settings(max_examples=100, deadline=None)
+@given(payload=st.binary(min_size=1, max_size=300), cut=st.integers(0, 400), pieces=st.integers(1, 5))
+def test_epoxy_decoder_counts_what_it_holds_of_a_partial_frame(payload: bytes, cut: int, pieces: int) -> None:
+    # Whatever the split, what the decoder holds is what it was fed less the
+    # headers it parsed (at most the frame's count and its framelets'
+    # headers), and nothing once the frame is out.
+    from epoxy_helpers import message
+
+    from bridges.epoxy import EpoxyMessageType, FrameDecoder
+
+    data = message(1, EpoxyMessageType.REQUEST, payload, "s", "m").encode()
+    prefix = data[: min(cut, len(data))]
+    decoder = FrameDecoder()
+    step = max(1, len(prefix) // pieces)
+    frames = []
+    for start in range(0, len(prefix), step):
+        decoder.feed(prefix[start : start + step])
+        while (frame := decoder.next_frame()) is not None:
+            frames.append(frame)
+    if frames:
+        assert len(prefix) == len(data) and decoder.held == 0
+    else:
+        assert len(prefix) - 2 - 3 * 6 <= decoder.held <= len(prefix)
