@@ -64,6 +64,9 @@ What a subclass provides (the contract)
   bookkeeping (pending calls);
 * ``_input_held_by_machine()``: bytes of the peer's input the machine holds
   (its decoder's buffer, a reassembly), counted against the budget;
+* ``_output_kept()``: bytes of ours the machine keeps for the peer
+  beyond the write queue (Relink's messages kept until acknowledged, to
+  resend), counted against the budget;
 * ``_input_frees_budget()``: whether reading can free the budget
   (MicroMsg2: acknowledgements let the messages we hold go out); then
   the reader goes on reading while our own messages exhaust it;
@@ -174,6 +177,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self.budget = MemoryBudget(config.max_connection_memory, on_room=self._reader_lot.unpark_all)
         self._machine_held = 0  # what the budget counts for _input_held_by_machine()
         self._application_held = 0  # ... and for _input_held_for_application()
+        self._output_counted = 0  # ... and for _output_kept()
         self._bytes_in = 0
         self._last_input = 0.0
         self._paused = False
@@ -227,6 +231,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     def _input_frees_budget(self) -> bool:
         return False
+
+    def _output_kept(self) -> int:
+        return 0
 
     def _memory_budget_exceeded(self, message: str) -> BaseException:
         return MemoryBudgetExceeded(message)
@@ -491,6 +498,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # the subclass holds of it for the application.
         self._machine_held = self._recount(self._machine_held, self._input_held_by_machine())
         self._application_held = self._recount(self._application_held, self._input_held_for_application())
+        self._output_counted = self._recount(self._output_counted, self._output_kept())
 
     def _recount(self, counted: int, held: int) -> int:
         if held > counted:

@@ -176,9 +176,12 @@ budget = int(sys.argv[2])
 if sys.argv[1] == "emp":
     from bridges.emp import EmpAppServer, EmpConfig
     server = EmpAppServer(app, config=EmpConfig(max_connection_memory=budget, keepalive_interval=None))
-else:
+elif sys.argv[1] == "epoxy":
     from bridges.epoxy import EpoxyAppServer, EpoxySettings
     server = EpoxyAppServer(app, settings=EpoxySettings(max_connection_memory=budget, keepalive_interval=None))
+else:
+    from bridges.relink import RelinkAppServer, RelinkSettings
+    server = RelinkAppServer(app, settings=RelinkSettings(max_connection_memory=budget, keepalive_interval=None))
 async def main():
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
@@ -348,6 +351,66 @@ def test_clients_that_do_not_read_cost_at_most_their_budget(bridge: str, client:
             assert all(isinstance(response, list) and sum(map(len, response)) == 2 * MiB for response in responses)
             attacker.sock.close()
         good.sock.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_relink_connector_that_reads_and_never_consumes_costs_its_budget() -> None:
+    # Relink keeps each message until the peer acknowledges it consumed (to
+    # resend after a reconnection). A connector that reads everything and
+    # never consumes used to make the server keep up to its window (65,536
+    # messages) per channel: gigabytes. Now what it keeps counts against the
+    # connection's budget, and the app asks its publishers only for what fits.
+    from bridges.relink import HandshakeComplete, LinkConfig
+    from bridges.relink import Connection as RelinkMachine
+    from bridges.relink import Role as RelinkRole
+
+    channels = 8
+    server = subprocess.Popen([sys.executable, "-c", SERVER, "relink", str(BUDGET)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        before = _rss(server.pid)
+        attackers = []
+        for _ in range(ATTACKERS):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            machine = RelinkMachine(RelinkRole.CONNECTOR, config=LinkConfig(connector_id_size=1, listener_id_size=1), endpoint_name="rstreams")
+            sock.sendall(machine.data_to_send())
+            done = False
+            while not done:
+                data = sock.recv(65536)
+                assert data, "the server closed the connection during the handshake"
+                machine.receive_data(data)
+                done = any(isinstance(event, HandshakeComplete) for event in machine.events())
+                sock.sendall(machine.data_to_send())
+            for channel in range(channels):
+                machine.send_message(channel, [b"blob?count=100000&size=1048576"])
+            sock.sendall(machine.data_to_send())
+            sock.settimeout(2)
+            attackers.append(sock)
+        # Read everything, consume nothing, until the server stops sending
+        # (it waits for acknowledgements) or has sent far more than budgets.
+        received, peak = 0, before
+        quiet = [False] * ATTACKERS
+        while not all(quiet) and received < 512 * MiB:
+            for index, sock in enumerate(attackers):
+                try:
+                    data = sock.recv(1 << 20)
+                except TimeoutError:
+                    quiet[index] = True
+                    continue
+                assert data, "the server closed the connection"
+                received += len(data)
+                peak = max(peak, _rss(server.pid))
+        peak = max(peak, _rss(server.pid))
+        growth = peak - before
+        # Per connection: its budget, and one 1 MiB element in hand per
+        # subscription (asked for before its size is known).
+        assert growth <= ATTACKERS * (BUDGET + channels * MiB) + CONSTANT, f"grew by {growth / MiB:.1f} MiB after {received} bytes"
+        for sock in attackers:
+            sock.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
