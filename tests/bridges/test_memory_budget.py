@@ -675,3 +675,47 @@ def test_epoxy_decoder_counts_what_it_holds_of_a_partial_frame(payload: bytes, c
         assert len(prefix) == len(data) and decoder.held == 0
     else:
         assert len(prefix) - 2 - 3 * 6 <= decoder.held <= len(prefix)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("send"), st.integers(0, 3), st.integers(0, 2000)),
+            st.tuples(st.just("consume"), st.integers(0, 3), st.integers(1, 3)),
+            st.tuples(st.just("close"), st.integers(0, 3), st.just(0)),
+        ),
+        max_size=30,
+    )
+)
+def test_relink_link_counts_the_bytes_it_keeps_until_consumed(steps: list[tuple[str, int, int]]) -> None:
+    # LinkState.unacknowledged_bytes is what the connection's budget counts
+    # of Relink's kept messages: it must always be the bytes of the messages
+    # kept, whatever is sent, consumed or closed.
+    from relink_pair import Pair
+
+    from bridges.relink import LocalProtocolError, MessageReceived
+
+    pair = Pair(send_window=8)
+    pair.handshake()
+    link = pair.listener.link
+    assert link is not None
+    unconsumed = [0, 0, 0, 0]  # messages the connector received and has not consumed, per channel
+    for op, channel, value in steps:
+        try:
+            if op == "send":
+                pair.listener.send_message(channel, [bytes(value)])
+            elif op == "close":
+                pair.listener.close_channel(channel)
+        except LocalProtocolError:
+            pass  # a full window, a closing channel: refused, nothing kept
+        if op == "consume" and unconsumed[channel]:
+            count = min(value, unconsumed[channel])
+            pair.connector.consume(channel, count=count)
+            pair.connector.flush_acks()
+            unconsumed[channel] -= count
+        for event in pair.pump()[0]:
+            if isinstance(event, MessageReceived):
+                unconsumed[event.channel] += 1
+        kept = sum(len(part) for state in link.outgoing.values() for message in state.buffered for part in message)
+        assert link.unacknowledged_bytes == kept >= 0
