@@ -9,7 +9,7 @@ Three layers, each usable alone:
 * trio: :func:`open_emp_connection`, :func:`open_emp_stream`,
   :func:`serve_emp` / :class:`EmpServer` (TCP, TLS, keepalive pings);
 * the mapping onto rstreams: :func:`data_publisher`, :func:`pipe_publisher`,
-  :func:`call_publisher`, :class:`ResponseStream`, :func:`serve_requests`,
+  :func:`call_publisher`, :class:`ResponseStream`, :func:`serve_requests` (:func:`answer_requests`),
   :class:`EmpAppServer` (``rstreams serve --emp``) and :class:`EmpPeer`
   (``rstreams.connect("emp://HOST:PORT")``, ``rstreams sub emp://...``);
 * :data:`BRIDGE`, its entry in the bridge registry.
@@ -67,6 +67,7 @@ from ._mapping import (
     pipe_publisher,
     send_stream,
     serve_requests,
+    answer_requests,
 )
 from ._app import DEFAULT_MAX_RESPONSE_BYTES, EmpAppServer, answer_publisher_request, decode_response
 from ._client import FRAMINGS, EmpPeer, connect_emp_url
@@ -135,6 +136,7 @@ __all__ = [
     "ResponseStream",
     "RequestHandler",
     "serve_requests",
+    "answer_requests",
     "open_local_session",
     "EmpAppServer",
     "DEFAULT_MAX_RESPONSE_BYTES",

@@ -10,6 +10,13 @@ The contract (``docs/bridges/emp.md`` has a byte-level example):
 * several requests may be in flight on one connection (up to
   ``max_concurrency`` are handled at once); responses may come in any order,
   each with its request's id;
+* every response is built within the connection's memory budget
+  (``max_connection_memory``): before collecting, a request takes room for
+  its largest response (``max_response_bytes``, or less if the budget is
+  smaller) and waits for it; the response, once queued, counts until it is
+  written. While the budget is exhausted no further request is read, so a
+  client that asks and never reads stops itself (TCP carries it back) and
+  costs at most its budget;
 * plain ``data`` messages (no request-response block) mean nothing here and
   are read and dropped, so they cannot stall the requests behind them.
 
@@ -28,10 +35,10 @@ import trio
 
 from rstreams import Peer, Router, SubscriptionError, open_local_session
 
-from ..kit import collect_elements
-from ._config import DEFAULT_CONFIG, EmpConfig
+from ..kit import MemoryBudget, RequestSlots, collect_elements
+from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest
 from ._errors import EmpError
-from ._mapping import serve_requests
+from ._mapping import answer_requests
 from ._serve import EmpServer
 from ._trio import EmpConnection
 
@@ -50,17 +57,46 @@ def _pack(value: dict[str, object]) -> bytes:
     return packed
 
 
-async def answer_publisher_request(session: Peer, body: bytes, *, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> bytes:
-    """The response body for a request ``body`` naming a publisher on ``session``."""
+async def answer_publisher_request(
+    session: Peer,
+    body: bytes,
+    *,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    budget: MemoryBudget | None = None,
+) -> bytes:
+    """The response body for a request ``body`` naming a publisher on ``session``.
+
+    With ``budget``, the elements are collected within it
+    (:func:`~bridges.kit.collect_elements`) and their bytes are given back
+    once packed.
+    """
+    response, held = await _build_response(session, body, max_response_bytes=max_response_bytes, budget=budget)
+    if budget is not None:
+        budget.give_back(held)
+    return response
+
+
+async def _build_response(
+    session: Peer, body: bytes, *, max_response_bytes: int, budget: MemoryBudget | None
+) -> tuple[bytes, int]:
+    # The packed response, and the element bytes still taken from ``budget``
+    # for it (the caller gives them back once the response is counted
+    # elsewhere: queued for the writer).
     try:
         name = body.decode("utf-8")
     except UnicodeDecodeError:
-        return _pack({"error": "the request body is not a UTF-8 publisher name"})
+        return _pack({"error": "the request body is not a UTF-8 publisher name"}), 0
     try:
-        elements = await collect_elements(session, name, max_bytes=max_response_bytes)
+        elements = await collect_elements(session, name, max_bytes=max_response_bytes, budget=budget)
     except SubscriptionError as exc:
-        return _pack({"error": str(exc)})
-    return _pack({"elements": elements})
+        return _pack({"error": str(exc)}), 0
+    held = sum(map(len, elements)) if budget is not None else 0
+    try:
+        return _pack({"elements": elements}), held
+    except BaseException:
+        if budget is not None:
+            budget.give_back(held)
+        raise
 
 
 def decode_response(body: bytes) -> list[bytes]:
@@ -109,12 +145,28 @@ class EmpAppServer(EmpServer):
         self.max_response_bytes = max_response_bytes
 
     async def _serve_connection(self, connection: EmpConnection) -> None:
+        # A response larger than the budget can hold is an error response,
+        # never a wait for room that cannot come.
+        max_response_bytes = min(self.max_response_bytes, connection.max_response_in_budget)
+        build = partial(_build_response, max_response_bytes=max_response_bytes, budget=connection.budget)
+
+        async def respond_to(request: EmpRequest) -> None:
+            # Queued, and counted as queued output, before the elements' room
+            # is given back; and this task keeps no copy of the response
+            # while it waits to be written: it does not wait (the budget
+            # paces the next requests instead).
+            response, held = await build(session, request.body)
+            try:
+                connection.respond_nowait(request, response)
+            finally:
+                del response
+                connection.budget.give_back(held)
+
         async with open_local_session(self.app) as session:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drop_data, connection)
-                answer = partial(answer_publisher_request, session, max_response_bytes=self.max_response_bytes)
                 try:
-                    await serve_requests(connection, answer, max_concurrency=self.max_concurrency)
+                    await answer_requests(connection, respond_to, RequestSlots(self.max_concurrency))
                 except EmpError as exc:
                     # The peer's error, a violation (already answered with
                     # error), a lost connection: the end of one client.

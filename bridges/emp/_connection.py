@@ -185,6 +185,25 @@ class Connection:
             raise
         return events
 
+    @property
+    def buffered_input_size(self) -> int:
+        """Bytes received and not yet parsed into a message (a partial message)."""
+        return self._decoder.buffered
+
+    def fail_memory_budget(self, message: str) -> RemoteProtocolError:
+        """The peer made us hold more than the connection's memory budget.
+
+        Queues ``error`` 3 (protocol, as for a message over the size limit)
+        with ``message``, moves to ``ERROR``, drops the unparsed input, and
+        returns the error to end with. Nothing is queued once the connection
+        has ended.
+        """
+        error = RemoteProtocolError(message, code=ErrorCode.PROTOCOL)
+        if self._state not in _DEAF_STATES:
+            self._fail(error)
+        self._decoder = Decoder(framing=self.framing, limits=self.limits)  # what it sent is dropped
+        return error
+
     def _parse(self, events: list[Event]) -> None:
         while self._state not in _DEAF_STATES:
             message = self._decoder.next_message()

@@ -49,6 +49,7 @@ __all__ = [
     "ResponseStream",
     "RequestHandler",
     "serve_requests",
+    "answer_requests",
     "open_local_session",
 ]
 
@@ -240,15 +241,30 @@ async def serve_requests(connection: EmpConnection, handler: RequestHandler, *, 
         return
     function: RequestFunction = handler  # type: ignore[assignment]
 
+    async def respond_to(request: EmpRequest) -> None:
+        await connection.respond(request, await function(request.body))
+
+    await answer_requests(connection, respond_to, slots)
+
+
+async def answer_requests(
+    connection: EmpConnection, respond_to: Callable[[EmpRequest], Awaitable[None]], slots: RequestSlots
+) -> None:
+    """:func:`serve_requests` for a ``respond_to(request)`` that sends its response itself.
+
+    One task per request, each holding one of ``slots`` until it returns; a
+    ``respond_to`` that raises ends the connection with error 0.
+    """
+
     async def answer(request: EmpRequest) -> None:
         try:
             try:
-                body = await function(request.body)
+                await respond_to(request)
             except Exception as exc:
+                if isinstance(exc, EmpError) and connection.ended:
+                    raise  # the connection ended under the response
                 logger.exception("EMP request handler failed")
                 await _fail(connection, exc)
-                return
-            await connection.respond(request, body)
         except EmpError:
             pass  # the connection ended: the loop below sees why
         finally:

@@ -119,6 +119,12 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         self._machine.send_error(ErrorCode.TIMEOUT, "no hello within the handshake timeout")
         return EmpTimeout(f"no hello within {self.config.handshake_timeout} s")
 
+    def _input_held_by_machine(self) -> int:
+        return self._machine.buffered_input_size
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
+
     def _on_finish(self, error: BaseException) -> None:
         for call in self._calls.values():
             call.fail(error)
@@ -228,11 +234,26 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         ``LocalProtocolError`` for a request already answered.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        self.respond_nowait(request, body, compression=compression)
+        await self._send_queued()
+
+    def respond_nowait(self, request: EmpRequest, body: bytes, *, compression: CompressionScheme | None | bool = True) -> None:
+        """Queue the response to ``request`` for the writer and return at once.
+
+        For a server whose responses are paced by the connection's memory
+        budget rather than by the transport: the queued bytes count against
+        :attr:`budget` until they are written, and while it is exhausted the
+        reader reads no further requests.
+
+        Raises:
+            LocalProtocolError: the request was already answered.
+            EmpClosed and the other end errors: the connection has ended.
+        """
         self._check_open()
         scheme = request.compression if compression is True else compression
         assert scheme is None or isinstance(scheme, CompressionScheme)
         self._machine.send_response(request.request_id, body, compression=scheme)
-        await self._send_queued()
+        self._take_output()
 
     async def start_call(self, body: bytes, *, compression: CompressionScheme | None = None) -> PendingCall:
         """Send a request; return the :class:`PendingCall` that awaits its response.

@@ -51,7 +51,7 @@ import trio
 
 from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publish_to_topic
 
-from ..kit import ResponseTooLarge, collect_elements, open_app_session
+from ..kit import MemoryBudget, ResponseTooLarge, collect_elements, open_app_session
 from . import bond
 from ._errors import EpoxyError
 from ._serve import EpoxyServer
@@ -111,6 +111,11 @@ class Publishers:
         max_response_bytes: the most element bytes per ``Subscribe`` response.
         nursery: where each topic's publishing stream runs; without one,
             every ``Publish`` is a publishing stream of its own (slower).
+        budget: the connection's memory budget: each ``Subscribe`` takes
+            room for its largest response from it before collecting (and
+            waits for it), and gives the elements' bytes back once the
+            marshalled response is queued (in the same step as the return),
+            where the queued bytes take over.
 
     Publishing: the first ``Publish`` to a topic opens one publishing stream
     into it (:func:`rstreams.publish_to_topic` fed from a channel without a
@@ -126,10 +131,12 @@ class Publishers:
         *,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         nursery: trio.Nursery | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.session = session
         self.max_response_bytes = max_response_bytes
         self._nursery = nursery
+        self._budget = budget
         # One per topic being published into; bounded by the app's topics
         # (a stream into anything else fails at once and is removed).
         self._feeds: dict[str, trio.MemorySendChannel[bytes]] = {}
@@ -137,13 +144,21 @@ class Publishers:
     @method
     async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
         try:
-            elements = await collect_elements(self.session, request.publisher, max_bytes=self.max_response_bytes)
+            elements = await collect_elements(
+                self.session, request.publisher, max_bytes=self.max_response_bytes, budget=self._budget
+            )
         except UnknownPublisher as exc:
             raise ServiceError(ErrorCode.METHOD_NOT_FOUND, exc.message) from None
         except ResponseTooLarge as exc:
             raise ServiceError(ErrorCode.INTERNAL_SERVER_ERROR, f"{request.publisher}: {exc}") from None
         except SubscriptionError as exc:
             raise ServiceError(ErrorCode.INTERNAL_SERVER_ERROR, str(exc)) from None
+        if self._budget is not None:
+            # serve_services marshals and queues the response (counting it
+            # as queued output) before this task next checkpoints; the
+            # elements' bytes are given back just after that, so that the
+            # response is never counted nowhere, nor room handed out twice.
+            trio.lowlevel.current_trio_token().run_sync_soon(_give_back, self._budget, sum(map(len, elements)))
         return Elements(elements=elements)
 
     @event
@@ -214,7 +229,12 @@ class EpoxyAppServer(EpoxyServer):
     async def _serve_connection(self, connection: EpoxyConnection) -> None:
         async with open_app_session(self.app) as session:
             async with trio.open_nursery() as nursery:
-                publishers = Publishers(session, max_response_bytes=self.max_response_bytes, nursery=nursery)
+                # A response larger than the budget can hold is an error
+                # response, never a wait for room that cannot come.
+                max_response_bytes = min(self.max_response_bytes, connection.max_response_in_budget)
+                publishers = Publishers(
+                    session, max_response_bytes=max_response_bytes, nursery=nursery, budget=connection.budget
+                )
                 try:
                     await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)
                 except EpoxyError as exc:
@@ -223,3 +243,8 @@ class EpoxyAppServer(EpoxyServer):
                     logger.info("Epoxy connection from %s ended: %s", connection.info.peer, exc)
                 finally:
                     await publishers.aclose()
+
+
+def _give_back(budget: MemoryBudget, size: int) -> None:
+    # A run_sync_soon callback must never raise (it would end the run).
+    budget.give_back(min(size, budget.used))

@@ -227,6 +227,29 @@ class Connection:
             self._state = self._remote_transition(StateInput.RECEIVE_EOF, "end of file")
             events.append(ConnectionClosed())
 
+    @property
+    def buffered_input_size(self) -> int:
+        """Bytes received and not yet parsed into a frame (a partial frame)."""
+        return self._decoder.held
+
+    def fail_memory_budget(self, message: str) -> RemoteProtocolError:
+        """The peer made us hold more than the connection's memory budget.
+
+        Queues an Error frame ``LIMIT_EXCEEDED`` (as for a framelet over its
+        size limit) whose ``details`` carry ``message``, moves to ``ERROR``,
+        drops the unparsed input, and returns the error to end with. Nothing
+        is queued once the connection can no longer send.
+        """
+        error = _remote(message, _Code.LIMIT_EXCEEDED)
+        if self._state in LISTENING_STATES:
+            if self._state is not ConnectionState.LOCAL_CLOSED:
+                details = Error(error_code=_Code.LIMIT_EXCEEDED, message=message[:1000])
+                protocol_error = ProtocolError(error_code=_Code.LIMIT_EXCEEDED, details=bond.Bonded(details))
+                self._outbound += error_frame(protocol_error).encode()
+            self._state = ConnectionState.ERROR
+        self._decoder = FrameDecoder(limits=self.limits)
+        return error
+
     def _fail(self, error: RemoteProtocolError) -> None:
         if self._state is not ConnectionState.LOCAL_CLOSED:  # else we can no longer send
             self._outbound += error_frame(ProtocolError(error_code=error.error_code)).encode()

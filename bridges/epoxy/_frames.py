@@ -215,6 +215,11 @@ class FrameDecoder:
         return len(self._buffer)
 
     @property
+    def held(self) -> int:
+        """Bytes received and held: not yet part of a framelet, and the framelets of the frame being read."""
+        return len(self._buffer) + sum(len(framelet.content) for framelet in self._framelets)
+
+    @property
     def in_frame(self) -> bool:
         """True between the first byte of a frame and its last."""
         return bool(self._buffer) or self._count > 0

@@ -397,7 +397,11 @@ async def serve_services(
             if isinstance(outcome, Error):
                 await connection.respond_error(request, outcome)
             else:
-                await connection.respond(request, outcome)
+                # Queued (and counted against the connection's budget), then
+                # let go of: a response waiting to be written is held once.
+                connection.respond_nowait(request, outcome)
+                del outcome
+                await connection.wait_writable()
         except EpoxyError:
             pass  # the connection ended: the loop below sees why
         finally:

@@ -237,6 +237,12 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             self._machine.handshake_timed_out()
         return EpoxyTimeout(f"no handshake within {self.config.handshake_timeout} s")
 
+    def _input_held_by_machine(self) -> int:
+        return self._machine.buffered_input_size
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
+
     def _on_finish(self, error: BaseException) -> None:
         for call in self._calls.values():
             call.fail(error)
@@ -366,10 +372,24 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         response may still go out. Always checkpoints.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        self.respond_nowait(request, payload)
+        await self._wait_written(self._queued)
+
+    def respond_nowait(self, request: Request | int, payload: Payload) -> None:
+        """Queue the response to ``request`` for the writer and return at once.
+
+        The queued bytes count against :attr:`budget` until written (and
+        while it is exhausted no further request is read). For a caller that
+        lets go of ``payload`` before it waits (:meth:`wait_written`), so
+        that a response waiting to be written is held once, not twice.
+
+        Raises as :meth:`respond`.
+        """
         self._check_open()
         conversation_id = request.conversation_id if isinstance(request, Request) else request
         self._machine.send_response(conversation_id, payload)
-        await self._sent_answer()
+        self._take_output()
+        self._end_if_answered()
 
     async def respond_error(self, request: Request | int, error: Error) -> None:
         """Send an error response (``ErrorData`` holding ``error``) to ``request``.

@@ -24,14 +24,17 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 * :func:`collect_elements`: an app's stream as one response;
 * :func:`open_app_session`, :class:`TopicPublisher`: an app in this
   process, and values published into its topics;
+* :class:`MemoryBudget`: the one memory budget of a connection, which
+  every buffer takes from (``LinkSettings.max_connection_memory``);
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
 
-from ._app import COLLECT_PREFETCH, ResponseTooLarge, collect_elements
+from ._app import COLLECT_COPIES, COLLECT_PREFETCH, ResponseTooLarge, collect_elements
+from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, pace_calls
 from ._client import BridgePeer, open_bridge_peer
 from ._config import KiB, LinkSettings, MiB
-from ._connection import BridgeConnection, SansIOMachine, copy_error
+from ._connection import MEMORY_BUDGET_EXCEEDED, BridgeConnection, MemoryBudgetExceeded, SansIOMachine, copy_error
 from bridges import BridgeError
 from ._inbound import ITEM_COST, InboundQueue
 from ._net import open_connection, open_tcp_stream, start_connection
@@ -44,13 +47,18 @@ __all__ = [
     "BridgeConnection",
     "BridgeError",
     "BridgePeer",
+    "BudgetStatistics",
     "BridgeServer",
+    "COLLECT_COPIES",
     "COLLECT_PREFETCH",
     "ITEM_COST",
     "InboundQueue",
     "KiB",
     "LinkSettings",
     "ListenerService",
+    "MEMORY_BUDGET_EXCEEDED",
+    "MemoryBudget",
+    "MemoryBudgetExceeded",
     "MiB",
     "PendingCall",
     "RequestSlots",

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from rstreams import Peer, SubscriptionError
 
-__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH"]
+from ._budget import MemoryBudget
+
+__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH", "COLLECT_COPIES"]
 
 #: Demand per subscription while collecting a response.
 COLLECT_PREFETCH = 64
+
+#: What a response being collected within a budget counts, per byte of its
+#: limit: its elements, and as much again for their copies on the way
+#: through the app session (encoded by the publisher's side, decoded by
+#: ours) while they are in flight.
+COLLECT_COPIES = 2
 
 
 class ResponseTooLarge(SubscriptionError):
@@ -29,20 +37,55 @@ class ResponseTooLarge(SubscriptionError):
         self.limit = limit
 
 
-async def collect_elements(peer: Peer, name: str, *, max_bytes: int, prefetch: int = COLLECT_PREFETCH) -> list[bytes]:
+async def collect_elements(
+    peer: Peer,
+    name: str,
+    *,
+    max_bytes: int,
+    prefetch: int = COLLECT_PREFETCH,
+    budget: MemoryBudget | None = None,
+) -> list[bytes]:
     """Subscribe to ``name`` and return all its elements once it completes.
+
+    Args:
+        max_bytes: the most element bytes of the response.
+        budget: the connection's memory budget: ``COLLECT_COPIES *
+            max_bytes`` (``max_bytes`` is first cut to what the budget can
+            hold) is taken from it before subscribing, waiting for room, so
+            that the responses a connection builds never hold more than its
+            budget; once the elements are complete, all but their own size
+            is given back. The caller owns the rest,
+            ``sum(map(len, elements))`` bytes, and gives them back once the
+            response is queued (where the queued bytes take over).
 
     Raises:
         ResponseTooLarge: the elements passed ``max_bytes`` (the stream is cancelled).
         SubscriptionError: the publisher refused or failed (UnknownPublisher,
             PublisherError).
+        The connection's end: the budget was closed while waiting for room.
+
+    Cancellation: the stream is cancelled and nothing stays taken from ``budget``.
     """
+    reserved = 0
+    if budget is not None:
+        max_bytes = min(max_bytes, budget.limit // COLLECT_COPIES)
+        # Whole, up front: responses that each took part of the room and
+        # waited for more could wait for one another forever.
+        reserved = COLLECT_COPIES * max_bytes
+        await budget.take(reserved)
     elements: list[bytes] = []
     size = 0
-    async with peer.subscribe(name, prefetch=prefetch) as subscription:
-        async for element in subscription:
-            size += len(element)
-            if size > max_bytes:
-                raise ResponseTooLarge(max_bytes)
-            elements.append(bytes(element))
+    try:
+        async with peer.subscribe(name, prefetch=prefetch) as subscription:
+            async for element in subscription:
+                size += len(element)
+                if size > max_bytes:
+                    raise ResponseTooLarge(max_bytes)
+                elements.append(bytes(element))
+    except BaseException:
+        if budget is not None:
+            budget.give_back(reserved)
+        raise
+    if budget is not None:
+        budget.give_back(reserved - size)
     return elements

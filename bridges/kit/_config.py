@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
+
 __all__ = ["LinkSettings", "KiB", "MiB"]
 
 KiB = 1024
@@ -35,6 +37,15 @@ class LinkSettings:
             send waits for the transport (0: every send waits until its
             message is written).
         close_timeout: seconds to flush the last words and close.
+        max_connection_memory: the one memory budget of the connection
+            (:class:`~bridges.kit.MemoryBudget`), in bytes: everything the
+            connection holds counts against it (the peer's unparsed and
+            reassembled input, items read ahead, responses being built,
+            bytes queued for writing). Reading stops while it is
+            exhausted; a peer whose input alone fills it is closed with the
+            protocol's error, "memory budget exceeded". Default
+            ``rstreams.protocol.DEFAULT_CONNECTION_MEMORY`` (64 MiB), the
+            same as every rstreams connection's.
     """
 
     handshake_timeout: float = 10.0
@@ -45,6 +56,7 @@ class LinkSettings:
     receive_size: int = 64 * KiB
     max_write_buffer: int = 64 * KiB
     close_timeout: float = 1.0
+    max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
 
     def __post_init__(self) -> None:
         for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
@@ -54,3 +66,5 @@ class LinkSettings:
             raise ValueError("keepalive_interval must be positive or None")
         if self.max_read_ahead < 0 or self.max_write_buffer < 0 or self.receive_size <= 0:
             raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
+        if type(self.max_connection_memory) is not int or self.max_connection_memory <= 0:
+            raise ValueError(f"max_connection_memory must be a positive int, got {self.max_connection_memory!r}")

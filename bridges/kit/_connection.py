@@ -23,6 +23,19 @@ with two tasks, in a nursery of its own:
   ``close_timeout``, and the writer closes the transport when the connection
   has ended.
 
+Memory: one budget per connection (:class:`~bridges.kit.MemoryBudget`,
+``max_connection_memory``) counts every byte the connection holds: what the
+machine holds of the peer's input (a partial frame, a message being joined:
+:meth:`~BridgeConnection._input_held_by_machine`), items read ahead
+(:meth:`~BridgeConnection._hold`), bytes queued for the writer until they
+are written, and whatever the application takes from :attr:`budget` (a
+response being built). The reader reads only while the budget has room,
+and never more than the room. A peer whose input alone exceeds the budget
+(its partial message fills it, or a message grew past it when decoded)
+ends the connection with the protocol's error
+(:meth:`~BridgeConnection._memory_budget_exceeded`), a message starting
+"memory budget exceeded"; other connections are not touched.
+
 A third task, the keepalive, pings every ``keepalive_interval`` (or after
 that long without input) and gives up after ``ping_timeout``. Its clock stops
 while the reader is held back by ``max_read_ahead``: a pong queued behind
@@ -48,7 +61,20 @@ What a subclass provides (the contract)
   the keepalive's and the handshake's protocol side (queue the message,
   return the error to end with);
 * ``_on_finish(error)``: resolve whatever waits on the connection's own
-  bookkeeping (pending calls).
+  bookkeeping (pending calls);
+* ``_input_held_by_machine()``: bytes of the peer's input the machine holds
+  (its decoder's buffer, a reassembly), counted against the budget;
+* ``_output_kept()``: bytes of ours the machine keeps for the peer
+  beyond the write queue (Relink's messages kept until acknowledged, to
+  resend), counted against the budget;
+* ``_input_frees_budget()``: whether reading can free the budget
+  (MicroMsg2: acknowledgements let the messages we hold go out); then
+  the reader goes on reading while our own messages exhaust it;
+* ``_input_held_for_application()``: bytes of the peer's input held for
+  the application outside the kit's queues (Relink's channels, which
+  outlive a connection), counted against the budget;
+* ``_memory_budget_exceeded(message)``: queue the protocol's error for a
+  peer over the budget and return the error to end with.
 
 The machine must offer ``receive_data(data)``, ``events()`` (raising a
 subclass of ``rstreams.RemoteProtocolError`` for a peer's violation, after
@@ -58,7 +84,8 @@ queueing whatever the protocol says then), ``has_data_to_send`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
@@ -66,9 +93,20 @@ import trio
 from rstreams.protocol import RemoteProtocolError
 from rstreams.support import describe_error
 
+from bridges import BridgeError
+
+from ._app import COLLECT_COPIES
+from ._budget import MemoryBudget
 from ._config import LinkSettings
 
-__all__ = ["BridgeConnection", "SansIOMachine", "copy_error"]
+__all__ = ["BridgeConnection", "SansIOMachine", "copy_error", "MemoryBudgetExceeded", "MEMORY_BUDGET_EXCEEDED"]
+
+#: How every "memory budget exceeded" message starts, whichever protocol carries it.
+MEMORY_BUDGET_EXCEEDED = "memory budget exceeded"
+
+#: The writer sends queued messages together up to this many bytes; a larger
+#: message goes alone, so that writing never copies it into a bigger buffer.
+_COALESCE_BYTES = 64 * 1024
 
 
 class SansIOMachine(Protocol):
@@ -82,6 +120,11 @@ class SansIOMachine(Protocol):
     def has_data_to_send(self) -> bool: ...
 
     def data_to_send(self) -> bytes: ...
+
+
+class MemoryBudgetExceeded(BridgeError):
+    """The peer made the connection hold more than its memory budget (the kit's default error;
+    each bridge ends with its protocol's own error instead)."""
 
 
 MachineT = TypeVar("MachineT", bound=SansIOMachine)
@@ -118,7 +161,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self._cancel_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         # Output: bytes taken from the machine, waiting for the writer.
-        self._outgoing: list[bytes] = []  # bounded: senders wait past max_write_buffer
+        self._outgoing: deque[bytes] = deque()  # bounded: senders wait past max_write_buffer
         self._queued = 0
         self._written = 0
         self._writer_lot = trio.lowlevel.ParkingLot()
@@ -130,6 +173,11 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self._inbound_lot = trio.lowlevel.ParkingLot()
         self._inbound_queues: list[Any] = []  # InboundQueue, registered by their constructor
         self._buffered = 0
+        # The one budget: every buffer below takes from it (module docstring).
+        self.budget = MemoryBudget(config.max_connection_memory, on_room=self._reader_lot.unpark_all)
+        self._machine_held = 0  # what the budget counts for _input_held_by_machine()
+        self._application_held = 0  # ... and for _input_held_for_application()
+        self._output_counted = 0  # ... and for _output_kept()
         self._bytes_in = 0
         self._last_input = 0.0
         self._paused = False
@@ -175,6 +223,21 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _on_finish(self, error: BaseException) -> None:
         pass
 
+    def _input_held_by_machine(self) -> int:
+        return 0
+
+    def _input_held_for_application(self) -> int:
+        return 0
+
+    def _input_frees_budget(self) -> bool:
+        return False
+
+    def _output_kept(self) -> int:
+        return 0
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return MemoryBudgetExceeded(message)
+
     # ---- state --------------------------------------------------------------
 
     @property
@@ -198,6 +261,21 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         return self._written
 
     @property
+    def max_response_in_budget(self) -> int:
+        """The largest response this connection may collect within its budget.
+
+        What a response being collected counts (``COLLECT_COPIES`` times
+        its size) must leave room for what the peer's input may hold
+        meanwhile (the read-ahead and one read), so that a response waiting
+        for room never waits for room that only its own answering would
+        free. A response larger than this is refused the protocol's way (a
+        response too large), not awaited forever.
+        """
+        limit = self.budget.limit
+        room = max(limit - self.config.max_read_ahead - self.config.receive_size, limit // 2)
+        return room // COLLECT_COPIES
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes read and not yet taken by the application."""
         return self._buffered
@@ -214,6 +292,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             return
         self._end, self._end_normal = error, normal
         self._on_finish(error)
+        self.budget.close(error)
         if self._pong is not None:
             self._pong.set()
         self._ended.set()
@@ -259,16 +338,46 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     # ---- output ----------------------------------------------------------------
 
-    def _take_output(self) -> int:
+    def _take_output(self, *, prepaid: int = 0) -> int:
         # Move what the machine queued to the writer; return the byte count
-        # that must be written for it to have gone out.
+        # that must be written for it to have gone out. ``prepaid``: bytes
+        # the sender already took from the budget for it.
         machine = self._machine
+        size = 0
         if machine.has_data_to_send:
             data = machine.data_to_send()
+            size = len(data)
             self._outgoing.append(data)
-            self._queued += len(data)
+            self._queued += size
             self._writer_lot.unpark_all()
+        # Counted until written (the writer gives it back).
+        if size > prepaid:
+            self.budget.charge(size - prepaid)
+        elif prepaid > size:
+            self.budget.give_back(prepaid - size)
         return self._queued
+
+    async def _send_within_budget(self, size: int, queue: Callable[[], object]) -> None:
+        # A message we build for the peer (``queue`` has the machine build
+        # it, about ``size`` bytes): wait for room in the budget first, in
+        # order with the other takers, so that what a connection sends is
+        # paced by what the peer reads, not only by max_write_buffer per
+        # sender. Then wait as any send does.
+        prepaid = min(size, self.max_response_in_budget)
+        await self.budget.take(prepaid)
+        self._queue_prepaid(prepaid, queue)
+        await self._wait_written(self._queued)
+
+    def _queue_prepaid(self, prepaid: int, queue: Callable[[], object]) -> None:
+        # For a sender that already holds ``prepaid`` bytes of the budget for
+        # the message: they are handed over to the queued bytes. It need not
+        # wait for the writer: the budget paces it.
+        try:
+            queue()
+        except BaseException:
+            self.budget.give_back(prepaid)
+            raise
+        self._take_output(prepaid=prepaid)
 
     async def _wait_written(self, target: int) -> None:
         # Wait until at most max_write_buffer bytes, ours included, are left
@@ -281,6 +390,23 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                 raise self._lost("the transport closed before the message was written")
             await self._written_lot.park()
 
+    async def wait_writable(self) -> None:
+        """Wait until at most ``max_write_buffer`` bytes queued so far are unwritten.
+
+        What a send waits for after queueing its message, for a sender that
+        queued with a ``*_nowait`` method and let go of its copy first.
+
+        Raises:
+            the connection's end error (or the bridge's lost-connection
+            error) if the transport closed before.
+
+        Cancellation: nothing is undone (what is queued may still go out).
+        Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._wait_written(self._queued)
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
     async def _send_queued(self) -> None:
         # What a send does once the machine has queued its message.
         await self._wait_written(self._take_output())
@@ -292,8 +418,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     if self._end is not None:
                         return
                     await self._writer_lot.park()
-                data = b"".join(self._outgoing)
-                self._outgoing.clear()
+                data = self._next_chunk()
                 try:
                     if self._end is not None:
                         # The last words (goodbye, error): bounded, the peer may not read.
@@ -312,6 +437,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     self._finish(self._lost(f"connection lost while writing: {describe_error(exc)}"))
                     return
                 self._written += len(data)
+                self.budget.give_back(len(data))
                 self._written_lot.unpark_all()
         finally:
             # Closing gracefully (TLS close_notify) may fail or hang when the
@@ -329,16 +455,72 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._writer_done.set()
             self._written_lot.unpark_all()
 
+    def _next_chunk(self) -> bytes:
+        # Small messages coalesce into one send_all; a large one goes alone,
+        # never copied into a bigger buffer (it is counted once, as queued).
+        outgoing = self._outgoing
+        first = outgoing.popleft()
+        if len(first) >= _COALESCE_BYTES or not outgoing:
+            return first
+        chunks, size = [first], len(first)
+        while outgoing and size + len(outgoing[0]) <= _COALESCE_BYTES:
+            chunk = outgoing.popleft()
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+
     # ---- input ---------------------------------------------------------------------
 
     def _hold(self, size: int) -> None:
-        # Count ``size`` bytes read and not yet taken against max_read_ahead.
+        # Count ``size`` bytes read and not yet taken against max_read_ahead
+        # and the budget (they are in memory already: charged, not taken).
         self._buffered += size
+        self.budget.charge(size)
 
     def _release(self, size: int) -> None:
-        # The application took ``size`` held bytes: the reader may go on.
+        # The application took ``size`` held bytes: the reader may go on
+        # (the budget wakes it).
         self._buffered -= size
+        self.budget.give_back(size)
         self._reader_lot.unpark_all()
+
+    def _reading_room(self) -> int:
+        # What the reader may read into. Messages we wait to build come
+        # first (MemoryBudget.room: a peer that asks and does not read gets
+        # no further request read), except while the machine holds part of
+        # a message: that part can only be freed by reading the rest, and a
+        # builder waiting for it would wait forever.
+        return self.budget.available if self._machine_held else self.budget.room
+
+    def _count_machine_input(self) -> None:
+        # Bring the budget up to date with what the machine holds of the
+        # peer's input (a partial frame, a message being joined), and what
+        # the subclass holds of it for the application.
+        self._machine_held = self._recount(self._machine_held, self._input_held_by_machine())
+        self._application_held = self._recount(self._application_held, self._input_held_for_application())
+        self._output_counted = self._recount(self._output_counted, self._output_kept())
+
+    def _recount(self, counted: int, held: int) -> int:
+        if held > counted:
+            self.budget.charge(held - counted)
+        elif held < counted:
+            self.budget.give_back(counted - held)
+        return held
+
+    def _check_memory(self) -> None:
+        # The peer's misbehaviour: its input alone is past the budget (a
+        # message that grew past it when decoded), or the machine's part of
+        # it fills the budget (a partial message that can never complete,
+        # since the reader reads only into room).
+        limit = self.budget.limit
+        inbound = self._machine_held + self._buffered + self._application_held
+        if self._end is None and (inbound > limit or self._machine_held >= limit):
+            error = self._memory_budget_exceeded(
+                f"{MEMORY_BUDGET_EXCEEDED}: the peer's input holds {inbound} bytes"
+                f" ({self._machine_held} of them unparsed or being joined), the budget is {limit}"
+            )
+            self._take_output()
+            self._finish(error)
 
     def _wake_reader(self) -> None:
         # Someone now waits for input (a call was sent, say).
@@ -356,7 +538,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             or self._wants_more_input()
         )
         self._paused = wanted and (
-            (self._buffered > 0 and self._buffered >= self.config.max_read_ahead) or self._read_paused_by_protocol()
+            (self._buffered > 0 and self._buffered >= self.config.max_read_ahead)
+            or (self._reading_room() == 0 and not self._input_frees_budget())
+            or self._read_paused_by_protocol()
         )
         if self._paused and self._pong is not None:
             self._paused_during_ping = True
@@ -369,7 +553,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     return
                 await self._reader_lot.park()
             try:
-                data = await self.stream.receive_some(self.config.receive_size)
+                # Never more than the budget's room: what we read is ours to hold.
+                room = self._reading_room() or self.config.receive_size  # 0: _input_frees_budget()
+                data = await self.stream.receive_some(min(self.config.receive_size, room))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # trio's error often says nothing itself ("BrokenResourceError()")
                 # while its cause does (a certificate that failed to verify).
@@ -379,6 +565,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._last_input = trio.current_time()
             self._machine.receive_data(data)
             self._process()
+            self._count_machine_input()
+            self._check_memory()
 
     def _process(self) -> None:
         while self._end is None:

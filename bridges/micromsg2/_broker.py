@@ -34,6 +34,7 @@ through the same router, demand and topics as a TCP one.
 from __future__ import annotations
 
 import logging
+from collections import deque
 
 import trio
 
@@ -189,22 +190,60 @@ class _Broker:
         return max(1, min(share, self.connection.send_credit or 0))
 
     async def pump(self, upstream: Subscription, destination: str, filter: Filter | None) -> None:
+        # Within the connection's memory budget: room for what is asked of
+        # the publisher is taken before asking, and each element counts from
+        # its arrival until its frames are queued (handed over to
+        # send_message). Sizes are known only once seen: a subscription asks
+        # for one element first, within its share of half the budget (the
+        # other half stays the peer's to send commands and SENDs into), then
+        # for as many as the room for its largest element so far allows.
+        # So a client that subscribes to many streams and never acknowledges
+        # holds its budget here, plus at most each subscription's first
+        # element beyond its share.
+        budget = self.connection.budget
+        share = max(budget.limit // (2 * self.max_subscriptions), 1)
+        ceiling = self.connection.max_response_in_budget
+        largest = 0  # the largest element seen: the estimate for the next
+        reserved = 0  # taken for elements asked for and not yet arrived
         outstanding = 0  # asked of the publisher, not yet received
         batches = upstream.batches()
-        while True:
-            if outstanding == 0:
-                outstanding = self.demand()
-                upstream.request(outstanding)
-            try:
-                batch = await batches.__anext__()
-            except StopAsyncIteration:
-                return
-            outstanding -= len(batch)
-            for element in batch:
-                properties, payload = unwrap(bytes(element))
-                if filter is not None and not filter.matches(properties):
-                    continue
-                await self.connection.send_message(destination, payload, properties=properties)
+        try:
+            while True:
+                if outstanding == 0:
+                    budget.give_back(reserved)
+                    reserved = 0
+                    outstanding = max(1, min(self.demand(), share // largest)) if largest else 1
+                    reserved = min(outstanding * largest, ceiling) if largest else share
+                    await budget.take(reserved)
+                    upstream.request(outstanding)
+                try:
+                    batch = await batches.__anext__()
+                except StopAsyncIteration:
+                    return
+                outstanding -= len(batch)
+                pending = deque(batch)  # let go of each element once sent
+                del batch
+                while pending:
+                    size = len(pending[0])
+                    largest = max(largest, size, 1)
+                    counted = min(size, reserved)
+                    reserved -= counted
+                    budget.charge(size - counted)  # already in memory
+                    await self.forward(destination, filter, pending.popleft())
+        finally:
+            budget.give_back(reserved)
+
+    async def forward(self, destination: str, filter: Filter | None, element: bytes | memoryview) -> None:
+        # One element, counted in the budget (handed over to its frames);
+        # its copies die with this call.
+        size = len(element)
+        properties, payload = unwrap(bytes(element))
+        del element
+        if filter is not None and not filter.matches(properties):
+            self.connection.budget.give_back(size)
+            await trio.lowlevel.checkpoint()
+            return
+        await self.connection.send_message(destination, payload, properties=properties, prepaid=size)
 
 
 class MicroMsg2AppServer(MicroMsg2Server):

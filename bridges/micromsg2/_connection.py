@@ -40,6 +40,7 @@ from ._codec import DEFAULT_LIMITS, MIB, Decoder, Limits, encode_frame, encode_h
 from ._errors import (
     LocalProtocolError,
     MalformedTextError,
+    MessageTooLargeError,
     RemoteProtocolError,
     TooManyPendingMessagesError,
     WindowExceededError,
@@ -198,6 +199,27 @@ class Connection:
             self._eof = True
         elif not self._eof:
             self._decoder.feed(data)
+
+    @property
+    def buffered_input_size(self) -> int:
+        """Bytes of the peer's input held here: received and not yet parsed,
+        plus the CONTINUED frames of the message being joined."""
+        return self._decoder.buffered + self._reassembler.size
+
+    def fail_memory_budget(self, message: str) -> RemoteProtocolError:
+        """The peer made us hold more than the connection's memory budget.
+
+        Queues the ERROR frame ``error;message=...`` (as for a message over
+        ``max_message_size``), moves to ``ERROR``, drops the unparsed and
+        partly joined input, and returns the error to end with (a
+        :class:`MessageTooLargeError`). Nothing is queued once the connection
+        has ended.
+        """
+        error = MessageTooLargeError(message)
+        if self._state not in _DEAF_STATES:
+            self._fail(error)
+        self._decoder, self._reassembler = Decoder(self.limits), Reassembler(self.limits.max_message_size)
+        return error
 
     def events(self) -> list[Event]:
         """Parse what was received; return the events, in order.

@@ -26,6 +26,11 @@ class Reassembler:
         self._size = 0
 
     @property
+    def size(self) -> int:
+        """Payload bytes held of the message being joined."""
+        return self._size if self._first is not None else 0
+
+    @property
     def in_progress(self) -> bool:
         """True between a message's first CONTINUED frame and its last frame."""
         return self._first is not None

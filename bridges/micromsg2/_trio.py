@@ -302,6 +302,16 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
             self._machine.send_error(message)
         return MicroMsg2Timeout(message)
 
+    def _input_held_by_machine(self) -> int:
+        return self._machine.buffered_input_size
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
+
+    def _input_frees_budget(self) -> bool:
+        # Acknowledgements let the messages we hold (window waiters) go out.
+        return self._window is not None and self._window.in_flight > 0
+
     def _on_finish(self, error: BaseException) -> None:
         if self._window is not None:
             self._window.close(error)
@@ -352,11 +362,13 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         *,
         properties: Mapping[str, FilterValue] | Iterable[tuple[str, FilterValue]] = (),
         dotnet_type: str | None = None,
+        prepaid: int | None = None,
     ) -> int:
         """Send a MESSAGE (server) or SEND (client); return its sequence number.
 
         Waits while the ack window is full (that is the peer's demand), then
-        while more than ``max_write_buffer`` bytes are unwritten. A payload
+        for room in the connection's memory budget, then while more than
+        ``max_write_buffer`` bytes are unwritten. A payload
         over 1 MiB goes as CONTINUED frames and counts once.
 
         Raises:
@@ -364,28 +376,50 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
                 type without the dotnet extension.
             MicroMsg2Closed and the other end errors: the connection ended.
 
+        ``prepaid``: bytes of the connection's budget the caller already
+        holds for this message (the broker counts an element from the moment
+        it has it); they are handed over, no room is waited for, and neither
+        is the writer (the budget paces the caller, which then holds no copy
+        of the message while it waits to be written).
+
         Cancellation: while waiting for the window, nothing was sent; once
-        queued, the message may still go out. Always checkpoints.
+        queued, the message may still go out (``prepaid`` is handed over or
+        given back either way). Always checkpoints.
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_open()
-        window = self._window
-        if window is not None:
-            await window.acquire(1)
         try:
+            await trio.lowlevel.checkpoint_if_cancelled()
             self._check_open()
-            sequence = self._machine.send_message(
-                destination, payload, properties=properties, dotnet_type=dotnet_type
-            )
+            window = self._window
+            if window is not None:
+                await window.acquire(1)
         except BaseException:
-            if window is not None and window.in_flight:
+            if prepaid:
+                self.budget.give_back(prepaid)
+            raise
+        sequences: list[int] = []
+
+        def queue() -> None:
+            self._check_open()
+            sequences.append(
+                self._machine.send_message(destination, payload, properties=properties, dotnet_type=dotnet_type)
+            )
+            if self._machine.unacknowledged and self._all_acknowledged.is_set():
+                self._all_acknowledged = trio.Event()
+            self._wake_reader()  # the ack will need reading
+
+        try:
+            # Within the connection's memory budget: room for the payload
+            # is waited for before the frames are built.
+            if prepaid is None:
+                await self._send_within_budget(len(payload), queue)
+            else:
+                self._queue_prepaid(prepaid, queue)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        except BaseException:
+            if not sequences and window is not None and window.in_flight:
                 window.release(1)
             raise
-        if self._machine.unacknowledged and self._all_acknowledged.is_set():
-            self._all_acknowledged = trio.Event()
-        self._wake_reader()  # the ack will need reading
-        await self._send_queued()
-        return sequence
+        return sequences[0]
 
     async def wait_acknowledged(self) -> None:
         """Wait until the peer has acknowledged every message we sent (at once without acks).

@@ -37,7 +37,7 @@ import logging
 
 import trio
 
-from rstreams import Router, Session, SubscriptionError, open_local_session
+from rstreams import Router, Session, Subscription, SubscriptionError, open_local_session
 
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
@@ -49,7 +49,8 @@ __all__ = ["RelinkAppServer", "SUBSCRIBE_PREFETCH", "SHUTTING_DOWN", "TOO_MANY",
 
 logger = logging.getLogger("rstreams.bridges")
 
-#: Demand per subscription on the app's side; the Relink window is the connector's.
+#: The most demand per subscription on the app's side (the Relink window is
+#: the connector's); less when its elements are large (see _forward).
 SUBSCRIBE_PREFETCH = 64
 #: The error text sent to subscribers when the server stops.
 SHUTTING_DOWN = "server shutting down"
@@ -138,6 +139,36 @@ class RelinkAppServer(RelinkServer):
         finally:
             subscriptions.running -= 1
 
+    async def _forward(self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool]) -> None:
+        # The elements as messages, asked of the publisher a batch at a time
+        # and only once the previous batch was handed to the link (which
+        # waits for room in the connection's memory budget, where what it
+        # keeps until acknowledged counts): so what a subscription holds
+        # here is one batch, of at most its share of half the budget (one
+        # element first, to learn the size), however slowly the connector
+        # consumes. Whatever came goes out in one step, within the window.
+        # ``sent`` gets True once a message was handed over (even if this is
+        # then cancelled: the channel must be closed after it).
+        share = max(link.settings.max_connection_memory // (2 * self.max_subscriptions), 1)
+        count = 1
+        batches = elements.batches()
+        while True:
+            elements.request(count)
+            asked = count
+            while asked:
+                try:
+                    batch = await batches.__anext__()
+                except StopAsyncIteration:
+                    return
+                asked -= len(batch)
+                largest = max(map(len, batch), default=0)
+                messages = [(bytes(element),) for element in batch]
+                del batch
+                while messages:
+                    del messages[: await link.send_batch(channel_id, messages)]
+                    sent[:] = [True]
+                count = max(1, min(SUBSCRIBE_PREFETCH, share // max(largest, 1)))
+
     async def _subscribe(
         self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
     ) -> None:
@@ -146,7 +177,7 @@ class RelinkAppServer(RelinkServer):
             request = await channel.receive(consume=False)
         except (trio.EndOfChannel, RelinkError):
             return
-        sent = False
+        forwarded: list[bool] = []  # True once a message went out
         try:
             error: str | None = None
             with trio.CancelScope() as scope:
@@ -162,13 +193,8 @@ class RelinkAppServer(RelinkServer):
                         error = "a subscription is one message of one part: a publisher name in UTF-8"
                     else:
                         try:
-                            async with session.subscribe(name, prefetch=SUBSCRIBE_PREFETCH) as elements:
-                                # Whatever is buffered goes out in one step, within the window.
-                                async for batch in elements.batches():
-                                    messages = [(bytes(element),) for element in batch]
-                                    while messages:
-                                        del messages[: await link.send_batch(channel_id, messages)]
-                                        sent = True
+                            async with session.subscribe(name, prefetch=0) as elements:
+                                await self._forward(link, channel_id, elements, forwarded)
                         except SubscriptionError as exc:
                             error = str(exc)
                     nursery.cancel_scope.cancel()
@@ -179,8 +205,8 @@ class RelinkAppServer(RelinkServer):
                 error = SHUTTING_DOWN
             if error is not None:
                 await link.send(channel_id, [b"", error.encode("utf-8")])
-                sent = True
-            if sent:
+                forwarded[:] = [True]
+            if forwarded:
                 # Until the connector acknowledges the close: it has every
                 # message of ours, even if a reconnection reorders the packets.
                 await link.close_channel(channel_id)

@@ -1,25 +1,20 @@
 """The Relink connection state machine: bytes in, events out; calls in, bytes out.
 
 A :class:`Connection` does no I/O. The I/O layer feeds it received bytes
-(:meth:`Connection.receive_data`, ``b""`` for end of file), takes the events
-(:meth:`Connection.events`), calls it to send, and writes whatever
-:meth:`Connection.data_to_send` returns. Timers are the I/O layer's: the
-handshake timeout, the idle ping and the pong timeout, and the short delay
-after which batched consumed acknowledgements go out (:meth:`flush_acks`).
-
+(``receive_data``, ``b""`` for end of file), takes the events (``events``),
+calls it to send, and writes what ``data_to_send`` returns. Timers are the
+I/O layer's: the handshake timeout, the idle ping and the pong timeout, and
+the delay after which batched consumed acknowledgements go out (``flush_acks``).
 The handshake is run here (``_state`` has the table); after it, packets go
 to a ``LinkEngine`` on the agreed link. The link (:class:`LinkState`)
 outlives the connection: give it to the next one to resume.
 
-Whose fault
------------
-Local misuse (sending before the handshake is over, overrunning the send
+Whose fault: local misuse (sending before the handshake, overrunning the
 window, consuming what was not received, answering a commit out of order)
-raises ``LocalProtocolError`` at once and changes nothing. A peer's violation
-moves the machine to ``ERROR`` and surfaces as ``RemoteProtocolError`` from
-:meth:`events` (after the events that preceded it, on the next call); Relink
-has no error packet, so the I/O layer's only answer is to close the
-transport. What to do with the link then is its decision too.
+raises ``LocalProtocolError`` and changes nothing. A peer's violation moves
+the machine to ``ERROR``, then ``RemoteProtocolError`` from :meth:`events`
+(after the events before it); Relink has no error packet, so the I/O layer
+closes the transport and decides what becomes of the link.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from ._codec import PacketDecoder, encode_packet
 from ._config import DEFAULT_SEND_WINDOW, RelinkStatistics
 from ._engine import LinkEngine
-from ._errors import LocalProtocolError, RemoteProtocolError, UnsupportedVersionError
+from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError, UnsupportedVersionError
 from ._events import ConnectionClosed, Event, HandshakeComplete, LinkRefused, LinkRequested
 from ._handshake import (
     MAX_LINK_ID,
@@ -236,6 +231,19 @@ class Connection:
         else:
             self._inbound += data
 
+    @property
+    def buffered_input_size(self) -> int:
+        """Bytes received and not yet parsed (handshake bytes, a partial packet)."""
+        return len(self._inbound) + (self._decoder.buffered if self._decoder is not None else 0)
+
+    def fail_memory_budget(self, message: str) -> RemoteProtocolError:
+        """The peer passed the memory budget: as for any limit, ``ERROR`` and close; its input is dropped."""
+        error = LimitExceeded(message, limit="max_connection_memory", value=self.buffered_input_size)
+        if self.state not in TERMINAL_STATES:
+            self._state, self._outbound = ConnectionState.ERROR, bytearray()  # nothing more is sent
+        self._inbound, self._decoder = bytearray(), None
+        return error
+
     def events(self) -> list[Event]:
         """Parse what was received; return the events, in order.
 
@@ -254,8 +262,7 @@ class Connection:
         try:
             self._parse()
         except RemoteProtocolError as exc:
-            self._state = ConnectionState.ERROR
-            self._outbound.clear()
+            self._state, self._outbound = ConnectionState.ERROR, bytearray()  # nothing more is sent
             if self._pending:
                 self._deferred_error = exc
             else:

@@ -157,12 +157,23 @@ class LinkEngine:
             state = self.link.outgoing[channel] = OutgoingChannel(channel)
         return state
 
+    def _keep(self, state: OutgoingChannel, message: tuple[bytes, ...]) -> None:
+        # Kept until acknowledged consumed, and counted (LinkState.unacknowledged_bytes).
+        size = sum(map(len, message))
+        state.buffered.append(message)
+        state.size += size
+        self.link.unacknowledged_bytes += size
+
+    def _forget(self, state: OutgoingChannel) -> None:
+        self.link.unacknowledged_bytes -= state.size
+        del self.link.outgoing[state.id]
+
     def send_message(self, channel: int, parts: Iterable[bytes]) -> int:
         message = self._check_parts(parts)
         self._sendable(channel)
         state = self._open(channel)
         sequence = state.next_sequence
-        state.buffered.append(message)
+        self._keep(state, message)
         self._flush(state)
         return sequence
 
@@ -182,7 +193,7 @@ class LinkEngine:
         sequences = []
         for state in states:
             sequences.append(state.next_sequence)
-            state.buffered.append(message)
+            self._keep(state, message)
         if live and len(targets) > 1:
             self._write(MessagePacket(channels=targets, parts=message, multicast=True))
             for state in states:
@@ -281,7 +292,7 @@ class LinkEngine:
             # The unnamed channel is not closed (Go): it ends when drained.
             state = link.outgoing.get(0)
             if state is not None and not state.buffered and not state.operations and not state.closing:
-                del link.outgoing[0]
+                self._forget(link.outgoing[0])
         if link.outgoing:
             return
         self._write(GeneralPacket(type=GeneralType.SHUTDOWN))
@@ -396,7 +407,7 @@ class LinkEngine:
                 if not state.resuming:
                     continue
                 if state.end_resume():
-                    del link.outgoing[state.id]
+                    self._forget(state)
                     self._emit(ChannelCloseAcknowledged(channel=state.id))
                 else:
                     self._flush(state)
@@ -506,7 +517,9 @@ class LinkEngine:
         elif kind is SequenceAckType.CONSUMED:
             if sequence is None:
                 sequence = advance(state.consumed)
+            size = state.size
             count = state.on_consumed(sequence)
+            self.link.unacknowledged_bytes -= size - state.size
             if count:
                 self._emit(Consumed(channel=channel, sequence=sequence, count=count))
             self._flush(state)
@@ -537,7 +550,7 @@ class LinkEngine:
             raise RemoteProtocolError(f"closed acknowledgement of channel {state.id}, which we did not close")
         if state.pending_commits:
             raise RemoteProtocolError(f"channel {state.id} closed with commits unanswered")
-        del self.link.outgoing[state.id]
+        self._forget(state)
         self._emit(ChannelCloseAcknowledged(channel=state.id))
         self._maybe_shutdown()
 

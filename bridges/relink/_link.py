@@ -86,12 +86,14 @@ class OutgoingChannel:
         "close_sent",
         "transaction_target",
         "operations",
+        "size",
     )
 
     def __init__(self, channel: int) -> None:
         self.id = channel
         self.consumed = NONE
         self.buffered: deque[tuple[bytes, ...]] = deque()
+        self.size = 0  # bytes of the messages in ``buffered``
         self.sent = 0
         self.received = 0
         self.ever_consumed = False
@@ -142,7 +144,7 @@ class OutgoingChannel:
                 f" [{self.consumed}, {advance(self.consumed, self.sent)}] on channel {self.id}"
             )
         for _ in range(count):
-            self.buffered.popleft()
+            self.size -= sum(map(len, self.buffered.popleft()))
         self.consumed = sequence
         self.sent -= count
         self.received = max(self.received - count, 0)
@@ -245,6 +247,9 @@ class LinkState:
         self.peer_shutdown = False
         self.discarded = False
         self.owner: object | None = None
+        # Bytes of our messages kept until the peer acknowledges them
+        # consumed (to resend after a reconnection): every channel's ``size``.
+        self.unacknowledged_bytes = 0
 
     @property
     def ended(self) -> bool:

@@ -170,6 +170,31 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             )
         return RelinkConnectionLost(message)
 
+    def _input_held_by_machine(self) -> int:
+        return self._machine.buffered_input_size
+
+    def _input_held_for_application(self) -> int:
+        # The link's channels hold what the application has not taken; the
+        # link outlives this connection, so the connection carrying it
+        # counts it (from the moment it attaches).
+        return self.handle.held_bytes if self.handle is not None and self._carries_link() else 0
+
+    def _carries_link(self) -> bool:
+        return self.handle is not None and self.handle.connection is self
+
+    def _output_kept(self) -> int:
+        # Our messages the link keeps until the peer acknowledges them
+        # consumed (to resend): ours to hold, counted here while this
+        # connection carries the link; acknowledgements free them.
+        link = self._machine.link
+        return link.unacknowledged_bytes if link is not None and self._carries_link() else 0
+
+    def _input_frees_budget(self) -> bool:
+        return self._output_kept() > 0
+
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
+
     def _closed_locally(self) -> BaseException:
         return RelinkConnectionLost("connection closed by this side")
 
@@ -197,6 +222,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             self._ack_timer_armed = True
             self._nursery.start_soon(self._flush_acks_later)
         self._take_output()
+        self._count_machine_input()  # what the link keeps of our messages
 
     async def _flush_acks_later(self) -> None:
         # Go's MessageAckDelay: consumed acknowledgements below the ack window
@@ -211,6 +237,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
 
     def wake_reader(self) -> None:
         """The application took held messages: the reader may go on."""
+        self._count_machine_input()
         self._wake_reader()
 
     def write_backlog(self) -> int:

@@ -224,21 +224,34 @@ class RelinkLink:
                 return connection
             await self._lot.park()
 
-    async def _sendable(self, channel: int) -> RelinkConnection:
-        # An open connection whose writer keeps up and that can take a
-        # message on ``channel`` now (the channel is not closing).
+    async def _sendable(self, channel: int, size: int) -> tuple[RelinkConnection, int]:
+        # An open connection whose writer keeps up, with room in its memory
+        # budget for ``size`` more bytes kept until acknowledged (taken: the
+        # caller gives them back once the link counts the message, after
+        # after_call), and that can take a message on ``channel`` now (the
+        # channel is not closing). Returns the connection and what was taken.
         while True:
             connection = await self._open_connection()
             if connection.write_backlog() > connection.config.max_write_buffer:
                 await connection.wait_writable()
                 continue
+            taken = min(size, connection.max_response_in_budget)
+            try:
+                await connection.budget.take(taken)
+            except Exception:
+                if connection.ended:
+                    continue  # dropped meanwhile: wait for the next one
+                raise
             machine = connection.machine
             link = machine.link
+            if connection.write_backlog() <= connection.config.max_write_buffer and machine.can_send(channel):
+                if link is None or not link.shutdown_requested:
+                    return connection, taken
+            connection.budget.give_back(taken)
             if link is not None and link.shutdown_requested:
                 raise LocalProtocolError("the link is shutting down: no new messages")
-            if machine.can_send(channel):
-                return connection
-            await self._lot.park()  # our close is not acknowledged yet
+            if connection.write_backlog() <= connection.config.max_write_buffer:
+                await self._lot.park()  # our close is not acknowledged yet
 
     async def send(self, channel: int, parts: Iterable[bytes]) -> int:
         """Send a message on our ``channel`` (opening it if needed); its sequence number.
@@ -259,14 +272,18 @@ class RelinkLink:
         await trio.lowlevel.checkpoint_if_cancelled()
         window = self._window(channel)
         await window.acquire()
+        taken = 0
         try:
-            connection = await self._sendable(channel)
+            connection, taken = await self._sendable(channel, sum(map(len, message)))
             sequence = connection.machine.send_message(channel, message)
         except BaseException:
             if self._windows.get(channel) is window and window.in_flight:
                 window.release()
+            if taken:
+                connection.budget.give_back(taken)
             raise
-        connection.after_call()
+        connection.after_call()  # the link's count of what it keeps takes over
+        connection.budget.give_back(taken)
         return sequence
 
     async def send_batch(self, channel: int, messages: Sequence[Iterable[bytes]]) -> int:
@@ -293,9 +310,10 @@ class RelinkLink:
         await window.acquire()
         count = 1 + min(window.available, len(messages) - 1)
         window.acquire_nowait(count - 1)
-        sent = 0
+        sent = taken = 0
         try:
-            connection = await self._sendable(channel)
+            size = sum(len(part) for message in messages[:count] for part in message)
+            connection, taken = await self._sendable(channel, size)
             machine = connection.machine
             for message in messages[:count]:
                 machine.send_message(channel, tuple(bytes(part) for part in message))
@@ -305,8 +323,11 @@ class RelinkLink:
                 window.release(min(count - sent, window.in_flight))
             if sent:
                 connection.after_call()
+            if taken:
+                connection.budget.give_back(taken)
             raise
-        connection.after_call()
+        connection.after_call()  # the link's count of what it keeps takes over
+        connection.budget.give_back(taken)
         return count
 
     async def close_channel(self, channel: int, *, wait: bool = True) -> None:
