@@ -301,7 +301,9 @@ class Connection:
         self._forgotten_below = 0
         self._publications: dict[int, Publication] = {}
         self._finished_publications: OrderedDict[int, None] = OrderedDict()
-        self._outbound = Outbound(limits.split_threshold)
+        # A quarter of the budget: what our peer holds of our unfinished split
+        # elements stays within its inbound half if its budget is half ours.
+        self._outbound = Outbound(limits.split_threshold, max_splitting=max(max_connection_memory // 4, limits.split_threshold))
         # Plain ints (an Extension member is one, but Hello wants exact ints).
         # The bearer extension rides in our hello exactly when we have a token.
         self._extensions = tuple(index(extension) for extension in extensions if extension != Extension.BEARER)

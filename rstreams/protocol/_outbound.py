@@ -17,7 +17,13 @@ without sockets:
    starve the others.
 4. **Split large elements.** An element larger than ``split_threshold`` goes
    out as onNextPart ... onNextLastPart, one part per visit, so other streams
-   interleave between its parts (wire-v0 rule 8).
+   interleave between its parts (wire-v0 rule 8). The receiver holds the
+   parts of every element begun and not finished, against its memory
+   budget: so a new split element begins only while the elements being
+   split on the connection add up to at most ``max_splitting`` bytes with
+   it (or none is being split); until then that stream waits its turn and
+   the others go on. Many streams of large elements therefore cost the
+   receiver a bounded amount, however they interleave.
 5. **Pack fixed-size elements.** On a stream with ``elementSize > 0``, the
    queued elements are one packed buffer; whenever two or more fit in the
    quantum they go out as one onNextPacked, a lone one as onNext.
@@ -164,8 +170,11 @@ class Publication:
 class Outbound:
     """The outgoing side of a connection: control buffer plus the data ring."""
 
-    def __init__(self, split_threshold: int) -> None:
+    def __init__(self, split_threshold: int, max_splitting: int | None = None) -> None:
         self.split_threshold = split_threshold
+        # Sizes of the elements being split, all streams together (see 4.).
+        self.max_splitting = max_splitting
+        self.splitting_bytes = 0
         self.control = bytearray()
         self.ready: deque[Publication] = deque()
         # Ids whose terminal message was written since the last call.
@@ -200,7 +209,14 @@ class Outbound:
     def drop(self, publication: Publication) -> int:
         """Discard what a publication has queued; return the elements dropped."""
         self.data_bytes -= publication.pending_bytes
+        if publication.splitting is not None:
+            self.splitting_bytes -= len(publication.splitting)
         return publication.discard()
+
+    def _may_split(self, size: int) -> bool:
+        """Whether an element of ``size`` bytes may begin to go out in parts now."""
+        limit = self.max_splitting
+        return limit is None or not self.splitting_bytes or self.splitting_bytes + size <= limit
 
     @property
     def has_data(self) -> bool:
@@ -269,6 +285,7 @@ class Outbound:
             chunk = pub.chunks[0]
             head = pub.head
             size = pub.element_size
+            waiting = False  # an element that may not begin to split yet
             if isinstance(chunk, bytes):
                 # A packed chunk: emit as many elements as fit in one message.
                 available = len(chunk) // size - head
@@ -276,6 +293,8 @@ class Outbound:
                 count = available if available <= fit else fit if fit > 1 else 1
                 if size > threshold:
                     # Too large to go whole: split it like any large element.
+                    if not self._may_split(size):
+                        return  # (its turn comes again; see 4.)
                     count = 1
                     self._start_split(pub, memoryview(chunk)[head * size : (head + 1) * size])
                 elif count == 1:
@@ -318,12 +337,16 @@ class Outbound:
                     queued = chunk[head]
                     length = len(queued)
                     if length > threshold:
-                        if head == start:
+                        if head != start:
+                            pass
+                        elif self._may_split(length):
                             # Start splitting this element; it leaves the
                             # queue now and goes out part by part.
                             self._start_split(pub, memoryview(queued))
                             head += 1
                             nbytes += length
+                        else:
+                            waiting = True  # (its turn comes again; see 4.)
                         break
                     cached = headers.get(length)
                     out += cached if cached is not None else pub.on_next_header(length)
@@ -341,9 +364,11 @@ class Outbound:
                 pub.head = 0
             else:
                 pub.head = head
+                if waiting:
+                    return
 
-    @staticmethod
-    def _start_split(pub: Publication, element: memoryview) -> None:
+    def _start_split(self, pub: Publication, element: memoryview) -> None:
+        self.splitting_bytes += len(element)
         pub.splitting = element
         pub.split_offset = 0
         pub.split_id = pub.next_element_id
@@ -360,6 +385,7 @@ class Outbound:
             code = MessageType.ON_NEXT_LAST_PART
             end = len(element)
             pub.splitting = None
+            self.splitting_bytes -= len(element)
         else:
             code = MessageType.ON_NEXT_PART
             pub.split_offset = end
