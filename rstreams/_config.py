@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ._auth import Authenticate, Authorize
 from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
@@ -158,6 +159,33 @@ class SessionConfig:
                 )
         if self.authorize is not None and self.authenticate is None:
             raise ValueError("authorize needs authenticate (it is given the principal authenticate returned)")
+
+    @classmethod
+    def for_connection_memory(cls, size: int, **settings: Any) -> SessionConfig:
+        """A config with ``max_connection_memory=size`` and the other
+        ``settings``; below the default budget, the element and message
+        limits shrink to fit its inbound half, as the config requires (one
+        largest element per half).
+
+        What ``rstreams serve --max-connection-memory`` uses, and a bridge
+        for the in-process session it serves an app through, so that the
+        app's side of a bridge connection obeys the bridge's budget too.
+
+        Raises:
+            ValueError: ``size`` leaves no room for one split part per half.
+        """
+        limits = settings.pop("limits", DEFAULT_LIMITS)
+        half = size // 2
+        if limits.max_element_size > half or limits.max_message_size > half:
+            try:
+                limits = replace(
+                    limits,
+                    max_element_size=min(limits.max_element_size, half),
+                    max_message_size=min(limits.max_message_size, half),
+                )
+            except ValueError:
+                raise ValueError(f"a connection memory budget of {size} bytes is too small for one split part per half") from None
+        return cls(limits=limits, max_connection_memory=size, **settings)
 
 
 DEFAULT_CONFIG = SessionConfig()

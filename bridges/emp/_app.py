@@ -35,7 +35,7 @@ import trio
 
 from rstreams import Peer, Router, SubscriptionError, open_local_session
 
-from ..kit import MemoryBudget, RequestSlots, collect_elements
+from ..kit import MemoryBudget, RequestSlots, app_session_config, collect_elements
 from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest
 from ._errors import EmpError
 from ._mapping import answer_requests
@@ -162,7 +162,7 @@ class EmpAppServer(EmpServer):
                 del response
                 connection.budget.give_back(held)
 
-        async with open_local_session(self.app) as session:
+        async with open_local_session(self.app, config=app_session_config(connection.budget.limit)) as session:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drop_data, connection)
                 try:

@@ -39,6 +39,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, open_local_session
 
+from ..kit import app_session_config
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -108,7 +109,7 @@ class RelinkAppServer(RelinkServer):
 
     async def _serve_link(self, link: RelinkLink) -> None:
         subscriptions = _Subscriptions()
-        async with open_local_session(self.app) as session:
+        async with open_local_session(self.app, config=app_session_config(self.settings.max_connection_memory)) as session:
             async with trio.open_nursery() as nursery:
                 accepting, watching = trio.CancelScope(), trio.CancelScope()
                 nursery.start_soon(self._stop_when_closing, watching, accepting, subscriptions)

@@ -180,24 +180,15 @@ def _connection_memory(text: str) -> int:
 
 
 def config_for_connection_memory(size: int, **settings: Any) -> SessionConfig:
-    """A ``SessionConfig`` with ``max_connection_memory=size``; below the
-    default budget, the element and message limits shrink to fit its
-    inbound half, as the config requires (one largest element per half)."""
+    """``SessionConfig.for_connection_memory``, its error in the flag's words."""
     from .._config import SessionConfig
-    from ..protocol import DEFAULT_LIMITS
 
-    limits = DEFAULT_LIMITS
-    half = size // 2
-    if limits.max_element_size > half or limits.max_message_size > half:
-        try:
-            limits = dataclasses.replace(
-                limits,
-                max_element_size=min(limits.max_element_size, half),
-                max_message_size=min(limits.max_message_size, half),
-            )
-        except ValueError:
-            raise ValueError(f"--max-connection-memory {size} is too small for one split part per half") from None
-    return SessionConfig(limits=limits, max_connection_memory=size, **settings)
+    try:
+        return SessionConfig.for_connection_memory(size, **settings)
+    except ValueError as exc:
+        if "too small" not in str(exc):
+            raise
+        raise ValueError(f"--max-connection-memory {size} is too small for one split part per half") from None
 
 
 def _non_negative_seconds(text: str) -> float:
