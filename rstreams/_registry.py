@@ -35,6 +35,7 @@ from ._peer import Peer
 from ._publish import Router
 from ._url import SCHEMES as NATIVE_SCHEMES
 from ._url import parse_url, url_scheme
+from .protocol import DEFAULT_CONNECTION_MEMORY
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -100,12 +101,16 @@ class ServeContext:
         ssl_context: the server's TLS context (``--tls-cert``), or None.
         max_connections: the server's connection limit, or None.
         label: how the app is named in messages (``examples.demo:app``).
+        max_connection_memory: each connection's memory budget
+            (``--max-connection-memory``), which a bridge's connections obey
+            as the wire-v0 sessions do.
     """
 
     app: Router
     ssl_context: ssl.SSLContext | None = None
     max_connections: int | None = None
     label: str = ""
+    max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
 
 
 ConnectFunction = Callable[..., AbstractAsyncContextManager[Peer]]

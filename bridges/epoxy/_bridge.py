@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
 from ..kit import ListenerService
 from ._app import EpoxyAppServer
+from ._settings import DEFAULT_SETTINGS
 from ._client import connect_epoxy_url, publish_epoxy_url
 from ._settings import DEFAULT_PORT, DEFAULT_TLS_PORT
 
@@ -32,7 +34,8 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "epoxy", None)
     if not addresses:
         return []
-    server = EpoxyAppServer(context.app, max_connections=context.max_connections)
+    settings = replace(DEFAULT_SETTINGS, max_connection_memory=context.max_connection_memory)
+    server = EpoxyAppServer(context.app, settings=settings, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="epoxy", secure_scheme="epoxys")]
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
 from ..kit import ListenerService
-from ._broker import MicroMsg2AppServer
+from ._broker import BROKER_SETTINGS, MicroMsg2AppServer
 from ._client import connect_mm2_url, publish_mm2_url
 
 __all__ = ["BRIDGE"]
@@ -31,7 +32,8 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "micromsg2", None)
     if not addresses:
         return []
-    server = MicroMsg2AppServer(context.app, max_connections=context.max_connections)
+    settings = replace(BROKER_SETTINGS, max_connection_memory=context.max_connection_memory)
+    server = MicroMsg2AppServer(context.app, settings=settings, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="mm2", secure_scheme="mm2s")]
 
 

@@ -32,7 +32,8 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "relink", None)
     if not addresses:
         return []
-    settings = RelinkSettings(send_window=args.relink_window)  # checked by its argparse type
+    # (send_window is checked by its argparse type)
+    settings = RelinkSettings(send_window=args.relink_window, max_connection_memory=context.max_connection_memory)
     server = RelinkAppServer(
         context.app, endpoint=args.relink_endpoint, settings=settings, max_connections=context.max_connections
     )

@@ -266,7 +266,8 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         metavar="SIZE",
         type=_connection_memory,
         default=DEFAULT_CONNECTION_MEMORY,
-        help="the memory budget of each session, in bytes or with a K, M or G suffix (powers of 1024): "
+        help="the memory budget of each connection, every bridge's listeners included, in bytes or with a "
+        "K, M or G suffix (powers of 1024): "
         "half for what the peer sent and is held, half for what is queued for it; a peer that sends "
         "more unfinished split elements than its half is closed with goodbye \"protocol error: memory "
         "budget exceeded: ...\"; below 64M the largest element and message accepted shrink to half of it "

@@ -176,7 +176,13 @@ def run(args: argparse.Namespace) -> int:
     static_dir = static_directory(args.static_dir, bool(args.ws))
     app = load_app(args.app, args.app_dir)
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
-    context = ServeContext(app=app, ssl_context=ssl_context, max_connections=args.max_connections, label=args.app)
+    context = ServeContext(
+        app=app,
+        ssl_context=ssl_context,
+        max_connections=args.max_connections,
+        label=args.app,
+        max_connection_memory=args.max_connection_memory,
+    )
     services_by_bridge = {
         bridge.name: list(bridge.services(context, args)) for bridge in registered_bridges() if bridge.services is not None
     }
