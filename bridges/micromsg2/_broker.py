@@ -194,12 +194,17 @@ class _Broker:
         # the publisher is taken before asking, and each element counts from
         # its arrival until its frames are queued (handed over to
         # send_message). Sizes are known only once seen: a subscription asks
-        # for one element first, within its share of half the budget (the
-        # other half stays the peer's to send commands and SENDs into), then
-        # for as many as the room for its largest element so far allows.
-        # So a client that subscribes to many streams and never acknowledges
-        # holds its budget here, plus at most each subscription's first
-        # element beyond its share.
+        # for one element first, with room for the largest element the
+        # budget lets one response hold (its size could be anything: with
+        # a smaller reservation, many subscriptions asking at once would
+        # each bring an element past the budget), and gives back what the
+        # element did not need as soon as it arrives; then it asks for as
+        # many as its share of half the budget allows at its largest
+        # element so far (the other half stays the peer's to send commands
+        # and SENDs into). So a client that subscribes to many streams and
+        # never acknowledges holds its budget here, and first asks of many
+        # subscriptions at once take their turns, each as long as one
+        # element takes to arrive.
         budget = self.connection.budget
         share = max(budget.limit // (2 * self.max_subscriptions), 1)
         ceiling = self.connection.max_response_in_budget
@@ -210,10 +215,8 @@ class _Broker:
         try:
             while True:
                 if outstanding == 0:
-                    budget.give_back(reserved)
-                    reserved = 0
                     outstanding = max(1, min(self.demand(), share // largest)) if largest else 1
-                    reserved = min(outstanding * largest, ceiling) if largest else share
+                    reserved = min(outstanding * largest, ceiling) if largest else ceiling
                     await budget.take(reserved)
                     upstream.request(outstanding)
                 try:
@@ -221,14 +224,18 @@ class _Broker:
                 except StopAsyncIteration:
                     return
                 outstanding -= len(batch)
+                sizes = [len(element) for element in batch]
+                largest = max(largest, *sizes, 1)
+                arrived = sum(sizes)
+                counted = min(arrived, reserved)
+                reserved -= counted
+                budget.charge(arrived - counted)  # already in memory
+                if outstanding == 0:
+                    budget.give_back(reserved)  # what the batch did not need
+                    reserved = 0
                 pending = deque(batch)  # let go of each element once sent
                 del batch
                 while pending:
-                    size = len(pending[0])
-                    largest = max(largest, size, 1)
-                    counted = min(size, reserved)
-                    reserved -= counted
-                    budget.charge(size - counted)  # already in memory
                     await self.forward(destination, filter, pending.popleft())
         finally:
             budget.give_back(reserved)
