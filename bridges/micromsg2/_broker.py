@@ -216,8 +216,9 @@ class _Broker:
             while True:
                 if outstanding == 0:
                     outstanding = max(1, min(self.demand(), share // largest)) if largest else 1
-                    reserved = min(outstanding * largest, ceiling) if largest else ceiling
-                    await budget.take(reserved)
+                    wanted = min(outstanding * largest, ceiling) if largest else ceiling
+                    await budget.take(wanted)  # (cancelled here, nothing was taken)
+                    reserved = wanted
                     upstream.request(outstanding)
                 try:
                     batch = await batches.__anext__()
