@@ -39,7 +39,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, open_local_session
 
-from ..kit import app_session_config
+from ..kit import MemoryBudget, app_session_config
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -62,12 +62,15 @@ DEFAULT_MAX_SUBSCRIPTIONS = 1024
 
 
 class _Subscriptions:
-    # The cancel scopes of one link's running subscriptions, for a server shutdown.
+    # The cancel scopes of one link's running subscriptions, for a server
+    # shutdown; and what they have asked of their publishers and not yet
+    # received, bounded by half the link's memory budget (see _forward).
 
-    def __init__(self) -> None:
+    def __init__(self, max_connection_memory: int) -> None:
         self.scopes: set[trio.CancelScope] = set()
         self.running = 0
         self.shutting_down = False
+        self.asking = MemoryBudget(max(max_connection_memory // 2, 1))
 
     def stop_all(self) -> None:
         self.shutting_down = True
@@ -108,7 +111,7 @@ class RelinkAppServer(RelinkServer):
         self.max_subscriptions = max_subscriptions
 
     async def _serve_link(self, link: RelinkLink) -> None:
-        subscriptions = _Subscriptions()
+        subscriptions = _Subscriptions(self.settings.max_connection_memory)
         async with open_local_session(self.app, config=app_session_config(self.settings.max_connection_memory)) as session:
             async with trio.open_nursery() as nursery:
                 accepting, watching = trio.CancelScope(), trio.CancelScope()
@@ -140,7 +143,9 @@ class RelinkAppServer(RelinkServer):
         finally:
             subscriptions.running -= 1
 
-    async def _forward(self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool]) -> None:
+    async def _forward(
+        self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool], asking: MemoryBudget
+    ) -> None:
         # The elements as messages, asked of the publisher a batch at a time
         # and only once the previous batch was handed to the link (which
         # waits for room in the connection's memory budget, where what it
@@ -150,25 +155,41 @@ class RelinkAppServer(RelinkServer):
         # consumes. Whatever came goes out in one step, within the window.
         # ``sent`` gets True once a message was handed over (even if this is
         # then cancelled: the channel must be closed after it).
+        # What is asked and has not arrived is reserved in ``asking`` (half
+        # the budget, for all the link's subscriptions): the first ask with
+        # room for the largest element there may be, since its size is
+        # unknown, the next ones for their count at the largest size seen;
+        # what a batch did not need goes back as it arrives. So many
+        # subscriptions asking at once cannot each bring an element past
+        # the budget: their first asks take turns.
         share = max(link.settings.max_connection_memory // (2 * self.max_subscriptions), 1)
         count = 1
+        largest = 0
         batches = elements.batches()
         while True:
-            elements.request(count)
-            asked = count
-            while asked:
-                try:
-                    batch = await batches.__anext__()
-                except StopAsyncIteration:
-                    return
-                asked -= len(batch)
-                largest = max(map(len, batch), default=0)
-                messages = [(bytes(element),) for element in batch]
-                del batch
-                while messages:
-                    del messages[: await link.send_batch(channel_id, messages)]
-                    sent[:] = [True]
-                count = max(1, min(SUBSCRIBE_PREFETCH, share // max(largest, 1)))
+            reserved = min(count * largest, asking.limit) if largest else asking.limit
+            await asking.take(reserved)
+            try:
+                elements.request(count)
+                asked = count
+                while asked:
+                    try:
+                        batch = await batches.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    asked -= len(batch)
+                    largest = max(largest, *map(len, batch), 1)
+                    messages = [(bytes(element),) for element in batch]
+                    del batch
+                    if not asked:
+                        asking.give_back(reserved)  # (arrived: the link counts it now)
+                        reserved = 0
+                    while messages:
+                        del messages[: await link.send_batch(channel_id, messages)]
+                        sent[:] = [True]
+                    count = max(1, min(SUBSCRIBE_PREFETCH, share // largest))
+            finally:
+                asking.give_back(reserved)
 
     async def _subscribe(
         self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
@@ -195,7 +216,7 @@ class RelinkAppServer(RelinkServer):
                     else:
                         try:
                             async with session.subscribe(name, prefetch=0) as elements:
-                                await self._forward(link, channel_id, elements, forwarded)
+                                await self._forward(link, channel_id, elements, forwarded, subscriptions.asking)
                         except SubscriptionError as exc:
                             error = str(exc)
                     nursery.cancel_scope.cancel()
