@@ -414,7 +414,12 @@ class Subscription(_OneWaiter):
         if length <= 0:
             return
         end = head + length
-        run = chunk[head:end] if isinstance(chunk, list) else chunk[head:end].tolist()
+        if isinstance(chunk, list):
+            run = chunk[head:end]
+        else:  # a packed buffer: sliced here, with no ElementBatch in between
+            packed, size = chunk.packed, chunk.element_size
+            assert packed is not None
+            run = [packed[offset : offset + size] for offset in range(head * size, end * size, size)]
         if end >= len(chunk):
             self._chunks.popleft()
             end = 0
