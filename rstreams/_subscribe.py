@@ -432,6 +432,8 @@ class Subscription(_OneWaiter):
     def _put_run_back(self) -> None:
         # For a switch to batches(): what the run still holds goes back to
         # the front of the buffer, what it handed out is counted.
+        if not self._run_length:
+            return  # (no run since the last step: the batches() path)
         rest = list(self._run)
         ran, self._run_length = self._run_length - len(rest), 0
         self._run = iter(())
