@@ -98,6 +98,16 @@ class DemandWindow:
         """The demand to send with the subscribe."""
         return self.size
 
+    @property
+    def until_top_up(self) -> int:
+        """How many more consumed elements reach the next top-up (at least 1).
+
+        Fewer than that may be counted in one :meth:`consumed` call, later,
+        with the same result as one call each: a consumer handing out a run
+        of elements counts them once, and the top-up still comes with the
+        element that reaches the threshold."""
+        return self._threshold - self._pending
+
     def consumed(self, n: int = 1) -> int:
         """Record ``n`` consumed elements; return the demand to request now."""
         pending = self._pending + n
@@ -177,6 +187,12 @@ class AdaptiveDemand:
     def initial(self) -> int:
         """The demand to send with the subscribe."""
         return self.size
+
+    @property
+    def until_top_up(self) -> int:
+        """How many more consumed elements reach the next top-up (at least 1),
+        where the window is retuned: as :attr:`DemandWindow.until_top_up`."""
+        return self._threshold - self._pending
 
     def starved(self) -> None:
         """The consumer waited with nothing buffered (called on that slow path)."""

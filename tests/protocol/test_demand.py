@@ -252,3 +252,51 @@ def test_adaptive_bounds_hold_whatever_the_consumer_does(
             assert size <= max(4, 2**20 // element_bytes)
         largest = max(largest, size)
         assert 0 <= subscriber.requested - subscriber.consumed <= largest
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.booleans(),
+    st.integers(1, 300),
+    st.lists(
+        st.tuples(st.integers(1, 50), st.booleans(), st.integers(0, 64), st.sampled_from([0, 1, 8, 2**20])),
+        max_size=60,
+    ),
+)
+def test_counting_a_run_before_the_top_up_at_once_changes_nothing(
+    adaptive: bool, size: int, steps: list[tuple[int, bool, int, int]]
+) -> None:
+    """Fuzzed: a consumer that counts k < ``until_top_up`` elements in one
+    call, then the one that reaches the top-up, gets the same requests and
+    the same window as one that counts each (what Subscription's fast
+    ``async for`` relies on)."""
+    probe_answer = [0, 0]
+
+    def make() -> DemandWindow | AdaptiveDemand:
+        if adaptive:
+            return AdaptiveDemand(lambda: (probe_answer[0], probe_answer[1]), initial=16, minimum=4, maximum=4096)
+        return DemandWindow(size)
+
+    each, at_once = make(), make()
+    for run, starved, outstanding, element_bytes in steps:
+        probe_answer[:] = [outstanding, element_bytes]
+        until = at_once.until_top_up
+        assert until == each.until_top_up and until >= 1
+        run = min(run, until - 1)
+        if starved and isinstance(each, AdaptiveDemand) and isinstance(at_once, AdaptiveDemand):
+            each.starved()
+            at_once.starved()
+        requests_each = [each.consumed(1) for _ in range(run + 1)]
+        assert requests_each[:-1] == [0] * run
+        assert at_once.consumed(run) == 0
+        assert at_once.consumed(1) == requests_each[-1]
+        assert (at_once.size, at_once.until_top_up) == (each.size, each.until_top_up)
+
+
+def test_until_top_up_counts_down_to_the_top_up() -> None:
+    window = DemandWindow(10)
+    assert window.until_top_up == 5
+    window.consumed(3)
+    assert window.until_top_up == 2
+    assert window.consumed(1) == 0 and window.until_top_up == 1
+    assert window.consumed(1) == 5 and window.until_top_up == 5
