@@ -21,7 +21,7 @@ The contract (``docs/bridges/emp.md`` has a byte-level example):
   are read and dropped, so they cannot stall the requests behind them.
 
 Each EMP connection gets its own in-process rstreams session to the app
-(:func:`rstreams.open_local_session`), so subscribing goes through the same
+(:func:`bridges.kit.open_app_session`), so subscribing goes through the same
 router, demand and codecs as a TCP subscriber's.
 """
 
@@ -33,9 +33,9 @@ from functools import partial
 import msgpack
 import trio
 
-from rstreams import Peer, Router, SubscriptionError, open_local_session
+from rstreams import Peer, Router, SubscriptionError
 
-from ..kit import MemoryBudget, RequestSlots, app_session_config, collect_elements
+from ..kit import MemoryBudget, RequestSlots, collect_elements, open_app_session
 from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest
 from ._errors import EmpError
 from ._mapping import answer_requests
@@ -162,7 +162,7 @@ class EmpAppServer(EmpServer):
                 del response
                 connection.budget.give_back(held)
 
-        async with open_local_session(self.app, config=app_session_config(connection.budget.limit)) as session:
+        async with open_app_session(self.app, max_connection_memory=connection.budget.limit) as session:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drop_data, connection)
                 try:

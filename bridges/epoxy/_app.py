@@ -51,7 +51,7 @@ import trio
 
 from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publish_to_topic
 
-from ..kit import MemoryBudget, ResponseTooLarge, app_session_config, collect_elements, open_app_session
+from ..kit import MemoryBudget, ResponseTooLarge, collect_elements, open_app_session
 from . import bond
 from ._errors import EpoxyError
 from ._serve import EpoxyServer
@@ -227,7 +227,7 @@ class EpoxyAppServer(EpoxyServer):
         self.max_response_bytes = max_response_bytes
 
     async def _serve_connection(self, connection: EpoxyConnection) -> None:
-        async with open_app_session(self.app, config=app_session_config(connection.budget.limit)) as session:
+        async with open_app_session(self.app, max_connection_memory=connection.budget.limit) as session:
             async with trio.open_nursery() as nursery:
                 # A response larger than the budget can hold is an error
                 # response, never a wait for room that cannot come.

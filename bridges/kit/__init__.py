@@ -40,7 +40,7 @@ from ._inbound import ITEM_COST, InboundQueue
 from ._net import open_connection, open_tcp_stream, start_connection
 from ._server import BridgeServer, ListenerService
 from ._slots import RequestSlots
-from ._topics import TopicPublisher, app_session_config, open_app_session
+from ._topics import TopicPublisher, open_app_session
 from ._window import SendWindow
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
     "SansIOMachine",
     "SendWindow",
     "TopicPublisher",
-    "app_session_config",
     "collect_elements",
     "copy_error",
     "open_app_session",

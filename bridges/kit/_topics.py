@@ -24,37 +24,31 @@ from contextlib import asynccontextmanager
 import trio
 
 from rstreams import Router, Session, SessionConfig, SubscriptionError, open_stream_session, publish_to_topic
+from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
 from rstreams.support import memory_stream_pair
 
-__all__ = ["open_app_session", "app_session_config", "TopicPublisher"]
+__all__ = ["open_app_session", "TopicPublisher"]
 
 logger = logging.getLogger("rstreams.bridges")
 
 
 @asynccontextmanager
-async def open_app_session(app: Router, *, config: SessionConfig | None = None) -> AsyncIterator[Session]:
-    """A session to ``app`` in this process that can also publish into its topics.
+async def open_app_session(app: Router, *, max_connection_memory: int = DEFAULT_CONNECTION_MEMORY) -> AsyncIterator[Session]:
+    """A session to ``app`` in this process, the way every bridge serves an app.
 
-    :func:`rstreams.open_local_session` with one difference: the client side
+    :func:`rstreams.open_local_session` with two differences: the client side
     serves a router of its own (empty), which :func:`rstreams.publish_to_topic`
-    needs (the app subscribes back to it for the elements). ``config``: both
-    sides' (a bridge passes :func:`app_session_config` of its connection's
-    budget); None: the defaults.
+    needs (the app subscribes back to it for the elements); and both sides
+    keep the bridge connection's own memory budget, so that what the app's
+    side holds for one bridge peer (elements asked for and not yet taken,
+    publications queued) is bounded by the same number as the bridge
+    connection itself, not by the default budget.
     """
+    config = SessionConfig.for_connection_memory(max_connection_memory)
     client_stream, server_stream = memory_stream_pair()
-    options = {} if config is None else {"config": config}
-    async with open_stream_session(server_stream, app=app, **options):
-        async with open_stream_session(client_stream, app=Router(), **options) as session:
+    async with open_stream_session(server_stream, app=app, config=config):
+        async with open_stream_session(client_stream, app=Router(), config=config) as session:
             yield session
-
-
-def app_session_config(max_connection_memory: int) -> SessionConfig:
-    """The config of the in-process session a bridge connection serves an
-    app through: the bridge connection's own memory budget, so that what the
-    app's side holds for one bridge peer (elements asked for and not yet
-    taken, publications queued) is bounded by the same number as the bridge
-    connection itself, not by the default budget."""
-    return SessionConfig.for_connection_memory(max_connection_memory)
 
 
 class TopicPublisher:

@@ -40,7 +40,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 
-from ..kit import TopicPublisher, app_session_config, open_app_session
+from ..kit import TopicPublisher, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
@@ -277,5 +277,5 @@ class MicroMsg2AppServer(MicroMsg2Server):
         self.max_subscriptions = max_subscriptions
 
     async def _serve_connection(self, connection: MicroMsg2Connection) -> None:
-        async with open_app_session(self.app, config=app_session_config(connection.budget.limit)) as session:
+        async with open_app_session(self.app, max_connection_memory=connection.budget.limit) as session:
             await serve_broker(connection, session, max_subscriptions=self.max_subscriptions)

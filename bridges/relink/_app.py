@@ -37,9 +37,9 @@ import logging
 
 import trio
 
-from rstreams import Router, Session, Subscription, SubscriptionError, open_local_session
+from rstreams import Router, Session, Subscription, SubscriptionError
 
-from ..kit import MemoryBudget, app_session_config
+from ..kit import MemoryBudget, open_app_session
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -112,7 +112,7 @@ class RelinkAppServer(RelinkServer):
 
     async def _serve_link(self, link: RelinkLink) -> None:
         subscriptions = _Subscriptions(self.settings.max_connection_memory)
-        async with open_local_session(self.app, config=app_session_config(self.settings.max_connection_memory)) as session:
+        async with open_app_session(self.app, max_connection_memory=self.settings.max_connection_memory) as session:
             async with trio.open_nursery() as nursery:
                 accepting, watching = trio.CancelScope(), trio.CancelScope()
                 nursery.start_soon(self._stop_when_closing, watching, accepting, subscriptions)
