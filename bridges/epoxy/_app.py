@@ -51,7 +51,7 @@ import trio
 
 from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publish_to_topic
 
-from ..kit import MemoryBudget, ResponseTooLarge, collect_elements, open_app_session
+from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, collect_elements, open_app_session
 from . import bond
 from ._errors import EpoxyError
 from ._serve import EpoxyServer
@@ -135,11 +135,9 @@ class Publishers:
     ) -> None:
         self.session = session
         self.max_response_bytes = max_response_bytes
-        self._nursery = nursery
         self._budget = budget
-        # One per topic being published into; bounded by the app's topics
-        # (a stream into anything else fails at once and is removed).
-        self._feeds: dict[str, trio.MemorySendChannel[bytes]] = {}
+        # One publishing stream per topic (the kit's, as MicroMsg2's SENDs).
+        self._topics = TopicPublisher(session, nursery, protocol="Epoxy") if nursery is not None else None
 
     @method
     async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
@@ -167,38 +165,18 @@ class Publishers:
         if not topic or "?" in topic:
             logger.warning("dropped a Publish event: %r is not a topic name", topic)
             return
-        if self._nursery is None:
+        if self._topics is None:
             try:
                 await publish_to_topic(self.session, topic, [request.value])
             except SubscriptionError as exc:
                 logger.warning("dropped a Publish event for topic %r: %s", topic, exc)
             return
-        feed = self._feeds.get(topic)
-        if feed is None:
-            feed, values = trio.open_memory_channel[bytes](0)
-            self._feeds[topic] = feed
-            self._nursery.start_soon(self._publish, topic, feed, values)
-        try:
-            await feed.send(request.value)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the stream into the topic ended, and said why
-
-    async def _publish(
-        self, topic: str, feed: trio.MemorySendChannel[bytes], values: trio.MemoryReceiveChannel[bytes]
-    ) -> None:
-        try:
-            with values:
-                await publish_to_topic(self.session, topic, values)
-        except SubscriptionError as exc:
-            logger.warning("dropped Publish events for topic %r: %s", topic, exc)
-        finally:
-            if self._feeds.get(topic) is feed:
-                del self._feeds[topic]
+        await self._topics.publish(topic, request.value)
 
     async def aclose(self) -> None:
         """End the publishing streams; they finish once what they took is in the topics."""
-        for feed in list(self._feeds.values()):
-            await feed.aclose()
+        if self._topics is not None:
+            await self._topics.aclose()
 
 
 class EpoxyAppServer(EpoxyServer):
