@@ -459,7 +459,7 @@ class Subscription(_OneWaiter):
             assert packed is not None
             run = [packed[offset : offset + size] for offset in range(head * size, end * size, size)]
         if end >= len(chunk):
-            self._chunks.popleft()
+            self._pop_chunk()
             end = 0
         self._head = end
         self._buffered -= length
@@ -478,10 +478,17 @@ class Subscription(_OneWaiter):
         if rest:
             self._since_checkpoint -= len(rest)
             if self._head:
-                chunk = self._chunks[0]
-                self._chunks[0] = chunk[self._head :]
-                self._head = 0
-            self._chunks.appendleft(rest)
+                # The run's chunk is still first: its elements are still there.
+                self._head -= len(rest)
+            else:
+                # The run emptied its chunk, which is gone (and released):
+                # what is left of it comes back as a chunk of its own.
+                self._chunks.appendleft(rest)
+                held = self._held
+                if held is not None:
+                    nbytes = sum(map(len, rest))
+                    self._chunk_bytes.appendleft(nbytes)
+                    held.held += nbytes
             self._buffered += len(rest)
         if ran:
             self._consumed(ran)
@@ -516,9 +523,7 @@ class Subscription(_OneWaiter):
         element = chunk[head]
         head += 1
         if head >= len(chunk):
-            self._chunks.popleft()
-            if self._chunk_bytes:
-                self._release_chunk()
+            self._pop_chunk()
             head = 0
         self._head = head
         self._buffered -= 1
@@ -539,9 +544,7 @@ class Subscription(_OneWaiter):
             count = min(available, remaining)
             parts.append(chunk if head == 0 and count == len(chunk) else chunk[head : head + count])
             if count == available:
-                self._chunks.popleft()
-                if self._chunk_bytes:
-                    self._release_chunk()
+                self._pop_chunk()
                 self._head = 0
             else:
                 self._head = head + count
@@ -563,20 +566,23 @@ class Subscription(_OneWaiter):
             merged.extend(part)
         return merged
 
-    def _release_chunk(self) -> None:
-        # A chunk used up: its bytes no longer count against the budget.
+    def _pop_chunk(self) -> None:
+        # The first chunk used up: gone, and (with its byte count, kept in
+        # step with the chunks) no longer counted against the budget. Every
+        # chunk leaves the buffer here.
+        self._chunks.popleft()
         held = self._held
-        assert held is not None
-        held.release(self._chunk_bytes.popleft())
+        if held is not None:
+            held.release(self._chunk_bytes.popleft())
 
     def _release_all(self) -> None:
         # Left or cancelled: what is still buffered is the application's
-        # to drop, and no longer holds the session's reader back.
-        if self._chunk_bytes:
-            held = self._held
-            assert held is not None
+        # to drop, and no longer holds the session's reader back; from here
+        # on this subscription counts nothing (no more elements come).
+        held, self._held = self._held, None
+        if held is not None and self._chunk_bytes:
             held.release(sum(self._chunk_bytes))
-            self._chunk_bytes.clear()
+        self._chunk_bytes.clear()
 
     def batches(self, max_elements: int = 2**31) -> _BatchIterator:
         """Iterate over everything buffered at once, for high-rate consumers.

@@ -494,3 +494,59 @@ async def test_server_memory_stays_within_connections_times_the_budget() -> None
         finally:
             process.kill()
             await trio.to_thread.run_sync(process.wait)
+
+
+def _endless_4k_app() -> rstreams.Router:
+    app = rstreams.Router()
+
+    async def big(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        count = request.int_param("count", 10**9)
+        chunk = [b"x" * 4096] * 64
+        sent = 0
+        while sent < count:
+            sent += await sink.send_some(chunk[: count - sent])
+
+    app.add("big", big)
+    return app
+
+
+@pytest.mark.parametrize("prefetch", [None, 1000])
+async def test_async_for_reads_far_past_the_inbound_half(prefetch: int | None) -> None:
+    # What the application took no longer counts: a loop that keeps taking
+    # elements keeps the reader reading, however much passes in all (a
+    # run of elements handed out by async for once kept its chunk counted
+    # for ever, and the reader stopped after half the budget).
+    async with serving(_endless_4k_app()) as (_, port):
+        with trio.fail_after(30):
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}", config=CONFIG) as session:
+                async with session.subscribe("big", prefetch=prefetch) as stream:
+                    taken = 0
+                    async for _element in stream:
+                        taken += 1
+                        assert session.held_elements.held <= HALF + 64 * 4096
+                        if taken == 3 * HALF // 4096:  # three halves of the budget
+                            break
+                assert session.held_elements.held == 0
+
+
+async def test_switching_between_async_for_and_batches_keeps_the_count_exact() -> None:
+    # A run async for had begun goes back to the buffer for batches(), with
+    # its bytes counted again if its chunk was used up: once everything was
+    # taken, nothing is counted.
+    async with serving(_endless_4k_app()) as (_, port):
+        with trio.fail_after(30):
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}", config=CONFIG) as session:
+                async with session.subscribe("big?count=2000", prefetch=300) as stream:
+                    taken = 0
+                    iterator = stream.__aiter__()
+                    batches = stream.batches()
+                    while True:
+                        try:
+                            for _ in range(37):
+                                await iterator.__anext__()
+                                taken += 1
+                            taken += len(await batches.__anext__())
+                        except StopAsyncIteration:
+                            break
+                    assert taken == 2000
+                    assert session.held_elements.held == 0
