@@ -463,10 +463,10 @@ INCOMPLETE_PART_HEADER = PartHeader(0, False, 0, 0, 0)
 #: uint64 and a bin32 header.
 MAX_PART_HEADER_SIZE = 1 + 1 + 9 + 9 + 5
 
-_FIXARRAY_4 = 0x94
+#: The first byte of every part (and of a few other messages).
+FIXARRAY_4 = 0x94
 _PART_CODES = (int(MessageType.ON_NEXT_PART), int(MessageType.ON_NEXT_LAST_PART))
 _LAST_PART_CODE = int(MessageType.ON_NEXT_LAST_PART)
-assert _PART_CODES == (9, 10)  # as _read_whole_part_header writes them
 # msgpack's unsigned int and bin headers: tag -> bytes of the length or value.
 _UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 _BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
@@ -485,9 +485,7 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
     also how such a part's error is found.
     """
     available = len(data)
-    if available >= MAX_PART_HEADER_SIZE:
-        return _read_whole_part_header(data, max_message_size)
-    if not available or data[0] != _FIXARRAY_4:
+    if not available or data[0] != FIXARRAY_4:
         return None
     if available < 2:
         return INCOMPLETE_PART_HEADER
@@ -528,44 +526,3 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
         return None
     return PartHeader(end, code == _LAST_PART_CODE, ids[0], ids[1], payload)
 
-
-def _read_whole_part_header(data: bytes | memoryview, max_message_size: int) -> PartHeader | None:
-    # read_part_header when the whole of any header is there (the usual
-    # case: no bound to check at each step), written out: once per part.
-    code = data[1]
-    if data[0] != _FIXARRAY_4 or (code != 9 and code != 10):
-        return None
-    tag = data[2]
-    if tag < 0x80:
-        subscriber = tag
-        position = 3
-    else:
-        size = _UINT_SIZES.get(tag)
-        if size is None:
-            return None
-        position = 3 + size
-        subscriber = int.from_bytes(data[3:position], "big")
-        if subscriber > MAX_ID:
-            return None
-    tag = data[position]
-    if tag < 0x80:
-        element = tag
-        position += 1
-    else:
-        size = _UINT_SIZES.get(tag)
-        if size is None:
-            return None
-        start = position + 1
-        position = start + size
-        element = int.from_bytes(data[start:position], "big")
-        if element > MAX_ID:
-            return None
-    size = _BIN_SIZES.get(data[position])
-    if size is None:
-        return None
-    start = position + 1
-    position = start + size
-    payload = int.from_bytes(data[start:position], "big")
-    if position + payload > max_message_size:
-        return None
-    return PartHeader(position, code == 10, subscriber, element, payload)

@@ -61,6 +61,7 @@ import msgpack
 
 from ._batch import ElementBatch
 from ._codec import (
+    FIXARRAY_4,
     MAX_PART_HEADER_SIZE,
     DecodeError,
     encode,
@@ -573,7 +574,7 @@ class Connection:
                 message_end = self._message_end
             waiting = self._waiting
             if self._fed == message_end and (
-                self._part_left or (_drop_empty_views(waiting) and waiting[0][0] == _FIXARRAY_4)
+                self._part_left or (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_4)
             ):
                 # The Unpacker holds nothing: the next message starts at
                 # the front of _waiting, and may be a part to take here.
@@ -602,7 +603,7 @@ class Connection:
         if last_fed is None or tail_size > len(last_fed) or self._state is not _OPEN:
             return False
         tail = last_fed[len(last_fed) - tail_size :]
-        if tail[0] != _FIXARRAY_4:
+        if tail[0] != FIXARRAY_4:
             return False
         # Its header as far as received: the tail and what waits after it
         # (a tail that is only a header's start may be decided by the next
@@ -655,7 +656,7 @@ class Connection:
             if not _drop_empty_views(waiting) or self._state is not _OPEN:
                 return _NEXT_FOR_UNPACKER
             front = waiting[0]
-            if front[0] != _FIXARRAY_4:
+            if front[0] != FIXARRAY_4:
                 return _NEXT_FOR_UNPACKER
             if len(front) > MAX_PART_HEADER_SIZE:
                 header = read_part_header(front[:MAX_PART_HEADER_SIZE], max_message_size)
@@ -974,7 +975,7 @@ class Connection:
         """The last part's payload is all there: hand the element over,
         unless the stream ended meanwhile (cancelled, or our goodbye)."""
         assert sub.reassembler is not None
-        self._unfinished -= sub.reassembler.buffered
+        self._unfinished -= sub.reassembler.size
         element = sub.reassembler.finish()
         if self._subscriptions.get(sub.subscriber) is not sub:
             return
@@ -991,7 +992,8 @@ class Connection:
     def _add_piece(self, sub: _Subscription, piece: bytes | memoryview) -> None:
         """Some payload of the part being received: its reassembler keeps it,
         as a view only where the view holds nothing but payload (a read that
-        is all this piece), else as a copy.
+        is all this piece), else as a copy; so what it holds is the payload,
+        which the budget counted when the part was announced.
 
         A view keeps its whole read alive, and a read is shared by the parts
         of several streams when a peer interleaves them: counting each read
@@ -1002,10 +1004,7 @@ class Connection:
         """
         reassembler = sub.reassembler
         assert reassembler is not None
-        held = reassembler.buffered
         reassembler.add_piece(piece, room=0)
-        # The piece was counted when its part was announced.
-        self._unfinished += reassembler.buffered - held - len(piece)
 
     def _forget_parts(self, sub: _Subscription) -> None:
         # A subscription that ends or is cancelled mid-element drops its
@@ -1013,10 +1012,9 @@ class Connection:
         reassembler = sub.reassembler
         if reassembler is None:
             return
-        self._unfinished -= reassembler.buffered
+        self._unfinished -= reassembler.size  # (announced, arrived or not)
         if self._part_subscription is sub:
-            self._unfinished -= self._part_left  # announced, never to be held
-            self._part_subscription = None
+            self._part_subscription = None  # the rest of its part is skipped
         sub.reassembler = None
 
     def _receive_on_complete(self, message: OnComplete, events: list[Event]) -> None:
@@ -1420,7 +1418,6 @@ class Connection:
         )
 
 
-_FIXARRAY_4 = 0x94  # the first byte of every part (and of a few other messages)
 
 
 def _first_bytes(waiting: deque[memoryview], count: int) -> bytes:
