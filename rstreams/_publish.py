@@ -345,10 +345,18 @@ class Sink:
         # A publisher answering at once (no task, so no scope yet) is not held
         # by the budget: it cannot wait, and what it queues is bounded as an
         # answer to the subscribe (Session._unsent_answers).
-        handle = self._handle
-        if handle.closed or self._conn.queued_bytes(self._subscriber) >= self._max_queued:
+        return self._room_within(self._budget_room())
+
+    def _budget_room(self) -> int | None:
+        # Bytes the connection's outbound half has left; None when this
+        # publisher is not held by it (see _room).
+        return self._session._outbound_room() if self._handle.scope is not None else None
+
+    def _room_within(self, budget_room: int | None) -> int:
+        # _room, with the budget's room already read.
+        if self._handle.closed or self._conn.queued_bytes(self._subscriber) >= self._max_queued:
             return 0
-        if handle.scope is not None and self._session._outbound_room() <= 0:
+        if budget_room is not None and budget_room <= 0:
             return 0
         return self._conn.publication_demand(self._subscriber)
 
@@ -405,15 +413,16 @@ class Sink:
             await trio.lowlevel.checkpoint()
             return 0
         await self.wait_demand()
-        count = min(len(values), self._room())
+        budget_room = self._budget_room()  # read once for the whole batch
+        count = min(len(values), self._room_within(budget_room))
         # The connection copies what it queues, so the whole list can go as is.
         batch = values if count == len(values) else values[:count]
         if self._codec is not None:
             encode = self._codec.encode
             batch = [encode(value) for value in batch]
         budget = self._max_queued - self._conn.queued_bytes(self._subscriber)
-        if self._handle.scope is not None:
-            budget = min(budget, self._session._outbound_room())
+        if budget_room is not None:
+            budget = min(budget, budget_room)
         if self._element_size:
             fit = max(1, budget // self._element_size)
         elif sum(map(len, batch)) <= budget:
