@@ -7,10 +7,13 @@ connections of ``--emp``, ``--relink``, ``--micromsg2`` and ``--epoxy`` as well.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import rstreams
-from rstreams.cli import build_parser
+import rstreams.cli._serve
+from rstreams.cli import build_parser, main
 from rstreams.support import ServeContext, registered_bridges
 
 MiB = 1024 * 1024
@@ -38,3 +41,21 @@ def test_every_bridge_listener_gets_the_connection_budget(flag: list[str], budge
             assert _settings_of(service.server).max_connection_memory == budget, bridge.name
             seen.add(bridge.name)
     assert seen == {"emp", "relink", "mm2", "epoxy"}
+
+
+def test_the_serve_command_hands_the_budget_to_its_wire_sessions_and_every_bridge(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The whole command, up to where it would start serving: what
+    # serve_until_stopped is given is what the listeners would run with.
+    given: dict[str, Any] = {}
+
+    async def record(server: rstreams.Server, *args: Any, services: list[Any], **kwargs: Any) -> int:
+        given.update(server=server, services=services)
+        return 0
+
+    monkeypatch.setattr(rstreams.cli._serve, "serve_until_stopped", record)
+    listeners = ["--tcp", "127.0.0.1:0", "--emp", "127.0.0.1:0", "--relink", "127.0.0.1:0"]
+    listeners += ["--micromsg2", "127.0.0.1:0", "--epoxy", "127.0.0.1:0"]
+    assert main(["serve", "rstreams.demo:app", *listeners, "--max-connection-memory", "8M"]) == 0
+    assert given["server"].config.max_connection_memory == 8 * MiB
+    budgets = {service.scheme: _settings_of(service.server).max_connection_memory for service in given["services"]}
+    assert budgets == {"emp": 8 * MiB, "relink": 8 * MiB, "mm2": 8 * MiB, "epoxy": 8 * MiB}
