@@ -30,6 +30,7 @@ from rstreams.cli import (
     CommandError,
     DecodeError,
     HelpFormatter,
+    client_ssl_context,
     parse_address,
     run_command,
 )
@@ -170,14 +171,7 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    if not args.tls:
-        if args.ca is not None:
-            raise CommandError("--ca needs --tls", EXIT_USAGE)
-        return None
-    try:
-        return ssl.create_default_context(cafile=args.ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise CommandError(f"cannot load the CA file {args.ca!r}: {exc}", EXIT_USAGE) from None
+    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
 
 
 def _json_value(value: FilterValue) -> object:

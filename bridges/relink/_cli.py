@@ -29,10 +29,11 @@ from rstreams.cli import (
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
+    client_ssl_context,
     parse_address,
     run_command,
 )
-from rstreams.support import listener_url, with_tls
+from rstreams.support import listener_url, serve_listeners, with_tls
 
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._errors import HandshakeRejected, LinkLostError, RelinkError, RemoteProtocolError
@@ -158,14 +159,7 @@ def error_status(exc: BaseException) -> tuple[int, str] | None:
 
 
 def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    if not args.tls:
-        if args.ca is not None:
-            raise CommandError("--ca needs --tls", EXIT_USAGE)
-        return None
-    try:
-        return ssl.create_default_context(cafile=args.ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise CommandError(f"cannot load the CA file {args.ca!r}: {exc}", EXIT_USAGE) from None
+    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
 
 
 def _part_json(part: bytes) -> object:
@@ -253,7 +247,7 @@ def run_echo(args: argparse.Namespace) -> int:
             raise CommandError(f"cannot listen on {host or '*'}:{port}: {exc.strerror or exc}", EXIT_CONNECTION) from None
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                await nursery.start(partial(trio.serve_listeners, server.serve_stream, listeners))
+                await nursery.start(partial(serve_listeners, server.serve_stream, listeners))
                 for listener in listeners:
                     print(f"rstreams: serving relink echo on {listener_url(listener, 'relink', '/' + args.endpoint)}", flush=True)
                 async for _ in signals:

@@ -36,7 +36,7 @@ from typing import NoReturn
 
 import trio
 
-from rstreams.support import Listener, describe_error, with_tls
+from rstreams.support import Listener, describe_error, serve_listeners, with_tls
 
 from ..kit import open_connection
 from ._connection import Connection
@@ -283,7 +283,7 @@ class RelinkServer:
     ) -> NoReturn:
         """Accept connections over TCP (TLS with ``ssl_context``) until cancelled; reports the listeners."""
         listeners = with_tls(await trio.open_tcp_listeners(port, host=host), ssl_context)
-        await trio.serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
+        await serve_listeners(self.serve_stream, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def aclose(self) -> None:
         """Stop admitting connections; let every link's handler finish and shut its link down.
