@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
 
 from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
-from ..kit import ListenerService
+from ..kit import LazyCli, ListenerService
 from ._app import EmpAppServer
 from ._client import FRAMINGS, connect_emp_url
 from ._config import EmpConfig
 
 __all__ = ["BRIDGE"]
 
-
-def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from ._cli import add_serve_arguments
-
-    add_serve_arguments(parser)
+#: Its command-line hooks, in ``_cli`` (imported only when called).
+_CLI = LazyCli(__package__ + "._cli")
 
 
 def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[BridgeService]:
@@ -37,18 +33,6 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     return [ListenerService(server, addresses, context.ssl_context, scheme="emp", secure_scheme="emps")]
 
 
-def _add_commands(subparsers: Any) -> None:
-    from ._cli import add_parser
-
-    add_parser(subparsers)
-
-
-def _error_status(exc: BaseException) -> tuple[int, str] | None:
-    from ._cli import error_status
-
-    return error_status(exc)
-
-
 BRIDGE = Bridge(
     name="emp",
     summary="EMP (Extensible Messaging Protocol): request-response as one-element streams",
@@ -57,8 +41,8 @@ BRIDGE = Bridge(
         Scheme(name="emps", secure=True, form="emps://HOST:PORT[?framing=author]"),
     ),
     connect=connect_emp_url,
-    add_serve_arguments=_add_serve_arguments,
+    add_serve_arguments=_CLI.add_serve_arguments,
     services=_services,
-    add_commands=_add_commands,
-    error_status=_error_status,
+    add_commands=_CLI.add_commands,
+    error_status=_CLI.error_status,
 )

@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
-from ..kit import ListenerService
+from ..kit import LazyCli, ListenerService
 from ._app import EpoxyAppServer
 from ._settings import DEFAULT_SETTINGS
 from ._client import connect_epoxy_url, publish_epoxy_url
@@ -23,11 +22,8 @@ from ._settings import DEFAULT_PORT, DEFAULT_TLS_PORT
 
 __all__ = ["BRIDGE"]
 
-
-def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from ._cli import add_serve_arguments
-
-    add_serve_arguments(parser)
+#: Its command-line hooks, in ``_cli`` (imported only when called).
+_CLI = LazyCli(__package__ + "._cli")
 
 
 def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[BridgeService]:
@@ -39,18 +35,6 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     return [ListenerService(server, addresses, context.ssl_context, scheme="epoxy", secure_scheme="epoxys")]
 
 
-def _add_commands(subparsers: Any) -> None:
-    from ._cli import add_parser
-
-    add_parser(subparsers)
-
-
-def _error_status(exc: BaseException) -> tuple[int, str] | None:
-    from ._cli import error_status
-
-    return error_status(exc)
-
-
 BRIDGE = Bridge(
     name="epoxy",
     summary="Bond Epoxy: an app as the service rstreams.Publishers (Subscribe, Publish)",
@@ -59,9 +43,9 @@ BRIDGE = Bridge(
         Scheme(name="epoxys", secure=True, default_port=DEFAULT_TLS_PORT, form="epoxys://HOST[:PORT]"),
     ),
     connect=connect_epoxy_url,
-    add_serve_arguments=_add_serve_arguments,
+    add_serve_arguments=_CLI.add_serve_arguments,
     services=_services,
-    add_commands=_add_commands,
-    error_status=_error_status,
+    add_commands=_CLI.add_commands,
+    error_status=_CLI.error_status,
     publish=publish_epoxy_url,
 )

@@ -26,6 +26,7 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
   process, and values published into its topics;
 * :class:`MemoryBudget`: the one memory budget of a connection, which
   every buffer takes from (``LinkSettings.max_connection_memory``);
+* :class:`LazyCli`: a bridge's command-line hooks, imported when called;
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
 
@@ -35,6 +36,7 @@ from ._calls import PendingCall, pace_calls
 from ._client import BridgePeer, open_bridge_peer
 from ._config import KiB, LinkSettings, MiB
 from ._connection import MEMORY_BUDGET_EXCEEDED, BridgeConnection, MemoryBudgetExceeded, SansIOMachine, copy_error
+from ._hooks import LazyCli
 from bridges import BridgeError
 from ._inbound import ITEM_COST, InboundQueue
 from ._net import open_connection, open_tcp_stream, start_connection
@@ -54,6 +56,7 @@ __all__ = [
     "ITEM_COST",
     "InboundQueue",
     "KiB",
+    "LazyCli",
     "LinkSettings",
     "ListenerService",
     "MEMORY_BUDGET_EXCEEDED",

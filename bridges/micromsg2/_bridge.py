@@ -11,21 +11,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
-from ..kit import ListenerService
+from ..kit import LazyCli, ListenerService
 from ._broker import BROKER_SETTINGS, MicroMsg2AppServer
 from ._client import connect_mm2_url, publish_mm2_url
 
 __all__ = ["BRIDGE"]
 
-
-def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from ._cli import add_serve_arguments
-
-    add_serve_arguments(parser)
+#: Its command-line hooks, in ``_cli`` (imported only when called).
+_CLI = LazyCli(__package__ + "._cli")
 
 
 def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[BridgeService]:
@@ -37,18 +33,6 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     return [ListenerService(server, addresses, context.ssl_context, scheme="mm2", secure_scheme="mm2s")]
 
 
-def _add_commands(subparsers: Any) -> None:
-    from ._cli import add_parser
-
-    add_parser(subparsers)
-
-
-def _error_status(exc: BaseException) -> tuple[int, str] | None:
-    from ._cli import error_status
-
-    return error_status(exc)
-
-
 BRIDGE = Bridge(
     name="mm2",
     summary="MicroMsg2: a broker for the app's publishers and topics (batch-acks as demand, filters)",
@@ -57,9 +41,9 @@ BRIDGE = Bridge(
         Scheme(name="mm2s", secure=True, form="mm2s://HOST:PORT"),
     ),
     connect=connect_mm2_url,
-    add_serve_arguments=_add_serve_arguments,
+    add_serve_arguments=_CLI.add_serve_arguments,
     services=_services,
-    add_commands=_add_commands,
-    error_status=_error_status,
+    add_commands=_CLI.add_commands,
+    error_status=_CLI.error_status,
     publish=publish_mm2_url,
 )

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
 
 from rstreams.support import Bridge, BridgeService, Scheme, ServeContext
 
-from ..kit import ListenerService
+from ..kit import LazyCli, ListenerService
 from ._app import RelinkAppServer
 from ._client import connect_relink_url
 from ._settings import RelinkSettings
 
 __all__ = ["BRIDGE"]
 
-
-def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from ._cli import add_serve_arguments
-
-    add_serve_arguments(parser)
+#: Its command-line hooks, in ``_cli`` (imported only when called).
+_CLI = LazyCli(__package__ + "._cli")
 
 
 def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[BridgeService]:
@@ -49,18 +45,6 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     ]
 
 
-def _add_commands(subparsers: Any) -> None:
-    from ._cli import add_parser
-
-    add_parser(subparsers)
-
-
-def _error_status(exc: BaseException) -> tuple[int, str] | None:
-    from ._cli import error_status
-
-    return error_status(exc)
-
-
 BRIDGE = Bridge(
     name="relink",
     summary="Relink: a channel is a stream, consumed acknowledgements are demand, links survive reconnection",
@@ -69,8 +53,8 @@ BRIDGE = Bridge(
         Scheme(name="relinks", secure=True, form="relinks://HOST:PORT[/ENDPOINT]"),
     ),
     connect=connect_relink_url,
-    add_serve_arguments=_add_serve_arguments,
+    add_serve_arguments=_CLI.add_serve_arguments,
     services=_services,
-    add_commands=_add_commands,
-    error_status=_error_status,
+    add_commands=_CLI.add_commands,
+    error_status=_CLI.error_status,
 )
