@@ -180,7 +180,8 @@ class Session(Peer):
         self._streams_share = self._half_budget * 3 // 4
         # Elements our subscriptions hold for the application (inbound).
         self.held_elements = HeldElements()
-        # What the writer holds: taken from the queues and not yet written.
+        # What the writer holds: taken from the queues and not yet written
+        # (non-zero exactly while a write is under way).
         self._writer_held = 0
         # Publishers that wait for the connection's outbound half to have
         # room (their own queue is not full and they have demand), first
@@ -203,7 +204,6 @@ class Session(Peer):
         self._room_waiters: set[PublicationHandle] = set()
         self._writer_wakeup = trio.Event()
         self._writer_idle: trio.Event | None = None
-        self._writing = False
         # Plain TCP: reads and writes straight on the socket (_direct_socket).
         # Sending without the writer happens only while it is parked with
         # nothing in hand; what the socket did not take waits in _unsent, and
@@ -565,7 +565,7 @@ class Session(Peer):
 
     async def _wait_drained(self) -> None:
         while (
-            self._conn.has_data_to_send or self._writing or self._unsent is not None
+            self._conn.has_data_to_send or self._writer_held or self._unsent is not None
         ) and not self._writer_done.is_set():
             idle = self._writer_idle = trio.Event()
             self._wake_writer()
@@ -616,10 +616,8 @@ class Session(Peer):
                     if not buffers:
                         continue
                     size = sum(map(len, buffers))
-                    self._writing = True
-                    self._writer_held = size
+                    self._writer_held = size  # (non-zero while a write is under way)
                     await direct.send_buffers(buffers)
-                    self._writing = False
                     self._written()
                     self._bytes_out += size
                     bulk = size >= write_size
@@ -628,10 +626,8 @@ class Session(Peer):
                     data = self._collect()
                     if not data:
                         continue
-                self._writing = True
                 self._writer_held = len(data)
                 await stream.send_all(data)
-                self._writing = False
                 self._written()
                 self._bytes_out += len(data)
                 bulk = len(data) >= write_size
@@ -644,7 +640,6 @@ class Session(Peer):
                 await self._reader_done.wait()
             self._request_close(_CloseKind.LOST, f"connection lost while writing: {describe_error(exc)}", exc)
         finally:
-            self._writing = False
             self._writer_held = 0
             self._writer_done.set()
             self._note_write_progress()
@@ -968,7 +963,7 @@ class Session(Peer):
         if self._close_kind is not None:
             conn.fail(subscriber, "session closing")
             return
-        streams_cost = (len(self._publications) + len(self._subscriptions) + 1) * STREAM_MEMORY_COST
+        streams_cost = (len(self._publications) + len(self._subscriptions) + 1) * STREAM_MEMORY_COST  # with this one
         if streams_cost > self._streams_share:
             # Each open stream is charged against the outbound half; the
             # streams may take three quarters of it, so that data always
