@@ -90,7 +90,12 @@ def test_budget_accounting_never_negative_never_over_and_in_order(limit: int, sc
                     else:
                         budget.take_nowait(size)
                         used += size
-                elif op == "wait" and size <= limit:
+                elif op == "wait" and size > limit:
+                    # It can never fit: refused at once, never queued (the
+                    # bound only keeps a broken budget from hanging the test).
+                    with trio.fail_after(10), pytest.raises(ValueError):
+                        await budget.take(size)
+                elif op == "wait":
                     if not queue and used + size <= limit:
                         used += size
                         expected.append(number)
@@ -116,7 +121,7 @@ def test_budget_accounting_never_negative_never_over_and_in_order(limit: int, sc
                     model_wake()
                 await trio.testing.wait_all_tasks_blocked()
                 assert budget.used == used >= 0
-                assert used <= limit + charged  # over the limit only by what charge() counted
+                assert budget.used <= limit + charged  # over the limit only by what charge() counted
                 # Served exactly when the model serves them: in arrival order,
                 # the head first (within one wake-up, trio runs the woken
                 # tasks in any order, so each step compares sets).

@@ -143,15 +143,19 @@ async def test_parts_within_the_half_are_joined_on_many_streams() -> None:
                 await peer.send(*(OnNextPart(subscriber=subscriber, element=0, data=part) for _ in range(3)))
             for subscriber in ids:
                 await peer.send(OnNextLastPart(subscriber=subscriber, element=0, data=b"end"))
-            echoed = 0
-            joined = 0
-            while echoed < streams:
+            # The echo sends each joined element back on our subscription
+            # (Ids 1..streams), in parts of its own: join them again here.
+            pieces: dict[int, list[bytes]] = {}
+            joined: dict[int, bytes] = {}
+            while len(joined) < streams:
                 message = await peer.receive()
-                if isinstance(message, OnNextLastPart):
-                    echoed += 1
-                    joined += 1
                 assert not isinstance(message, (Goodbye, OnError)), message
-            assert joined == streams
+                if isinstance(message, OnNextPart):
+                    pieces.setdefault(message.subscriber, []).append(bytes(message.data))
+                elif isinstance(message, OnNextLastPart):
+                    assert message.subscriber not in joined, message.subscriber
+                    joined[message.subscriber] = b"".join(pieces.pop(message.subscriber, [])) + bytes(message.data)
+            assert joined == {subscriber: part * 3 + b"end" for subscriber in range(1, streams + 1)}
 
 
 async def test_a_peer_that_never_reads_fills_the_outbound_half_and_loses_nothing() -> None:
