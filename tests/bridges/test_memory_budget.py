@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import examples.demo
 import rstreams
+import rstreams.demo
 from bridges.emp import Connection, Data, EmpAppServer, EmpConfig, Error, ErrorCode, Hello, RequestResponse, encode
 from bridges.kit import MEMORY_BUDGET_EXCEEDED, LinkSettings, MemoryBudget, MiB
 
@@ -90,7 +91,12 @@ def test_budget_accounting_never_negative_never_over_and_in_order(limit: int, sc
                     else:
                         budget.take_nowait(size)
                         used += size
-                elif op == "wait" and size <= limit:
+                elif op == "wait" and size > limit:
+                    # It can never fit: refused at once, never queued (the
+                    # bound only keeps a broken budget from hanging the test).
+                    with trio.fail_after(10), pytest.raises(ValueError):
+                        await budget.take(size)
+                elif op == "wait":
                     if not queue and used + size <= limit:
                         used += size
                         expected.append(number)
@@ -116,7 +122,7 @@ def test_budget_accounting_never_negative_never_over_and_in_order(limit: int, sc
                     model_wake()
                 await trio.testing.wait_all_tasks_blocked()
                 assert budget.used == used >= 0
-                assert used <= limit + charged  # over the limit only by what charge() counted
+                assert budget.used <= limit + charged  # over the limit only by what charge() counted
                 # Served exactly when the model serves them: in arrival order,
                 # the head first (within one wake-up, trio runs the woken
                 # tasks in any order, so each step compares sets).
@@ -719,3 +725,76 @@ def test_relink_link_counts_the_bytes_it_keeps_until_consumed(steps: list[tuple[
                 unconsumed[event.channel] += 1
         kept = sum(len(part) for state in link.outgoing.values() for message in state.buffered for part in message)
         assert link.unacknowledged_bytes == kept >= 0
+
+
+# ---- responses in flight stop the reading of requests -----------------------------
+
+
+async def _wait_until_stuck(value: Any) -> None:
+    """Until ``value()`` stops changing with every task blocked."""
+    previous: object = None
+    unchanged = 0
+    while unchanged < 5:
+        await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+        current = value()
+        unchanged = unchanged + 1 if current == previous else 0
+        previous = current
+
+
+async def test_emp_responses_in_flight_count_against_the_budget_and_stop_the_reading_of_requests(
+    raw_pair: Any,
+) -> None:
+    # A client that sends many requests and never reads, over a lockstep
+    # stream (a write waits until the other side reads it: no socket
+    # buffers to fill first). Its responses, built and waiting to be
+    # written, fill the server connection's budget; then the server must
+    # stop reading requests, leaving them unread with the client, instead
+    # of parsing them all and building ever more responses.
+    size = 256 * 1024
+    n = 100
+    config = EmpConfig(max_connection_memory=4 * MiB, keepalive_interval=None)
+    server = EmpAppServer(rstreams.demo.app, config=config)
+    ours, peer = raw_pair(lockstep=True)
+    requests = [
+        encode(Data(body=f"blob?count=1&size={size}".encode(), extensions=(RequestResponse(request_id=i, is_request=True),)))
+        for i in range(1, n + 1)
+    ]
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve_stream, ours)
+            await peer.send(Hello())
+            assert await peer.receive() == Hello()
+            (connection,) = server.connections
+            sent = 0
+
+            async def send_requests() -> None:
+                nonlocal sent
+                for request in requests:
+                    await peer.stream.send_all(request)
+                    sent += 1
+
+            nursery.start_soon(send_requests)
+            await _wait_until_stuck(lambda: (connection.bytes_received, connection.budget.used, sent))
+            budget = connection.budget
+            # Within the budget, and no room left for input: what is used and
+            # what the responses being built wait for (they come first) fill it.
+            assert 0 < budget.used <= budget.limit, budget.statistics()
+            assert budget.statistics().waiting and budget.room == 0, budget.statistics()
+            assert connection._paused  # by the budget: the reader waits for room
+            # The later requests are still with the client, unread.
+            assert connection.bytes_received < len(encode(Hello())) + sum(len(request) for request in requests)
+            assert sent < n // 2, sent
+            # Now the client reads: every response, each the element it asked for.
+            answered: dict[int, Any] = {}
+            while len(answered) < n:
+                response = await peer.receive()
+                assert isinstance(response, Data), response
+                assert response.request_response is not None and not response.request_response.is_request
+                request_id = response.request_response.request_id
+                assert request_id not in answered
+                answered[request_id] = msgpack.unpackb(response.body)
+            assert sent == n
+            element = bytes(j % 256 for j in range(size))  # blob: byte j of element 0 is j % 256
+            assert answered == {i: {"elements": [element]} for i in range(1, n + 1)}
+            assert not connection.ended
+            nursery.cancel_scope.cancel()
