@@ -93,9 +93,7 @@ class StreamFeed:
         self.name = receiver.name
         self.id = stream_id
         self.context: Any = None
-        # A Subscription knows whether its window adapts; a fetch's collector
-        # asks for a fixed count.
-        self.adaptive: bool = getattr(receiver, "_adaptive", False)
+        self.adaptive = receiver.adaptive
         self._receiver = receiver
         self._peer = peer
         self._demand = demand

@@ -603,6 +603,12 @@ class Subscription(_OneWaiter):
         """The publisher's announced fixed element size (0: variable)."""
         return self._element_size
 
+    @property
+    def adaptive(self) -> bool:
+        """True when opened with no ``prefetch``: the demand window adapts
+        to the consumer (a bridge's peer sizes its protocol's window by it)."""
+        return self._adaptive
+
     def statistics(self) -> SubscriptionStatistics:
         """A snapshot of this subscription."""
         if self._cancelled:
@@ -659,6 +665,9 @@ class StreamReceiver(Protocol):
     subscriber: int | None
     _subscribed: bool
 
+    @property
+    def adaptive(self) -> bool: ...
+
     def _on_subscribed(self, element_size: int) -> None: ...
 
     def _on_elements(self, batch: ElementBatch) -> None: ...
@@ -685,6 +694,9 @@ class _Fetch(_OneWaiter):
     chunks, no demand window, no codec until the end)."""
 
     __slots__ = ("name", "subscriber", "_limit", "_batches", "_received", "_subscribed", "_ended", "_error")
+
+    #: A fetch asks for a fixed count.
+    adaptive = False
 
     def __init__(self, name: str, limit: int) -> None:
         super().__init__()
