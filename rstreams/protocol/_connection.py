@@ -1151,6 +1151,15 @@ class Connection:
             error = RemoteProtocolError if event.value.startswith("receive") else LocalProtocolError
             raise error(f"cannot {event.value} on publication {publication.subscriber} in state {publication.state.name}") from None
 
+    def _enter_sending(self, publication: Publication) -> None:
+        # The table's SEND_ELEMENTS step, looked up directly (once per batch
+        # queued, not per element); a state it does not allow raises.
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
+        if state is None:
+            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
+        publication.state = state  # type: ignore[assignment]
+        self._check_can_send()
+
     def _forget_publication(self, publication: Publication) -> None:
         self._outbound.drop(publication)
         self._outbound.unschedule(publication)
@@ -1209,11 +1218,7 @@ class Connection:
         if not count:
             return
         publication = self._publication(subscriber)
-        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
-        if state is None:
-            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
-        publication.state = state  # type: ignore[assignment]
-        self._check_can_send()
+        self._enter_sending(publication)
         size = publication.element_size
         chunk: list[QueuedElement] | bytes
         if size:
@@ -1259,11 +1264,7 @@ class Connection:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
         if not packed:
             return
-        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
-        if state is None:
-            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
-        publication.state = state  # type: ignore[assignment]
-        self._check_can_send()
+        self._enter_sending(publication)
         count = len(packed) // size
         if not publication.demand.take(count):
             raise LocalProtocolError(
