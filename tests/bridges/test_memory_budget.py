@@ -26,7 +26,7 @@ import pytest
 import trio
 import trio.testing
 from conftest import connect_raw
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import examples.demo
@@ -694,6 +694,7 @@ def test_epoxy_decoder_counts_what_it_holds_of_a_partial_frame(payload: bytes, c
         max_size=30,
     )
 )
+@example(steps=[("send", 0, 10), ("send", 1, 0), ("consume", 0, 1), ("close", 0, 0), ("send", 0, 5), ("send", 1, 2000)])
 def test_relink_link_counts_the_bytes_it_keeps_until_consumed(steps: list[tuple[str, int, int]]) -> None:
     # LinkState.unacknowledged_bytes is what the connection's budget counts
     # of Relink's kept messages: it must always be the bytes of the messages
@@ -707,14 +708,28 @@ def test_relink_link_counts_the_bytes_it_keeps_until_consumed(steps: list[tuple[
     link = pair.listener.link
     assert link is not None
     unconsumed = [0, 0, 0, 0]  # messages the connector received and has not consumed, per channel
+    sent = 0
     for op, channel, value in steps:
+        # A refusal must have its reason (a full window, a closing channel, a
+        # close of a channel that carried nothing): else the test would pass
+        # even if every send were refused and nothing were ever kept.
+        state = link.outgoing.get(channel)
+        if op == "send":
+            allowed = state is None or (not state.closing and len(state.buffered) < 8)
+        elif op == "close":
+            allowed = state is not None and not state.closing
+        else:
+            allowed = True
+        refused = False
         try:
             if op == "send":
                 pair.listener.send_message(channel, [bytes(value)])
+                sent += 1
             elif op == "close":
                 pair.listener.close_channel(channel)
         except LocalProtocolError:
-            pass  # a full window, a closing channel: refused, nothing kept
+            refused = True  # refused, nothing kept
+        assert refused is not allowed, (op, channel)
         if op == "consume" and unconsumed[channel]:
             count = min(value, unconsumed[channel])
             pair.connector.consume(channel, count=count)
@@ -725,6 +740,8 @@ def test_relink_link_counts_the_bytes_it_keeps_until_consumed(steps: list[tuple[
                 unconsumed[event.channel] += 1
         kept = sum(len(part) for state in link.outgoing.values() for message in state.buffered for part in message)
         assert link.unacknowledged_bytes == kept >= 0
+    # Whatever was generated, a run that asked to send on a fresh channel sent.
+    assert sent >= (1 if any(op == "send" for op, _, _ in steps) else 0)
 
 
 # ---- responses in flight stop the reading of requests -----------------------------

@@ -320,3 +320,60 @@ async def test_subscriptions_per_link_are_bounded(nursery: trio.Nursery) -> None
             await link.close_channel(1)  # one ends: room for another
             await link.send(3, [b"range?count=3"])
             assert await everything(link, 3) == [element(n) for n in range(3)]
+
+
+async def test_the_ack_window_grows_with_an_adaptive_subscriber_s_demand(nursery: trio.Nursery) -> None:
+    # An adaptive subscriber (prefetch=None) starts with ADAPTIVE_INITIAL
+    # demand and raises it while it keeps up; the stream's consumed-ack window
+    # must grow with it, or acknowledgements go out every ADAPTIVE_INITIAL
+    # elements however much the subscriber takes at once. The link's own
+    # triggers are out of the way (ack delay and ack window far beyond the
+    # test), and the listener's window is large, so acks go out only from
+    # run_stream: when the stream's ack window is full, or when it took all
+    # that was received. The second says nothing about the window, so only
+    # flushes made while the inbound queue still held messages are judged:
+    # each of those must cover at least the largest batch taken so far (a
+    # batch is at most the demand, and the window is at least the highest
+    # demand seen). The consumer checkpoints per element so the fast producer
+    # keeps the queue non-empty and such flushes happen.
+    _, port = await start(nursery, RelinkSettings(send_window=4096))
+    slow_acks = RelinkSettings(ack_delay=3600.0, ack_window=1_000_000, shutdown_timeout=0.5)
+    taken = acknowledged = largest_batch = 0
+    window_full: list[tuple[int, int]] = []  # (elements the flush covers, largest batch before it)
+    queues = []
+    with trio.fail_after(15):
+        async with connect_relink_url(f"relink://127.0.0.1:{port}?id_size=1", settings=slow_acks) as peer:
+            link = peer.link
+            open_inbound, flush_acks = link.inbound, link.flush_acks
+
+            def inbound(channel: int):  # type: ignore[no-untyped-def]
+                queue = open_inbound(channel)
+                consume = queue.consume
+
+                def counting_consume(count: int = 1) -> None:
+                    nonlocal taken, largest_batch
+                    taken += count
+                    largest_batch = max(largest_batch, count)
+                    consume(count)
+
+                queue.consume = counting_consume  # type: ignore[method-assign]
+                queues.append(queue)
+                return queue
+
+            def counting_flush_acks() -> None:
+                nonlocal acknowledged
+                if queues and len(queues[-1]):
+                    window_full.append((taken - acknowledged, largest_batch))
+                acknowledged = taken
+                flush_acks()
+
+            link.inbound, link.flush_acks = inbound, counting_flush_acks  # type: ignore[method-assign]
+            async with peer.subscribe("range?count=5000", prefetch=None) as numbers:
+                got = []
+                async for raw in numbers:
+                    got.append(int.from_bytes(raw, "big"))
+                    await trio.lowlevel.checkpoint()
+            assert got == list(range(5000))
+    assert largest_batch > rstreams.ADAPTIVE_INITIAL  # the demand grew
+    assert window_full, "no flush with messages still queued: the window was never what sent an ack"
+    assert all(step >= batch for step, batch in window_full), window_full

@@ -1125,3 +1125,47 @@ def test_a_message_code_of_another_type_is_a_protocol_error(pair: ConnectionPair
     connection = pair.client if opened else Connection()
     with pytest.raises(RemoteProtocolError):
         pair.deliver(connection, b"\x92" + code + b"\x01")
+
+
+# ---- remembered Ids -----------------------------------------------------------
+
+
+def test_remember_is_a_bounded_fifo_that_evicts_the_oldest() -> None:
+    from collections import OrderedDict
+
+    from rstreams.protocol._connection import _remember
+
+    ids: OrderedDict[int, None] = OrderedDict()
+    assert _remember(ids, 1, 2) is None
+    assert len(ids) <= 2
+    assert _remember(ids, 2, 2) is None
+    assert len(ids) <= 2
+    assert _remember(ids, 3, 2) == 1
+    assert list(ids) == [2, 3]
+    # Re-adding an Id makes it the newest, so the next eviction takes 3.
+    assert _remember(ids, 2, 2) is None
+    assert list(ids) == [3, 2]
+    assert _remember(ids, 4, 2) == 3
+    assert list(ids) == [2, 4]
+    assert len(ids) <= 2
+
+
+def test_the_oldest_cancelled_id_is_the_one_forgotten() -> None:
+    pair = ConnectionPair(ProtocolLimits(max_remembered_ids=2))
+    pair.send(pair.client)
+    pair.send(pair.server)
+    first, second, third = (pair.open_stream(pair.client, initial_demand=1) for _ in range(3))
+    for subscriber in (first, second, third):
+        pair.client.cancel(subscriber)
+    pair.send(pair.client)
+    # A late terminal for the first is dropped as forgotten (its Id is below
+    # every remembered one); the same message once more is dropped too.
+    assert pair.deliver(pair.client, wire(OnComplete(subscriber=first), OnComplete(subscriber=first))) == []
+    # The third is still remembered as cancelled: its late terminal is dropped
+    # and ends the memory of it ...
+    assert pair.deliver(pair.client, wire(OnComplete(subscriber=third))) == []
+    assert pair.client.state is ConnectionState.OPEN
+    # ... so a second terminal for it is one too many. Had the newest been
+    # evicted instead, the third would count as forgotten and this would pass.
+    error = assert_protocol_error(pair, pair.client, wire(OnComplete(subscriber=third)))
+    assert "unknown subscriber" in str(error)

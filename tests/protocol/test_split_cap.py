@@ -47,15 +47,70 @@ def test_many_streams_of_large_elements_stay_within_the_receivers_budget(sizes: 
         sent[subscriber] = elements
         server.send_elements(subscriber, elements)
     received: dict[int, list[bytes]] = {subscriber: [] for subscriber in ids}
+    wire = bytearray()
     turn = 0
     while server.has_data_to_send:
-        client.receive_data(server.data_to_send(writes[turn % len(writes)]))
+        data = server.data_to_send(writes[turn % len(writes)])
+        wire += data
+        client.receive_data(data)
         turn += 1
         for event in client.events():  # never "memory budget exceeded"
             if isinstance(event, Elements):
                 received[event.subscriber].extend(bytes(element) for element in event.elements)
         assert client.inbound_bytes <= BUDGET // 4 + SMALL_LIMITS.max_element_size
     assert received == sent
+    # The bound above is looser than the sender's own: it would pass a sender
+    # that split up to half the budget at once. What the receiver holds of
+    # elements begun and not finished never exceeds the sender's cap (a
+    # quarter of the budget), or the one element being split if larger.
+    largest = max((len(element) for elements in sent.values() for element in elements), default=0)
+    assert held_of_unfinished_elements(bytes(wire)) <= max(BUDGET // 4, largest)
+
+
+def held_of_unfinished_elements(data: bytes) -> int:
+    """The most bytes of begun, unfinished elements a receiver of ``data`` holds at once."""
+    begun: dict[int, int] = {}
+    most = 0
+    for message in _messages(data):
+        if isinstance(message, (OnNextPart, OnNextLastPart)):
+            # The last part is held too, for a moment, with the others.
+            begun[message.subscriber] = begun.get(message.subscriber, 0) + len(message.data)
+            most = max(most, sum(begun.values()))
+            if isinstance(message, OnNextLastPart):
+                del begun[message.subscriber]
+    return most
+
+
+def _split_order(data: bytes) -> list[tuple[str, int]]:
+    return [(type(message).__name__, message.subscriber) for message in _messages(data) if isinstance(message, (OnNextPart, OnNextLastPart))]
+
+
+def test_two_elements_that_fill_the_cap_exactly_are_split_at_once() -> None:
+    # Cap 10,000 (BUDGET // 4): 5,000 + 5,000 fits, so both begin and their
+    # parts interleave.
+    server, client, ids = pair(2)
+    server.send_elements(ids[0], [b"a" * 5000])
+    server.send_elements(ids[1], [b"b" * 5000])
+    data = bytes(server.data_to_send(1 << 20))
+    order = _split_order(data)
+    assert order.index(("OnNextPart", ids[1])) < order.index(("OnNextLastPart", ids[0]))
+    assert 5000 < held_of_unfinished_elements(data) <= 10_000
+    client.receive_data(data)
+    client.events()
+
+
+def test_two_elements_one_byte_over_the_cap_go_one_after_the_other() -> None:
+    # 5,000 + 5,001 is one byte over the cap: the second waits until the
+    # first's last part is out.
+    server, client, ids = pair(2)
+    server.send_elements(ids[0], [b"a" * 5000])
+    server.send_elements(ids[1], [b"b" * 5001])
+    data = bytes(server.data_to_send(1 << 20))
+    order = _split_order(data)
+    assert order.index(("OnNextLastPart", ids[0])) < order.index(("OnNextPart", ids[1]))
+    assert held_of_unfinished_elements(data) == 5001
+    client.receive_data(data)
+    client.events()
 
 
 def test_a_second_large_element_waits_for_the_first_while_small_ones_go_on() -> None:
