@@ -599,6 +599,50 @@ def run(args: argparse.Namespace) -> None:
     print(f"done in {extra['elapsed']:.0f} s; wrote {args.out}", flush=True)
 
 
+def run_focused(args: argparse.Namespace) -> None:
+    """A few cases, rstreams and pyzmq only, for A/B work on one row: the
+    same servers, workers and interleaving as the full run, but no report
+    and no memory cases. ``latency`` selects the latency case."""
+    keys = {k.strip() for k in args.cases.split(",") if k.strip()}
+    rounds = args.rounds or 3
+    scale = 0.25 if args.quick else 1.0
+    skipped = unavailable_systems()
+    cases = [c for c in make_cases(scale) if c.key in keys]
+    only = ("rstreams", "pyzmq")
+    for case in cases:
+        case.commands = {s: c for s, c in case.commands.items() if s in only and s not in skipped}
+    servers = start_servers(False, {**skipped, "nats": "not in a focused run"})
+    workers = {kind: Worker(kind) for kind in ("rstreams", worker_for("pyzmq"))}
+    latency: dict[str, Any] = {}
+    busy = BusyLoops(args.load) if args.load else None
+    try:
+        if busy is not None:
+            time.sleep(1.0)
+        for round_index in range(rounds):
+            print(f"round {round_index + 1}/{rounds}", flush=True)
+            run_round(cases, round_index, servers, workers, only, {}, "focused")
+            if "latency" in keys:
+                run_latency(round_index, int(2 * LATENCY_RATE * scale), servers, workers, latency)
+    finally:
+        if busy is not None:
+            busy.close()
+        for worker in workers.values():
+            worker.close()
+        for server in servers.values():
+            server.close()
+    for case in cases:
+        s = summary(ratios(case, "rstreams", "pyzmq"))
+        if s:
+            print(f"{case.key:16} rstreams/pyzmq median {s[0]:.2f}x ({s[1]:.2f}x-{s[2]:.2f}x)", flush=True)
+    if latency:
+        p99 = {s: [r["p99"] for r in latency["latency"].get(s, []) if r.get("n")] for s in only}
+        pairs = [a / b for a, b in zip(p99["rstreams"], p99["pyzmq"]) if b]
+        if pairs:
+            print(f"latency p99      rstreams/pyzmq median {statistics.median(pairs):.2f}x"
+                  f" (rstreams {statistics.median(p99['rstreams']):.0f} us, pyzmq {statistics.median(p99['pyzmq']):.0f} us)",
+                  flush=True)
+
+
 def report_again(out: Path) -> None:
     """Write the report of the last run again (after editing bench/NOTES.md,
     which the report carries), from what the run saved; nothing is measured."""
@@ -1074,10 +1118,17 @@ def main() -> None:
         "--report-again", action="store_true",
         help="write the report of the last run again from its saved results (after editing bench/NOTES.md); measures nothing",
     )
+    parser.add_argument(
+        "--cases", default="",
+        help="comma-separated case keys (e.g. rt_64,latency): run only those against pyzmq, print median ratios, write nothing",
+    )
     args = parser.parse_args()
     ensure_environment()
     if args.report_again:
         report_again(Path(args.out))
+        return
+    if args.cases:
+        run_focused(args)
         return
     run(args)
 
