@@ -41,8 +41,8 @@ Polling pays only while this thread has its core to itself. On a machine
 whose cores are busy, a polling process spends its share of the core on
 reads that find nothing, and the scheduler then runs it *late* (behind the
 others on the core) when its data arrives, whereas a process asleep in
-``epoll`` is woken ahead of them: polling there made round trips twice as
-slow as sleeping. The sign is the kernel's count of this thread's
+``epoll`` is woken ahead of them: there polling made round trips slower
+than sleeping (by 40% with both processes on one core; bench/NOTES.md). The sign is the kernel's count of this thread's
 *involuntary* context switches (``getrusage``): it grows only when
 something else took the core while we could have run. So a poll stops the
 moment the count moves, and ``PollBackoff`` holds polling off for a while
