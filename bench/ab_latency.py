@@ -1,0 +1,130 @@
+"""A/B sequential ``fetch`` round trips or the 10,000 el/s latency stream
+between checkouts, with CPU per operation and context switches on both sides.
+
+    python bench/ab_latency.py ROOT rt|lat [--n N] [--server-poll S] [--client-poll S] [--dump FILE]
+
+Starts ``rstreams serve _bench_app:app`` from the checkout at ROOT (a copy of
+another commit's ``rstreams``, ``examples`` and ``bench/_bench_app.py``, say)
+and runs, with ROOT's rstreams: ``rt``, N ``session.fetch("range?count=1",
+1)`` one after another (the ``rt_seq`` row); ``lat``, ``stamps?rate=10000``
+read with ``async for`` at prefetch 256 (the ``latency`` row), N elements.
+Prints one JSON line: the rate (or the percentiles, in µs, and the rate
+held), CPU per operation (µs; the client's from ``process_time``, the
+server's from /proc, in 10 ms ticks: use enough operations) and each side's
+voluntary and involuntary context switches. ``--dump`` writes the stream's
+per-element latencies in arrival order, to find out which elements are
+slow. ``--*-poll`` sets ``busy_poll`` (0 turns polling off).
+
+On a shared machine absolute figures drift from minute to minute: alternate
+runs of the two roots (several each, busy loops beside them for the loaded
+case) and compare medians; issue 19's item 4 was measured this way (see
+NOTES.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+parser = argparse.ArgumentParser()
+parser.add_argument("root")
+parser.add_argument("case", choices=["rt", "lat"])
+parser.add_argument("--n", type=int, default=None)
+parser.add_argument("--server-poll", type=float, default=None)
+parser.add_argument("--client-poll", type=float, default=None)
+parser.add_argument("--dump", default=None)
+args = parser.parse_args()
+root = os.path.abspath(args.root)
+count = args.n or (4000 if args.case == "rt" else 20000)
+sys.path.insert(0, root)
+os.chdir(root)
+
+import rstreams  # noqa: E402  (from ROOT)
+import trio  # noqa: E402
+
+probe = socket.socket()
+probe.bind(("127.0.0.1", 0))
+port = probe.getsockname()[1]
+probe.close()
+argv = [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", os.path.join(root, "bench")]
+argv += ["--tcp", f"127.0.0.1:{port}"]
+if args.server_poll is not None:
+    argv += ["--busy-poll", str(args.server_poll)]
+server = subprocess.Popen(
+    argv, env=dict(os.environ, PYTHONPATH=root), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of ``pid``'s main thread."""
+    found = {}
+    for line in open(f"/proc/{pid}/status"):
+        key, _, value = line.partition(":")
+        if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            found[key] = int(value)
+    return found["voluntary_ctxt_switches"], found["nonvoluntary_ctxt_switches"]
+
+
+async def main() -> None:
+    url = f"tcp://127.0.0.1:{port}"
+    with trio.fail_after(10):
+        while True:
+            try:
+                async with rstreams.open_session(url):
+                    break
+            except OSError:
+                await trio.sleep(0.05)
+    config = rstreams.SessionConfig() if args.client_poll is None else rstreams.SessionConfig(busy_poll=args.client_poll)
+    async with rstreams.open_session(url, config=config) as session:
+        server_cpu, client_cpu, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
+        server_switches, client_switches = switches(server.pid), switches(os.getpid())
+        out: dict[str, Any] = {}
+        if args.case == "rt":
+            for _ in range(count):
+                await session.fetch("range?count=1", 1)
+            out["rt_s"] = round(count / (time.perf_counter() - start))
+        else:
+            latencies: list[float] = []
+            clock = time.perf_counter_ns
+            first = last = 0
+            async with session.subscribe(f"stamps?rate=10000&count={count}", prefetch=256) as subscription:
+                async for element in subscription:
+                    last = clock()
+                    stamp = int.from_bytes(element, "big")
+                    if not latencies:
+                        first = stamp
+                    latencies.append((last - stamp) / 1000.0)
+            ordered = sorted(latencies)
+
+            def at(q: float) -> int:
+                return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+            out.update(p50=at(0.5), p99=at(0.99), p999=at(0.999), max=round(ordered[-1]))
+            out["rate"] = round((len(latencies) - 1) / ((last - first) / 1e9))
+            if args.dump:
+                with open(args.dump, "w") as file:
+                    json.dump(latencies, file)
+        out["client_cpu_us"] = round((time.process_time() - client_cpu) / count * 1e6, 1)
+        out["server_cpu_us"] = round((cpu_seconds(server.pid) - server_cpu) / count * 1e6, 1)
+        now_server, now_client = switches(server.pid), switches(os.getpid())
+        out["server_switches"] = [now_server[0] - server_switches[0], now_server[1] - server_switches[1]]
+        out["client_switches"] = [now_client[0] - client_switches[0], now_client[1] - client_switches[1]]
+        print(json.dumps(out), flush=True)
+
+
+try:
+    trio.run(main)
+finally:
+    server.terminate()
+    server.wait()
