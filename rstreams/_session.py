@@ -100,6 +100,14 @@ _WRITE_ERROR_GRACE = 1.0
 _KEEPALIVE_EVENTS = (Ping, Pong)
 
 
+# About how many bytes of split parts one gathered write (plain TCP) carries
+# as views of their elements: no memory beyond the elements, which count
+# against the outbound half while queued and while the writer holds them,
+# and fewer, larger writes cost the sender and the receiver fewer wake-ups
+# (1 MiB elements: +33% MB/s against writes of write_size).
+_GATHERED_WRITE_SIZE = 1024 * 1024
+
+
 class _CloseKind(enum.Enum):
     LOCAL = "local"  # aclose(): drain, goodbye, wait for the peer's goodbye
     PEER_GOODBYE = "peer goodbye"  # answer goodbye and close
@@ -537,7 +545,7 @@ class Session(Peer):
     def _collect_buffers(self) -> list[bytearray | memoryview]:
         """As ``_collect``, as buffers for a gathering write (plain TCP):
         large split parts are views of their elements, not copies."""
-        buffers = self._conn.buffers_to_send(self.config.write_size)
+        buffers = self._conn.buffers_to_send(self.config.write_size, _GATHERED_WRITE_SIZE)
         self._collected(buffers)
         return buffers
 

@@ -1392,13 +1392,19 @@ class Connection:
         self._after_taking()
         return data
 
-    def buffers_to_send(self, max_bytes: int = DEFAULT_WRITE_SIZE) -> list[bytearray | memoryview]:
+    def buffers_to_send(
+        self, max_bytes: int = DEFAULT_WRITE_SIZE, max_gathered: int | None = None
+    ) -> list[bytearray | memoryview]:
         """As :meth:`data_to_send`, the same bytes in the same order, as a
         list of buffers for a gathering write (``socket.sendmsg``): a large
         split part is a view of its element instead of a copy. Empty when
         nothing waits. The caller owns the buffers; write them in order.
+
+        ``max_gathered`` (default ``max_bytes``): about how many bytes of
+        such views one call may hand out; they hold no memory but their
+        elements', so a gathered write may be larger than ``max_bytes``.
         """
-        buffers = self._outbound.buffers_to_send(max_bytes)
+        buffers = self._outbound.buffers_to_send(max_bytes, max_gathered)
         self._after_taking()
         return buffers
 
