@@ -316,6 +316,7 @@ class Connection:
         # in a reassembler's buffer where the payload goes, with their
         # offsets there, oldest first (see buffers_received).
         self._offered: list[memoryview | bytearray] | None = None
+        self._offered_to: Reassembler | None = None  # whose buffer they are
         self._placed: deque[tuple[memoryview, int]] = deque()
         self._last_fed: memoryview | None = None  # the Unpacker's last feed
         self._deferred_error: RemoteProtocolError | None = None
@@ -440,6 +441,7 @@ class Connection:
                 position += payload
         buffers.append(bytearray(_AFTER_PARTS_SIZE))
         self._offered = buffers
+        self._offered_to = subscription.reassembler
         return buffers
 
     def buffers_received(self, nbytes: int) -> None:
@@ -452,18 +454,22 @@ class Connection:
         everything received is copied out, as if it had been received
         as bytes.
         """
-        buffers = self._offered
-        if buffers is None:
-            raise LocalProtocolError("buffers_received without receive_buffers")
-        self._offered = None
+        buffers, reassembler = self._offered, self._offered_to
+        self._offered = self._offered_to = None
         if self._state in _DEAF_STATES or not nbytes:
             return
+        if buffers is None:
+            raise LocalProtocolError("buffers_received without receive_buffers")
         subscription = self._part_subscription
-        assert subscription is not None and subscription.reassembler is not None
         waiting = self._waiting
         placed = self._placed
         placed.clear()  # (anything left there was taken another way)
-        offset = subscription.reassembler.filled
+        if subscription is None or subscription.reassembler is not reassembler or reassembler is None:
+            # The stream was cancelled (or ended) during the read: its part
+            # is skipped as usual, so the bytes go to the parser as bytes.
+            waiting.append(memoryview(b"".join(_filled_part(buffers, nbytes))))
+            return
+        offset = reassembler.filled
         first = buffers[0]
         assert isinstance(first, memoryview)
         taken = len(first) if nbytes >= len(first) else nbytes
@@ -494,14 +500,7 @@ class Connection:
         if nbytes:
             # Not the part expected (or what follows the last one): bytes,
             # as a plain read would have given them.
-            rest = []
-            for buffer in buffers[index:]:
-                taken = len(buffer) if nbytes >= len(buffer) else nbytes
-                rest.append(buffer[:taken])
-                nbytes -= taken
-                if not nbytes:
-                    break
-            waiting.append(memoryview(b"".join(rest)))
+            waiting.append(memoryview(b"".join(_filled_part(buffers[index:], nbytes))))
 
     def _continues(self, slot: bytearray, payload: int) -> bool:
         """Whether a header slot of receive_buffers holds the header of the
@@ -587,7 +586,7 @@ class Connection:
         self._waiting.clear()
         self._part_subscription = self._last_fed = None
         self._part_left = 0
-        self._offered = None
+        self._offered = self._offered_to = None
         self._placed.clear()
         self._held = None
         if not self._goodbye_sent:
@@ -1627,6 +1626,18 @@ class Connection:
         )
 
 
+
+
+def _filled_part(buffers: list[memoryview | bytearray], nbytes: int) -> list[memoryview | bytearray]:
+    """The first ``nbytes`` of ``buffers`` (as a read fills them), as views."""
+    filled: list[memoryview | bytearray] = []
+    for buffer in buffers:
+        if not nbytes:
+            break
+        taken = len(buffer) if nbytes >= len(buffer) else nbytes
+        filled.append(memoryview(buffer)[:taken])
+        nbytes -= taken
+    return filled
 
 
 def _first_bytes(waiting: deque[memoryview], count: int) -> bytes:

@@ -138,6 +138,28 @@ def test_a_split_element_is_received_in_its_buffer_and_handed_out_as_a_view_of_i
     assert client.inbound_bytes == 0
 
 
+def test_a_stream_cancelled_during_the_read_skips_its_part_and_the_rest_parses() -> None:
+    # The application cancels while the read into the element's buffer is
+    # under way: what arrived is parsed as bytes (the part skipped), and
+    # the other stream's element behind it arrives.
+    client, opening = opened_client(2, copy=False)
+    events, error, _ = feed(client, opening + split(1, 0, payload(1, 0, 300_000)), [], into=True)
+    assert error is None
+    wire = split(1, 1, payload(1, 1, 300_000)) + split(2, 0, payload(2, 0, 100_000))
+    client.receive_data(wire[:1000])
+    assert client.events() == []
+    buffers = client.receive_buffers(1 << 20)
+    assert buffers
+    client.cancel(1)
+    rest = wire[1000:]
+    size = min(len(rest), sum(map(len, buffers)))
+    fill(buffers, rest[:size])
+    client.buffers_received(size)
+    client.receive_data(rest[size:])
+    assert elements_by_stream(client.events()) == {2: [payload(2, 0, 100_000)]}
+    assert client.inbound_bytes == 0
+
+
 def test_elements_sent_whole_stay_bytes() -> None:
     client, opening = opened_client(1, copy=False)
     events, error, _ = feed(client, opening + encode(OnNext(subscriber=1, element=b"small")), [], into=True)
