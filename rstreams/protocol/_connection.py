@@ -311,6 +311,7 @@ class Connection:
         # a stream joined into one buffer most likely has the same ids and
         # size (see receive_buffers).
         self._part_ids = b""
+        self._part_element = 0
         self._part_size = 0
         # The buffers receive_buffers handed out, and the reads that landed
         # in a reassembler's buffer where the payload goes, with their
@@ -318,6 +319,10 @@ class Connection:
         self._offered: list[memoryview | bytearray] | None = None
         self._offered_to: Reassembler | None = None  # whose buffer they are
         self._placed: deque[tuple[memoryview, int]] = deque()
+        # The header slots buffers_received found to hold the expected
+        # header, with that header as read_part_header reads it (their
+        # bytes were compared with its encoding), oldest first.
+        self._slot_headers: deque[tuple[memoryview, PartHeader]] = deque()
         self._last_fed: memoryview | None = None  # the Unpacker's last feed
         self._deferred_error: RemoteProtocolError | None = None
         # A request or cancel held back to the next events() call, because the
@@ -464,6 +469,8 @@ class Connection:
         waiting = self._waiting
         placed = self._placed
         placed.clear()  # (anything left there was taken another way)
+        slot_headers = self._slot_headers
+        slot_headers.clear()
         if subscription is None or subscription.reassembler is not reassembler or reassembler is None:
             # The stream was cancelled (or ended) during the read: its part
             # is skipped as usual, so the bytes go to the parser as bytes.
@@ -485,7 +492,12 @@ class Connection:
             assert isinstance(slot, bytearray)  # (receive_buffers' header slot)
             if nbytes < len(slot) or not self._continues(slot, len(region)):
                 break
-            waiting.append(memoryview(bytes(slot)))
+            header_view = memoryview(bytes(slot))
+            waiting.append(header_view)
+            last = slot[1] == _LAST_PART_CODE
+            slot_headers.append(
+                (header_view, PartHeader(len(slot), last, subscription.subscriber, self._part_element, len(region)))
+            )
             nbytes -= len(slot)
             taken = len(region) if nbytes >= len(region) else nbytes
             if taken:
@@ -495,7 +507,7 @@ class Connection:
                 offset += taken
             nbytes -= taken
             index += 2
-            if slot[1] == _LAST_PART_CODE:
+            if last:
                 break  # (what follows is another element's, or another message)
         if nbytes:
             # Not the part expected (or what follows the last one): bytes,
@@ -588,6 +600,7 @@ class Connection:
         self._part_left = 0
         self._offered = self._offered_to = None
         self._placed.clear()
+        self._slot_headers.clear()
         self._held = None
         if not self._goodbye_sent:
             self._goodbye_sent = True
@@ -815,8 +828,16 @@ class Connection:
             front = waiting[0]
             if front[0] != FIXARRAY_4:
                 return _NEXT_FOR_UNPACKER
-            first: bytes | memoryview
-            if len(front) > MAX_PART_HEADER_SIZE:
+            first: bytes | memoryview = front
+            header: PartHeader | None
+            slot_headers = self._slot_headers
+            from_slot = bool(slot_headers) and slot_headers[0][0] is front
+            if from_slot:
+                # A header slot of buffers_received, read there already (the
+                # next part of the same element: same ids).
+                header = slot_headers.popleft()[1]
+                waiting.popleft()
+            elif len(front) > MAX_PART_HEADER_SIZE:
                 first = front[:MAX_PART_HEADER_SIZE]
                 header = read_part_header(first, max_message_size)
                 if header is None:
@@ -836,7 +857,9 @@ class Connection:
             self._part_last = header.last
             self._part_left = header.size
             if self._part_subscription is not None and not self._part_subscription.copy:
-                self._part_ids = part_header_ids(first)
+                if not from_slot:
+                    self._part_ids = part_header_ids(first)
+                self._part_element = header.element
                 self._part_size = header.size
 
     def _ends_pending_stream(self, message: Any) -> bool:
@@ -1167,6 +1190,7 @@ class Connection:
         being trimmed, so they lose their in-place mark (they are copied
         into place instead, which gives the same bytes)."""
         self._placed.clear()
+        self._slot_headers.clear()
         for sub in self._subscriptions.values():
             reassembler = sub.reassembler
             if reassembler is not None:
