@@ -307,9 +307,10 @@ class Connection:
         self._part_subscription: _Subscription | None = None
         self._part_last = False
         self._part_left = 0
-        # That part's ids as encoded, and its payload size: the next part of
-        # a stream joined into one buffer most likely has the same ids and
-        # size (see receive_buffers).
+        # That part's ids as encoded, its element Id, and its payload size
+        # (copy=False streams only): the next part of a stream joined into
+        # one buffer most likely has the same ids and size (see
+        # receive_buffers).
         self._part_ids = b""
         self._part_element = 0
         self._part_size = 0

@@ -100,7 +100,18 @@ class Reassembler:
     part received whole.
     """
 
-    __slots__ = ("_limit", "_element", "_pieces", "_size", "_held", "_last_buffer", "into_buffer", "_buffer", "_filled", "_expected")
+    __slots__ = (
+        "_limit",
+        "_element",
+        "_pieces",
+        "_size",
+        "_held",
+        "_last_buffer",
+        "into_buffer",
+        "_buffer",
+        "_filled",
+        "_expected",
+    )
 
     def __init__(self, limit: int, *, into_buffer: bool = False) -> None:
         self._limit = limit
