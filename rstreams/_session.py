@@ -107,6 +107,7 @@ _KEEPALIVE_EVENTS = (Ping, Pong)
 # (1 MiB elements: +33% MB/s against writes of write_size).
 _GATHERED_WRITE_SIZE = 1024 * 1024
 
+
 class _CloseKind(enum.Enum):
     LOCAL = "local"  # aclose(): drain, goodbye, wait for the peer's goodbye
     PEER_GOODBYE = "peer goodbye"  # answer goodbye and close
