@@ -28,14 +28,18 @@ WS_URL = "ws://127.0.0.1:{port}/"
 
 
 async def rstreams_stream(
-    port: int, name: str, prefetch: int | None = None, mode: str = "batches", scheme: str = "tcp"
+    port: int, name: str, prefetch: int | None = None, mode: str = "batches", scheme: str = "tcp", copy: bool = True
 ) -> dict[str, Any]:
     """Read ``name``: ``batches`` with ``sub.batches()``, ``each`` with
-    ``async for``; ``prefetch`` None leaves the subscription's default."""
+    ``async for``; ``prefetch`` None leaves the subscription's default;
+    ``copy=False`` subscribes with it (large elements as read-only views of
+    the buffers they were received into, as pyzmq's ``copy=False``)."""
     import rstreams
 
     elements = nbytes = 0
-    options = {} if prefetch is None else {"prefetch": prefetch}
+    options: dict[str, Any] = {} if prefetch is None else {"prefetch": prefetch}
+    if not copy:
+        options["copy"] = False
     async with rstreams.open_session((WS_URL if scheme == "ws" else URL).format(port=port)) as session:
         start = time.perf_counter()
         async with session.subscribe(name, **options) as subscription:

@@ -1,13 +1,14 @@
 """A/B one stream read from the demo's ``blob``, with CPU per element on both sides.
 
-    python bench/ab_stream.py ROOT each|batches COUNT SIZE [PREFETCH]
+    python bench/ab_stream.py ROOT each|batches COUNT SIZE [PREFETCH] [nocopy]
 
 Starts ``rstreams serve examples.demo:app`` from the checkout at ROOT (a copy
 of another commit's ``rstreams`` and ``examples``, say), reads
 ``blob?count=COUNT&size=SIZE`` with ``async for`` or ``batches()`` using
 ROOT's rstreams, and prints one JSON line: MB/s, the client's CPU per
 element (process time) and the server's (from /proc, so in 10 ms ticks:
-use enough elements). Interleave runs of two roots for an A/B; issue 19's
+use enough elements). ``nocopy`` subscribes with ``copy=False`` (large
+elements as read-only memoryviews; ROOT must have it). Interleave runs of two roots for an A/B; issue 19's
 item 3 was measured this way (see NOTES.md).
 """
 
@@ -22,6 +23,7 @@ import time
 
 root, mode, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 prefetch = int(sys.argv[5]) if len(sys.argv) > 5 else None
+copy = not (len(sys.argv) > 6 and sys.argv[6] == "nocopy")
 sys.path.insert(0, root)
 os.chdir(root)
 
@@ -54,7 +56,9 @@ async def main() -> None:
                     break
             except OSError:
                 await trio.sleep(0.05)
-    options = {} if prefetch is None else {"prefetch": prefetch}
+    options: dict[str, object] = {} if prefetch is None else {"prefetch": prefetch}
+    if not copy:
+        options["copy"] = False
     elements = nbytes = 0
     async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as session:
         server_start, client_start, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()

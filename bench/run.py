@@ -304,7 +304,8 @@ def throughput_case(
     """One stream read by each system in ``counts``: rstreams with
     ``mode`` (``batches`` or ``each``) and ``prefetch`` (None: the default);
     rsocket-py with the same demand window; pyzmq and NATS one message per
-    element (pyzmq with ``copy=False`` above 64 KiB)."""
+    element (pyzmq with ``copy=False`` above 64 KiB, and rstreams too: its
+    ``subscribe(..., copy=False)`` for elements split into parts)."""
     commands: dict[str, dict[str, Any]] = {}
     for system, count in counts.items():
         if system in ("rsocket", "pyzmq", "nats") and name.startswith("range"):
@@ -320,6 +321,8 @@ def throughput_case(
                 command["prefetch"] = prefetch
             if mode != "batches":
                 command["mode"] = mode
+            if size > 65536:
+                command["copy"] = False
         elif system == "rsocket":
             command["prefetch"] = prefetch or 32
         commands[system] = command

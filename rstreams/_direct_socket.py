@@ -53,7 +53,10 @@ Large elements are written without copying them: ``send_buffers`` takes the
 list ``Connection.buffers_to_send`` returns (the bytes around each large
 split part, and views of the parts themselves) and writes it with one
 gathering ``writev`` per wake-up, as ``send_all`` would write their
-concatenation.
+concatenation. The other way, ``receive_into`` reads with one scattering
+``readv`` into the buffers ``Connection.receive_buffers`` offers (the rest
+of a large element of a ``copy=False`` stream, in the buffer it is handed
+over in).
 
 Only plain TCP streams qualify: TLS and WebSocket frame what they send and
 receive, and always go through trio's streams. A write to a connection the
@@ -123,6 +126,25 @@ class PollBackoff:
     def poll_ended(self) -> None:
         """A poll ran to its end (data or window over) without contention."""
         self.hold = max(self.hold / 2, self.shortest_hold)
+
+
+def written_through(pending: list[bytearray | memoryview], first: int, sent: int) -> int:
+    """A gathering write took ``sent`` bytes of ``pending[first:]``: return
+    the index of the first buffer not written whole, after cutting what was
+    written off its front (``pending`` is changed in place; empty buffers
+    at the front are passed over). The one piece of bookkeeping a partial
+    ``writev`` needs, kept apart so that it can be tested alone."""
+    while sent:
+        length = len(pending[first])
+        if sent >= length:
+            sent -= length
+            first += 1
+        else:
+            pending[first] = memoryview(pending[first])[sent:]
+            sent = 0
+    while first < len(pending) and not len(pending[first]):
+        first += 1
+    return first
 
 
 class _PollSlot:
@@ -204,17 +226,47 @@ class DirectSocket:
                 if exc.errno in _CLOSED_ERRNOS:
                     raise trio.ClosedResourceError("this socket was already closed") from None
                 raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-            while sent:
-                length = len(pending[first])
-                if sent >= length:
-                    sent -= length
-                    first += 1
-                else:
-                    pending[first] = memoryview(pending[first])[sent:]
-                    sent = 0
-            while first < len(pending) and not len(pending[first]):
-                first += 1  # (an empty buffer left at the front)
+            first = written_through(pending, first, sent)
         await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def receive_into(self, buffers: list[memoryview | bytearray]) -> int:
+        """As ``receive_some``, into ``buffers`` (filled in order, by one
+        scattering ``readv``) instead of new bytes: how many bytes were
+        received, 0 at end of stream. Reading stops at the socket's
+        data, so the buffers may be filled only in part. Never polls: it
+        is for the rest of a large element, which is already arriving."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._read_at_once:
+            received = self._read_into(buffers)
+            if received is not None:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return received
+        while True:
+            if self._socket.fileno() < 0:
+                raise trio.ClosedResourceError("this socket was already closed")
+            await trio.lowlevel.wait_readable(self._socket)
+            received = self._read_into(buffers)
+            if received is not None:
+                return received
+
+    def _read_into(self, buffers: list[memoryview | bytearray]) -> int | None:
+        fd = self._socket.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("this socket was already closed")
+        if len(buffers) > _MAX_BUFFERS:
+            buffers = buffers[:_MAX_BUFFERS]
+        try:
+            received = os.readv(fd, buffers)
+        except BlockingIOError:
+            self._read_at_once = False
+            return None
+        except OSError as exc:
+            if exc.errno in _CLOSED_ERRNOS:
+                raise trio.ClosedResourceError("this socket was already closed") from None
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        # As _read: a read that filled every buffer suggests more is waiting.
+        self._read_at_once = received >= sum(map(len, buffers))
+        return received
 
     async def receive_some(self, max_bytes: int, *, poll_for: float = 0.0) -> bytes:
         """As ``trio.SocketStream.receive_some``: up to ``max_bytes``, b"" at

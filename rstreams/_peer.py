@@ -45,7 +45,9 @@ class Peer(trio.abc.AsyncResource):
     """
 
     @abc.abstractmethod
-    def subscribe(self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
+    def subscribe(
+        self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None, copy: bool = True
+    ) -> Subscription:
         """Subscribe to the publisher ``name`` (use the result with ``async with``).
 
         Args:
@@ -56,6 +58,10 @@ class Peer(trio.abc.AsyncResource):
                 window that adapts to the consumer, within a byte budget
                 (see :class:`~rstreams.protocol.AdaptiveDemand`).
             codec: how to decode elements ("raw", "msgpack", "json", a Codec).
+            copy: False: large elements may be handed out as read-only
+                ``memoryview`` objects instead of ``bytes`` (zero-copy; see
+                :meth:`Session.subscribe`; a bridge's client hands out
+                bytes either way). Takes no codec.
         """
 
     @abc.abstractmethod
@@ -220,8 +226,10 @@ class FeedPeer(Peer):
 
     # ---- Peer -------------------------------------------------------------------
 
-    def subscribe(self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None) -> Subscription:
-        return Subscription(self, name, prefetch=prefetch, codec=codec)
+    def subscribe(
+        self, name: str, *, prefetch: int | None = DEFAULT_PREFETCH, codec: CodecLike = None, copy: bool = True
+    ) -> Subscription:
+        return Subscription(self, name, prefetch=prefetch, codec=codec, copy=copy)
 
     async def fetch(self, name: str, limit: int, *, codec: CodecLike = None) -> list[Any]:
         if type(limit) is not int or limit < 1:

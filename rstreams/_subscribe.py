@@ -197,14 +197,23 @@ class Subscription(_OneWaiter):
         "_busy",
         "_held",
         "_chunk_bytes",
+        "copy",
         "__weakref__",
     )
 
-    def __init__(self, session: SubscriptionOwner, name: str, *, prefetch: int | None, codec: CodecLike) -> None:
+    def __init__(
+        self, session: SubscriptionOwner, name: str, *, prefetch: int | None, codec: CodecLike, copy: bool = True
+    ) -> None:
         if prefetch is not None and (type(prefetch) is not int or prefetch < 0):
             raise ValueError(f"prefetch must be None (adaptive) or an int >= 0, got {prefetch!r}")
+        if not copy and resolve_codec(codec) is not None:
+            raise ValueError("copy=False hands out the received buffers themselves: it takes no codec")
         super().__init__()
         self.name = name
+        #: False: large (split) elements arrive as read-only memoryviews of
+        #: the buffer they were received into, not as bytes (the zero-copy
+        #: opt-in, see Session.subscribe).
+        self.copy = copy
         self._session = session
         self._adaptive = prefetch is None
         self._prefetch = ADAPTIVE_INITIAL if prefetch is None else prefetch
@@ -664,6 +673,8 @@ class StreamReceiver(Protocol):
     name: str
     subscriber: int | None
     _subscribed: bool
+    #: False: large elements may come as read-only memoryviews (zero-copy).
+    copy: bool
 
     @property
     def adaptive(self) -> bool: ...
@@ -697,6 +708,8 @@ class _Fetch(_OneWaiter):
 
     #: A fetch asks for a fixed count.
     adaptive = False
+    #: A fetch returns bytes.
+    copy = True
 
     def __init__(self, name: str, limit: int) -> None:
         super().__init__()

@@ -75,6 +75,7 @@ __all__ = [
     "int_bytes",
     "PartHeader",
     "read_part_header",
+    "part_header_ids",
     "INCOMPLETE_PART_HEADER",
     "MAX_PART_HEADER_SIZE",
 ]
@@ -525,4 +526,16 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
     if end + payload > max_message_size:
         return None
     return PartHeader(end, code == _LAST_PART_CODE, ids[0], ids[1], payload)
+
+
+def part_header_ids(data: bytes | memoryview) -> bytes:
+    """The two ids of a part's header as encoded (subscriber, element), from
+    a header :func:`read_part_header` read at the start of ``data``: with
+    the code before them and a bin header after, they make the header of
+    another part of the same element (``Connection.receive_buffers``)."""
+    end = 2
+    for _ in (0, 1):
+        tag = data[end]
+        end += 1 if tag < 0x80 else 1 + _UINT_SIZES[tag]
+    return bytes(data[2:end])
 

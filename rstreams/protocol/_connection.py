@@ -55,7 +55,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from operator import index
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgpack
 
@@ -64,17 +64,21 @@ from ._codec import (
     FIXARRAY_4,
     MAX_PART_HEADER_SIZE,
     DecodeError,
+    PartHeader,
     encode,
     encode_request,
     encode_subscribe,
     message_from_wire,
     new_unpacker,
+    part_header_ids,
     read_part_header,
+    bin_header,
 )
 from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
 from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
 from ._messages import (
+    MessageType,
     MAX_ID,
     PROTOCOL_VERSION,
     UNBOUNDED,
@@ -132,6 +136,8 @@ _SUBSCRIBE_CODE = 1
 _SUBSCRIBED_CODE = 4
 _MAX_WIRE_INT = 2**64 - 1  # the largest int msgpack carries
 _ON_COMPLETE_CODE = 6
+_PART_CODE = int(MessageType.ON_NEXT_PART)
+_LAST_PART_CODE = int(MessageType.ON_NEXT_LAST_PART)
 _new_subscribed = prechecked(Subscribed)
 _new_subscribe = prechecked(Subscribe)
 _new_on_complete = prechecked(OnComplete)
@@ -173,6 +179,10 @@ _MESSAGE_HEADER_ROOM = 64
 # One Elements event per run of elements, at least one per subscribe: the
 # dataclass __init__ costs more than the rest of a short run's handling.
 _new_elements = prechecked(Elements)
+# receive_buffers: at most this many predicted parts per read, and the size
+# of the buffer for what follows them (a part's header and then some).
+_MAX_PREDICTED_PARTS = 64
+_AFTER_PARTS_SIZE = 64
 # What _receive_parts found at the front of _waiting.
 _NEXT_FOR_UNPACKER = 0  # another message (or nothing): feed the Unpacker
 _PARTS_WAIT = 1  # the rest of a part (or of its header) has not arrived
@@ -182,9 +192,9 @@ _PARTS_STOP = 2  # max_events reached
 class _Subscription:
     """Inbound state of one stream we subscribed to."""
 
-    __slots__ = ("subscriber", "publisher", "state", "takes_elements", "demand", "element_size", "reassembler")
+    __slots__ = ("subscriber", "publisher", "state", "takes_elements", "demand", "element_size", "reassembler", "copy")
 
-    def __init__(self, subscriber: int, publisher: str, demand: int) -> None:
+    def __init__(self, subscriber: int, publisher: str, demand: int, copy: bool = True) -> None:
         self.subscriber = subscriber
         self.publisher = publisher
         self.state = _SUBSCRIBING
@@ -194,6 +204,9 @@ class _Subscription:
         self.demand = Demand(demand)
         self.element_size = 0
         self.reassembler: Reassembler | None = None
+        # False: split elements are joined into one buffer and handed over
+        # as read-only views of it (Connection.subscribe's copy).
+        self.copy = copy
 
     def enter(self, state: SubscriptionState) -> None:
         # The one way a subscription changes state after it is created (the
@@ -273,8 +286,12 @@ class Connection:
         self.max_connection_memory = max_connection_memory
         self._max_inbound = half
         # Bytes of split elements being joined, on all our subscriptions
-        # together (each Reassembler's buffered, summed as parts come and go).
+        # together (each Reassembler's reserved, summed as parts come and go).
         self._unfinished = 0
+        # Of which announced by the peer (parts' payload, arrived or not):
+        # the budget's measure of what the peer sent. The rest is buffers
+        # of copy=False streams sized beyond it (see _part_arrives).
+        self._announced = 0
         self._state = ConnectionState.HANDSHAKING
         self.peer_hello: Hello | None = None
         self.goodbye_received: Goodbye | None = None
@@ -290,6 +307,23 @@ class Connection:
         self._part_subscription: _Subscription | None = None
         self._part_last = False
         self._part_left = 0
+        # That part's ids as encoded, its element Id, and its payload size
+        # (copy=False streams only): the next part of a stream joined into
+        # one buffer most likely has the same ids and size (see
+        # receive_buffers).
+        self._part_ids = b""
+        self._part_element = 0
+        self._part_size = 0
+        # The buffers receive_buffers handed out, and the reads that landed
+        # in a reassembler's buffer where the payload goes, with their
+        # offsets there, oldest first (see buffers_received).
+        self._offered: list[memoryview | bytearray] | None = None
+        self._offered_to: Reassembler | None = None  # whose buffer they are
+        self._placed: deque[tuple[memoryview, int]] = deque()
+        # The header slots buffers_received found to hold the expected
+        # header, with that header as read_part_header reads it (their
+        # bytes were compared with its encoding), oldest first.
+        self._slot_headers: deque[tuple[memoryview, PartHeader]] = deque()
         self._last_fed: memoryview | None = None  # the Unpacker's last feed
         self._deferred_error: RemoteProtocolError | None = None
         # A request or cancel held back to the next events() call, because the
@@ -364,6 +398,134 @@ class Connection:
             for start in range(0, len(view), limit):
                 self._waiting.append(view[start : start + limit])
 
+    def receive_buffers(self, max_bytes: int) -> list[memoryview | bytearray]:
+        """Where the next bytes from the peer may be received directly: a
+        list of buffers for one scattering read (``readv``), then
+        :meth:`buffers_received`; or ``[]``: receive as usual
+        (:meth:`receive_data`).
+
+        Offered only in the middle of a split part of a ``copy=False``
+        stream, with nothing else waiting to be parsed: the first buffer is
+        the rest of the part, in the stream's element buffer. The next parts
+        of the element most likely follow at once, with headers of the same
+        length and payloads of the same size, so the list goes on with a
+        small buffer for each such header and the element buffer's place for
+        its payload, up to about ``max_bytes``, and ends with a small buffer
+        for whatever follows. Nothing is assumed: :meth:`buffers_received`
+        checks each header before it counts its payload as in place, and
+        hands everything from the first that is not the expected part to the
+        usual parser, as bytes; the rules are then applied by the one path
+        every part takes. The element buffer is counted against the memory
+        budget already, so reading into it costs nothing more.
+        """
+        subscription = self._part_subscription
+        if (
+            not self._part_left
+            or subscription is None
+            or subscription.reassembler is None
+            or self._waiting
+            or self._fed != self._message_end
+            or self._held is not None
+            or self._state is not _OPEN
+        ):
+            return []
+        space = subscription.reassembler.free_space()
+        if space is None:
+            return []
+        left = self._part_left
+        buffers: list[memoryview | bytearray] = [space[:left]]
+        if not self._part_last:
+            position = left
+            size = self._part_size
+            header_length = 2 + len(self._part_ids)
+            for _ in range(_MAX_PREDICTED_PARTS):
+                if position >= len(space) or position >= max_bytes or not size:
+                    break
+                payload = min(size, len(space) - position)
+                buffers.append(bytearray(header_length + len(bin_header(payload))))
+                buffers.append(space[position : position + payload])
+                position += payload
+        buffers.append(bytearray(_AFTER_PARTS_SIZE))
+        self._offered = buffers
+        self._offered_to = subscription.reassembler
+        return buffers
+
+    def buffers_received(self, nbytes: int) -> None:
+        """``nbytes`` were received into the buffers :meth:`receive_buffers`
+        returned last, filling them in order; :meth:`events` parses them.
+
+        The payload that landed where it belongs stays there (its reads
+        wait as views of the element buffer, marked as in place); from the
+        first header slot that does not hold the expected part's header,
+        everything received is copied out, as if it had been received
+        as bytes.
+        """
+        buffers, reassembler = self._offered, self._offered_to
+        self._offered = self._offered_to = None
+        if self._state in _DEAF_STATES or not nbytes:
+            return
+        if buffers is None:
+            raise LocalProtocolError("buffers_received without receive_buffers")
+        subscription = self._part_subscription
+        waiting = self._waiting
+        placed = self._placed
+        placed.clear()  # (anything left there was taken another way)
+        slot_headers = self._slot_headers
+        slot_headers.clear()
+        if subscription is None or subscription.reassembler is not reassembler or reassembler is None:
+            # The stream was cancelled (or ended) during the read: its part
+            # is skipped as usual, so the bytes go to the parser as bytes.
+            waiting.append(memoryview(b"".join(_filled_part(buffers, nbytes))))
+            return
+        offset = reassembler.filled
+        first = buffers[0]
+        assert isinstance(first, memoryview)
+        taken = len(first) if nbytes >= len(first) else nbytes
+        view = first[:taken]
+        waiting.append(view)
+        placed.append((view, offset))
+        offset += taken
+        nbytes -= taken
+        index = 1
+        last_slot = len(buffers) - 1
+        while nbytes and index < last_slot:
+            slot, region = buffers[index], buffers[index + 1]
+            assert isinstance(slot, bytearray)  # (receive_buffers' header slot)
+            if nbytes < len(slot) or not self._continues(slot, len(region)):
+                break
+            header_view = memoryview(bytes(slot))
+            waiting.append(header_view)
+            last = slot[1] == _LAST_PART_CODE
+            slot_headers.append(
+                (header_view, PartHeader(len(slot), last, subscription.subscriber, self._part_element, len(region)))
+            )
+            nbytes -= len(slot)
+            taken = len(region) if nbytes >= len(region) else nbytes
+            if taken:
+                view = memoryview(region)[:taken]
+                waiting.append(view)
+                placed.append((view, offset))
+                offset += taken
+            nbytes -= taken
+            index += 2
+            if last:
+                break  # (what follows is another element's, or another message)
+        if nbytes:
+            # Not the part expected (or what follows the last one): bytes,
+            # as a plain read would have given them.
+            waiting.append(memoryview(b"".join(_filled_part(buffers[index:], nbytes))))
+
+    def _continues(self, slot: bytearray, payload: int) -> bool:
+        """Whether a header slot of receive_buffers holds the header of the
+        next part of the element being received, with ``payload`` bytes of
+        payload (a checked guess, by comparing bytes: the part's rules are
+        applied when it is parsed)."""
+        return (
+            slot[0] == FIXARRAY_4
+            and (slot[1] == _PART_CODE or slot[1] == _LAST_PART_CODE)
+            and slot[2:] == self._part_ids + bin_header(payload)
+        )
+
     def events(self, max_events: int | None = None) -> list[Event]:
         """Parse what was received; return the events, in order.
 
@@ -437,6 +599,9 @@ class Connection:
         self._waiting.clear()
         self._part_subscription = self._last_fed = None
         self._part_left = 0
+        self._offered = self._offered_to = None
+        self._placed.clear()
+        self._slot_headers.clear()
         self._held = None
         if not self._goodbye_sent:
             self._goodbye_sent = True
@@ -453,7 +618,7 @@ class Connection:
         for sub in self._subscriptions.values():
             sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, _SUBSCRIPTION_ENDED])
         self._subscriptions.clear()
-        self._unfinished = 0
+        self._unfinished = self._announced = 0
         return dropped
 
     def _parse(self, events: list[Event], max_events: int) -> None:
@@ -565,7 +730,9 @@ class Connection:
             if partial > self.limits.max_message_size:
                 raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
             if partial > self._max_inbound + _MESSAGE_HEADER_ROOM - self._unfinished:
-                raise self._over_budget(self._unfinished + partial, "of unfinished split elements and unparsed input")
+                self._give_back_guesses()
+                if partial > self._max_inbound + _MESSAGE_HEADER_ROOM - self._announced:
+                    raise self._over_budget(self._announced + partial, "of unfinished split elements and unparsed input")
             if self._fed == message_end:
                 self._last_fed = None  # (parsed: no need to keep the read alive)
             elif self._take_back_part(message_end):
@@ -635,15 +802,19 @@ class Connection:
                         self._part_left = left
                         return _PARTS_WAIT
                     front = waiting[0]
+                    at = -1
                     if len(front) <= left:
                         waiting.popleft()
                         piece = front
+                        placed = self._placed
+                        if placed and placed[0][0] is front:
+                            at = placed.popleft()[1]  # (received where it goes)
                     else:
                         waiting[0] = front[left:]
                         piece = front[:left]
                     left -= len(piece)
                     if subscription is not None:
-                        self._add_piece(subscription, piece)
+                        self._add_piece(subscription, piece, at)
                 self._part_left = 0
             subscription = self._part_subscription
             if subscription is not None:
@@ -658,13 +829,24 @@ class Connection:
             front = waiting[0]
             if front[0] != FIXARRAY_4:
                 return _NEXT_FOR_UNPACKER
-            if len(front) > MAX_PART_HEADER_SIZE:
-                header = read_part_header(front[:MAX_PART_HEADER_SIZE], max_message_size)
+            first: bytes | memoryview = front
+            header: PartHeader | None
+            slot_headers = self._slot_headers
+            from_slot = bool(slot_headers) and slot_headers[0][0] is front
+            if from_slot:
+                # A header slot of buffers_received, read there already (the
+                # next part of the same element: same ids).
+                header = slot_headers.popleft()[1]
+                waiting.popleft()
+            elif len(front) > MAX_PART_HEADER_SIZE:
+                first = front[:MAX_PART_HEADER_SIZE]
+                header = read_part_header(first, max_message_size)
                 if header is None:
                     return _NEXT_FOR_UNPACKER
                 waiting[0] = front[header.length :]
             else:
-                header = read_part_header(_first_bytes(waiting, MAX_PART_HEADER_SIZE), max_message_size)
+                first = _first_bytes(waiting, MAX_PART_HEADER_SIZE)
+                header = read_part_header(first, max_message_size)
                 if header is None:
                     return _NEXT_FOR_UNPACKER
                 if not header.length:
@@ -675,6 +857,11 @@ class Connection:
             self._part_subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
             self._part_last = header.last
             self._part_left = header.size
+            if self._part_subscription is not None and not self._part_subscription.copy:
+                if not from_slot:
+                    self._part_ids = part_header_ids(first)
+                self._part_element = header.element
+                self._part_size = header.size
 
     def _ends_pending_stream(self, message: Any) -> bool:
         """Whether ``message`` is a cancel or request(n <= 0), or one that may
@@ -950,16 +1137,28 @@ class Connection:
             return None
         reassembler = sub.reassembler
         if reassembler is None:
-            reassembler = sub.reassembler = Reassembler(self.limits.max_element_size)
+            reassembler = sub.reassembler = Reassembler(self.limits.max_element_size, into_buffer=not sub.copy)
         # The connection's budget (PROTOCOL.md section 5): what all streams'
         # unfinished elements hold, with the payload announced and still to
         # come, stays within the inbound half, a last part included (it is
         # held with the rest while joined). Judged on the header, so a part
         # is refused the same whether or not it came in one read.
-        if self._unfinished + size > self._max_inbound:
-            raise self._over_budget(self._unfinished + size, "of unfinished split elements")
-        reassembler.start_part(element, size)
-        self._unfinished += size  # (announced: taken by its pieces as they come)
+        if self._announced + size > self._max_inbound:
+            raise self._over_budget(self._announced + size, "of unfinished split elements")
+        # Held: the payload announced (taken by its pieces as they come), or
+        # for a copy=False stream the buffer it is joined into, sized beyond
+        # it to what the stream's elements usually need only within the
+        # room the budget has left. Such guesses are given back before they
+        # could make a part that fits the budget not fit (the peer is
+        # refused for what it sent, never for our guesses).
+        room = self._max_inbound - self._unfinished - size
+        if room < 0 and self._unfinished > self._announced:
+            self._give_back_guesses()
+            room = self._max_inbound - self._unfinished - size
+        reserved = reassembler.reserved
+        reassembler.start_part(element, size, room=room if room > 0 else 0)
+        self._announced += size
+        self._unfinished += reassembler.reserved - reserved
         if last:
             if sub.element_size and reassembler.size != sub.element_size:
                 raise RemoteProtocolError(
@@ -975,13 +1174,30 @@ class Connection:
         """The last part's payload is all there: hand the element over,
         unless the stream ended meanwhile (cancelled, or our goodbye)."""
         assert sub.reassembler is not None
-        self._unfinished -= sub.reassembler.size
+        self._unfinished -= sub.reassembler.reserved
+        self._announced -= sub.reassembler.size
         element = sub.reassembler.finish()
         if self._subscriptions.get(sub.subscriber) is not sub:
             return
         if not sub.demand.take(1):  # pragma: no cover - checked by _part_arrives
             raise RemoteProtocolError(f"split element without demand on stream {sub.subscriber}")
-        events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([element])))
+        # (A read-only view stands for bytes on a copy=False stream: see subscribe.)
+        events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([cast(bytes, element)])))
+
+    def _give_back_guesses(self) -> None:
+        """Trim every buffer sized beyond its element's announced payload
+        back to that payload (see _part_arrives). Under budget pressure
+        only: the reads waiting as views of a buffer would keep it from
+        being trimmed, so they lose their in-place mark (they are copied
+        into place instead, which gives the same bytes)."""
+        self._placed.clear()
+        self._slot_headers.clear()
+        for sub in self._subscriptions.values():
+            reassembler = sub.reassembler
+            if reassembler is not None:
+                reserved = reassembler.reserved
+                reassembler.trim()
+                self._unfinished -= reserved - reassembler.reserved
 
     def _over_budget(self, held: int, what: str) -> RemoteProtocolError:
         return RemoteProtocolError(
@@ -989,7 +1205,7 @@ class Connection:
             f" (limit {self._max_inbound}, max_connection_memory {self.max_connection_memory})"
         )
 
-    def _add_piece(self, sub: _Subscription, piece: bytes | memoryview) -> None:
+    def _add_piece(self, sub: _Subscription, piece: bytes | memoryview, at: int = -1) -> None:
         """Some payload of the part being received: its reassembler keeps it,
         as a view only where the view holds nothing but payload (a read that
         is all this piece), else as a copy; so what it holds is the payload,
@@ -1001,10 +1217,13 @@ class Connection:
         budget, and counting the payload only would let a peer that wraps
         each small part in a large read hold many times its budget. Copies
         keep what is held equal to the payload the budget counted.
+
+        ``at``: the piece was received into the stream's buffer at this
+        offset (see receive_buffers); -1: it was not.
         """
         reassembler = sub.reassembler
         assert reassembler is not None
-        reassembler.add_piece(piece, room=0)
+        reassembler.add_piece(piece, room=0, at=at)
 
     def _forget_parts(self, sub: _Subscription) -> None:
         # A subscription that ends or is cancelled mid-element drops its
@@ -1012,7 +1231,8 @@ class Connection:
         reassembler = sub.reassembler
         if reassembler is None:
             return
-        self._unfinished -= reassembler.size  # (announced, arrived or not)
+        self._unfinished -= reassembler.reserved  # (announced, arrived or not)
+        self._announced -= reassembler.size
         if self._part_subscription is sub:
             self._part_subscription = None  # the rest of its part is skipped
         sub.reassembler = None
@@ -1071,11 +1291,17 @@ class Connection:
 
     # ---- our subscriptions (we subscribe to the peer) -------------------
 
-    def subscribe(self, publisher: str, initial_demand: int = 0) -> int:
+    def subscribe(self, publisher: str, initial_demand: int = 0, *, copy: bool = True) -> int:
         """Subscribe to the peer's ``publisher``; return the new stream's Id.
 
         Ids come from a counter that never goes back, so an Id that was
         cancelled is never reused while late messages for it may arrive.
+
+        ``copy=False``: the stream's split elements are joined into one
+        buffer each, which the I/O layer may receive into directly
+        (:meth:`receive_buffers`), and handed over as read-only
+        ``memoryview`` objects of it instead of ``bytes`` (elements sent
+        whole stay ``bytes``).
 
         Raises:
             LocalProtocolError: negative demand, or the connection is closing.
@@ -1086,7 +1312,7 @@ class Connection:
         subscriber = self._next_id
         self._outbound.control += encode_subscribe(publisher, subscriber, min(initial_demand, UNBOUNDED))
         self._next_id += 1
-        self._subscriptions[subscriber] = _Subscription(subscriber, publisher, initial_demand)
+        self._subscriptions[subscriber] = _Subscription(subscriber, publisher, initial_demand, copy)
         return subscriber
 
     def request(self, subscriber: int, n: int) -> None:
@@ -1392,13 +1618,19 @@ class Connection:
         self._after_taking()
         return data
 
-    def buffers_to_send(self, max_bytes: int = DEFAULT_WRITE_SIZE) -> list[bytearray | memoryview]:
+    def buffers_to_send(
+        self, max_bytes: int = DEFAULT_WRITE_SIZE, max_gathered: int | None = None
+    ) -> list[bytearray | memoryview]:
         """As :meth:`data_to_send`, the same bytes in the same order, as a
         list of buffers for a gathering write (``socket.sendmsg``): a large
         split part is a view of its element instead of a copy. Empty when
         nothing waits. The caller owns the buffers; write them in order.
+
+        ``max_gathered`` (default ``max_bytes``): about how many bytes of
+        such views one call may hand out; they hold no memory but their
+        elements', so a gathered write may be larger than ``max_bytes``.
         """
-        buffers = self._outbound.buffers_to_send(max_bytes)
+        buffers = self._outbound.buffers_to_send(max_bytes, max_gathered)
         self._after_taking()
         return buffers
 
@@ -1419,6 +1651,18 @@ class Connection:
         )
 
 
+
+
+def _filled_part(buffers: list[memoryview | bytearray], nbytes: int) -> list[memoryview | bytearray]:
+    """The first ``nbytes`` of ``buffers`` (as a read fills them), as views."""
+    filled: list[memoryview | bytearray] = []
+    for buffer in buffers:
+        if not nbytes:
+            break
+        taken = len(buffer) if nbytes >= len(buffer) else nbytes
+        filled.append(memoryview(buffer)[:taken])
+        nbytes -= taken
+    return filled
 
 
 def _first_bytes(waiting: deque[memoryview], count: int) -> bytes:

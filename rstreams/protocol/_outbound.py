@@ -180,9 +180,12 @@ class Outbound:
         # Ids whose terminal message was written since the last call.
         self.finished: list[Publication] = []
         # While buffers_to_send runs: where each gathered part goes (its
-        # offset in the output bytearray, its view), and their total size.
+        # offset in the output bytearray, its view), what they count against
+        # max_bytes together, and the share of its size a view counts
+        # (max_bytes / max_gathered, as a numerator and a denominator).
         self._gathered: list[tuple[int, memoryview]] | None = None
         self._gathered_bytes = 0
+        self._gather_share = (1, 1)
         # Bytes of elements queued on every publication together, and not yet
         # written (pending_bytes summed): the connection's memory budget
         # reads it, so it is kept up to date here, per enqueue and per
@@ -222,17 +225,27 @@ class Outbound:
     def has_data(self) -> bool:
         return bool(self.control or self.ready)
 
-    def buffers_to_send(self, max_bytes: int) -> list[OutBuffer]:
+    def buffers_to_send(self, max_bytes: int, max_gathered: int | None = None) -> list[OutBuffer]:
         """As ``data_to_send``, as a list of buffers: large split parts are
-        views of their elements (bytes, so they cannot change meanwhile)."""
+        views of their elements (bytes, so they cannot change meanwhile).
+
+        ``max_gathered`` (default ``max_bytes``): about how many bytes of
+        such views one call hands out. A view costs no memory beyond its
+        element, which was counted while queued, so a write may carry more
+        of them than it copies: each counts against ``max_bytes`` for its
+        share, ``max_bytes / max_gathered`` of its size. The schedule is the
+        same; only where one call ends and the next begins moves."""
         gathered: list[tuple[int, memoryview]] = []
         self._gathered = gathered
         self._gathered_bytes = 0
+        if max_gathered is not None and max_gathered > max_bytes > 0:
+            self._gather_share = (max_bytes, max_gathered)
         try:
             out = self.data_to_send(max_bytes)
         finally:
             self._gathered = None
             self._gathered_bytes = 0
+            self._gather_share = (1, 1)
         if not gathered:
             return [out] if out else []
         buffers: list[OutBuffer] = []
@@ -375,8 +388,8 @@ class Outbound:
         pub.next_element_id += 1
 
     def _emit_part(self, pub: Publication, out: bytearray) -> int:
-        # Returns how many bytes of the part were gathered rather than
-        # copied into out.
+        # Returns what the part gathered rather than copied into out counts
+        # against the write's size (see buffers_to_send), else 0.
         element = pub.splitting
         assert element is not None
         offset = pub.split_offset
@@ -393,7 +406,9 @@ class Outbound:
         gathered = self._gathered
         if gathered is not None and end - offset >= _GATHER_MIN_PART:
             gathered.append((len(out), element[offset:end]))
-            self._gathered_bytes += end - offset
-            return end - offset
+            share, whole = self._gather_share
+            counted = -(-(end - offset) * share // whole)  # (rounded up: never 0)
+            self._gathered_bytes += counted
+            return counted
         out += element[offset:end]
         return 0

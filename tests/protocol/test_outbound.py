@@ -274,6 +274,40 @@ def test_buffers_to_send_writes_exactly_what_data_to_send_writes(streams: list[l
         assert views  # a split element's parts went out uncopied
 
 
+@settings(deadline=None, max_examples=60)
+@given(
+    streams=st.lists(
+        st.lists(st.sampled_from([8, 1000, 16 * _KiB + 1, 64 * _KiB + 1, 200 * _KiB, 1 << 20]), min_size=1, max_size=4),
+        min_size=1,
+        max_size=3,
+    ),
+    max_bytes=st.sampled_from([1, 1000, 64 * _KiB, 256 * _KiB]),
+    factor=st.sampled_from([2, 4, 16]),
+)
+def test_larger_gathered_writes_carry_the_same_bytes(streams: list[list[int]], max_bytes: int, factor: int) -> None:
+    # max_gathered lets a write carry more views than it copies bytes: the
+    # calls end elsewhere (so the streams' turns may fall elsewhere too),
+    # each stays within its two bounds (one message, one part past them),
+    # and the peer receives every element, in order.
+    contents = [[bytes([index % 251]) * size for index, size in enumerate(sizes)] for sizes in streams]
+    gathering = ConnectionPair()
+    gathering.open()
+    subscribers = [gathering.open_stream(gathering.client, initial_demand=len(elements) + 1) for elements in contents]
+    for subscriber, elements in zip(subscribers, contents):
+        gathering.server.send_elements(subscriber, elements)
+    written = bytearray()
+    while gathering.server.has_data_to_send:
+        buffers = gathering.server.buffers_to_send(max_bytes, max_gathered=factor * max_bytes)
+        views = sum(len(b) for b in buffers if isinstance(b, memoryview) and isinstance(b.obj, bytes))
+        copied = sum(map(len, buffers)) - views
+        assert copied <= max_bytes + (1 << 20) + 64
+        assert views <= factor * max_bytes + 64 * _KiB
+        written += b"".join(buffers)
+    gathering.client.receive_data(written)
+    events = gathering.client.events()
+    assert [elements_of(events, subscriber) for subscriber in subscribers] == contents
+
+
 def test_buffers_to_send_then_data_to_send_keeps_the_byte_budget(pair: ConnectionPair) -> None:
     # A gathered call leaves nothing behind that would shorten the next
     # copying one.

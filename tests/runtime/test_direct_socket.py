@@ -22,14 +22,14 @@ from functools import partial
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rstreams
 from collections.abc import Callable
 
 from rstreams import _direct_socket
-from rstreams._direct_socket import DirectSocket, PollBackoff, _this_runs_poll_slot, direct_socket
+from rstreams._direct_socket import DirectSocket, PollBackoff, _this_runs_poll_slot, direct_socket, written_through
 from rstreams._session import Session
 from rstreams.protocol import Goodbye, Subscribe
 
@@ -741,3 +741,79 @@ async def test_large_elements_over_tcp_go_out_as_gathered_writes() -> None:
                 DirectSocket.send_buffers = real  # type: ignore[method-assign]
             nursery.cancel_scope.cancel()
     assert sum(gathered) >= 5 * 16  # at least the 1 MiB elements' parts went uncopied
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    sizes=st.lists(st.integers(0, 300), max_size=12),
+    takes=st.lists(st.integers(0, 400), max_size=30),
+)
+def test_partial_gathered_writes_are_accounted_byte_for_byte(sizes: list[int], takes: list[int]) -> None:
+    # A kernel that takes any number of bytes of the list, any number of
+    # times: what it took, in order, is exactly the buffers joined, and the
+    # buffers left are exactly the rest.
+    buffers: list[bytearray | memoryview] = [
+        bytearray(bytes([index]) * size) if index % 2 else memoryview(bytes([index]) * size)
+        for index, size in enumerate(sizes)
+    ]
+    expected = b"".join(buffers)
+    pending = list(buffers)
+    first = written_through(pending, 0, 0)
+    written = bytearray()
+    for take in [*takes, len(expected)]:
+        left = b"".join(pending[first:])
+        take = min(take, len(left))
+        written += left[:take]  # (what writev would have sent)
+        first = written_through(pending, first, take)
+        assert b"".join(pending[first:]) == left[take:]
+        assert first == len(pending) or len(pending[first])
+    assert bytes(written) == expected
+    assert first == len(pending)
+
+
+def _unfilled(buffers: list[bytearray | memoryview], filled: int) -> list[memoryview]:
+    """What is left of ``buffers`` once ``filled`` bytes went into them."""
+    rest = []
+    for buffer in buffers:
+        view = memoryview(buffer)
+        if filled >= len(view):
+            filled -= len(view)
+            continue
+        rest.append(view[filled:])
+        filled = 0
+    return rest
+
+
+async def test_receive_into_fills_the_buffers_in_order_then_reports_end_of_stream() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = _direct(ours)
+        await theirs.send_all(b"0123456789abcdef")
+        first, second = bytearray(4), memoryview(bytearray(100))[10:20]
+        received = 0
+        while received < 14:  # (loopback hands it over at once, but may not)
+            received += await direct.receive_into(_unfilled([first, second], received))
+        assert bytes(first) == b"0123" and bytes(second) == b"456789abcd"
+        rest = bytearray(10)
+        assert await direct.receive_into([rest]) == 2 and rest[:2] == b"ef"
+        await theirs.aclose()
+        assert await direct.receive_into([bytearray(10)]) == 0
+        await ours.aclose()
+        with pytest.raises(trio.ClosedResourceError):
+            await direct.receive_into([bytearray(10)])
+
+
+async def test_receive_into_when_cancelled_reads_nothing() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        direct = _direct(ours)
+        buffer = bytearray(8)
+        with trio.move_on_after(0.05):
+            await direct.receive_into([buffer])  # nothing comes
+        await theirs.send_all(b"late")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await direct.receive_into([buffer])  # cancelled before reading
+        assert await direct.receive_into([buffer]) == 4 and buffer[:4] == b"late"
+        await ours.aclose()
+        await theirs.aclose()
