@@ -269,6 +269,9 @@ class Reassembler:
                 try:
                     del buffer[size:]
                 except BufferError:  # (viewed by a read not yet let go of)
+                    # The tail was never written: zero it (same length, so
+                    # allowed while viewed), as the view's ``obj`` shows it.
+                    buffer[size:] = bytes(len(buffer) - size)
                     return memoryview(buffer)[:size].toreadonly()
             return memoryview(buffer).toreadonly()
         pieces = self._pieces
