@@ -1158,7 +1158,8 @@ class Connection:
         if state is None:
             self._publication_transition(publication, _SEND_ELEMENTS)  # raises
         publication.state = state  # type: ignore[assignment]
-        self._check_can_send()
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
 
     def _forget_publication(self, publication: Publication) -> None:
         self._outbound.drop(publication)
@@ -1176,11 +1177,18 @@ class Connection:
             element_size: if > 0, every element of the stream has exactly this
                 many bytes, and runs of them go out packed.
         """
-        self._check_can_send()
-        publication = self._publication(subscriber)
+        # (Once per subscribe: the checks and the table's step written out.)
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            publication = self._publication(subscriber)  # raises
         if type(element_size) is not int or element_size < 0:
             raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
-        self._publication_transition(publication, _SEND_SUBSCRIBED)
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_SUBSCRIBED))
+        if state is None:
+            self._publication_transition(publication, _SEND_SUBSCRIBED)  # raises
+        publication.state = state  # type: ignore[assignment]
         publication.element_size = element_size
         self._outbound.control += publication.subscribed_message()
 
@@ -1252,7 +1260,9 @@ class Connection:
         The fastest way to publish fixed-size elements: no per-element object
         is ever built. Same errors as :meth:`send_elements`.
         """
-        publication = self._publication(subscriber)
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            publication = self._publication(subscriber)  # raises
         size = publication.element_size
         if not size:
             raise LocalProtocolError("send_packed needs a stream accepted with element_size > 0")
@@ -1260,23 +1270,32 @@ class Connection:
             if not isinstance(packed, (bytearray, memoryview)):
                 raise LocalProtocolError(f"packed data must be bytes, got {type(packed).__name__}")
             packed = bytes(packed)  # a snapshot: the caller may reuse its buffer
-        if len(packed) % size:
+        nbytes = len(packed)
+        if nbytes % size:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
-        if not packed:
+        if not nbytes:
             return
         self._enter_sending(publication)
-        count = len(packed) // size
-        if not publication.demand.take(count):
-            raise LocalProtocolError(
-                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
-            )
-        self._outbound.enqueue(publication, packed, count, len(packed))
+        count = nbytes // size
+        demand = publication.demand
+        outstanding = demand.outstanding
+        if outstanding < UNBOUNDED:  # (Demand.take, written out)
+            if count > outstanding:
+                raise LocalProtocolError(f"{count} elements exceed the demand of {outstanding} on stream {subscriber}")
+            demand.outstanding = outstanding - count
+        self._outbound.enqueue(publication, packed, count, nbytes)
 
     def complete(self, subscriber: int) -> None:
         """End a publication normally, after its queued elements."""
-        self._check_can_send()
-        publication = self._publication(subscriber)
-        self._publication_transition(publication, _SEND_COMPLETE)
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            publication = self._publication(subscriber)  # raises
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_COMPLETE))
+        if state is None:
+            self._publication_transition(publication, _SEND_COMPLETE)  # raises
+        publication.state = state  # type: ignore[assignment]
         publication.terminal = publication.on_complete_message()
         self._outbound.schedule(publication)
 
