@@ -1099,7 +1099,7 @@ class Session(Peer):
         """
         if type(limit) is not int or limit < 1:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
-        decoder = resolve_codec(codec)
+        decoder = resolve_codec(codec) if codec is not None else None
         await trio.lowlevel.checkpoint_if_cancelled()
         fetch = _Fetch(name, limit)
         fetch.subscriber = self._open_subscription(fetch, limit)

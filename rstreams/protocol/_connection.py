@@ -492,12 +492,15 @@ class Connection:
             try:
                 for message in unpacker:
                     message_end = tell()
-                    if (
-                        type(message) is tuple
-                        and len(message) == 3
-                        and message[0] == _ON_NEXT
-                        and type(message[0]) is int
-                    ):
+                    # The message code, read once: None unless the message
+                    # is a non-empty array starting with an int.
+                    if type(message) is tuple and message:
+                        code = message[0]
+                        if type(code) is not int:
+                            code = None
+                    else:
+                        code = None
+                    if code == _ON_NEXT and len(message) == 3:
                         # The hot path: one onNext, checked inline.
                         subscriber = message[1]
                         element = message[2]
@@ -532,9 +535,7 @@ class Connection:
                     run_subscription = None
                     if (
                         answer_pending
-                        and type(message) is tuple
-                        and message
-                        and (message[0] == _CANCEL_CODE or message[0] == _REQUEST_CODE)
+                        and (code == _CANCEL_CODE or code == _REQUEST_CODE)
                         and self._ends_pending_stream(message)
                     ):
                         # A cancel, or a request that is not for more, about
@@ -544,10 +545,7 @@ class Connection:
                         self._held = message
                         return
                     # (_take_control, written out: this runs for every control message)
-                    # (The code's type first: a map there would be unhashable.)
-                    at_once = (
-                        at_once_paths.get(message[0]) if type(message) is tuple and message and type(message[0]) is int else None
-                    )
+                    at_once = at_once_paths.get(code) if code is not None else None
                     if at_once is None or not at_once(self, message, events):
                         self._dispatch(message_from_wire(message, limits), events)
                         if self._state in _PEER_DONE_STATES:
@@ -1080,7 +1078,8 @@ class Connection:
         Raises:
             LocalProtocolError: negative demand, or the connection is closing.
         """
-        self._check_can_send()
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
         if type(initial_demand) is not int or initial_demand < 0:
             raise LocalProtocolError(f"initial_demand must be an int >= 0, got {initial_demand!r}")
         subscriber = self._next_id
