@@ -271,6 +271,8 @@ class Connection:
             )
         self.limits = limits
         self.max_connection_memory = max_connection_memory
+        # The largest elementSize a subscribed may announce (read per subscribe).
+        self._max_announced_size = min(limits.max_message_size, MAX_ID)
         self._max_inbound = half
         # Bytes of split elements being joined, on all our subscriptions
         # together (each Reassembler's buffered, summed as parts come and go).
@@ -868,7 +870,7 @@ class Connection:
         if type(subscriber) is not int or type(size) is not int:
             return False
         sub = self._subscriptions.get(subscriber)
-        if sub is None or not 0 <= size <= min(self.limits.max_message_size, MAX_ID):
+        if sub is None or not 0 <= size <= self._max_announced_size:
             return False
         # The usual answer is the one the table gives a stream waiting for
         # it; any other move (or none) is the general path's to decide.
