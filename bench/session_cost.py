@@ -78,6 +78,8 @@ def server_round(session: Session, peer: Connection, batch: int) -> float:
     start = time.perf_counter()
     _read(session, data, 32)
     out = bytes(session._collect())
+    if session._answered_now:
+        session._note_answered()  # (as the reader does after its write)
     elapsed = time.perf_counter() - start
     peer.receive_data(out)
     peer.events()
