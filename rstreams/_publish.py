@@ -345,7 +345,17 @@ class Sink:
         # A publisher answering at once (no task, so no scope yet) is not held
         # by the budget: it cannot wait, and what it queues is bounded as an
         # answer to the subscribe (Session._unsent_answers).
-        return self._room_within(self._budget_room())
+        # (_room_within(_budget_room()), written out: once per send.)
+        handle = self._handle
+        if handle.closed:
+            return 0
+        conn = self._conn
+        subscriber = self._subscriber
+        if conn.queued_bytes(subscriber) >= self._max_queued:
+            return 0
+        if handle.scope is not None and self._session._outbound_room() <= 0:
+            return 0
+        return conn.publication_demand(subscriber)
 
     def _budget_room(self) -> int | None:
         # Bytes the connection's outbound half has left; None when this
@@ -479,7 +489,10 @@ class Sink:
                 than all of them; nothing was queued.
             ValueError: as for :meth:`send_packed`.
         """
-        count = self._packed_count(packed)
+        size = self._element_size
+        if not size or len(packed) % size:
+            self._packed_count(packed)  # raises
+        count = len(packed) // size
         if not count:
             return
         if self._room() < count:

@@ -242,6 +242,10 @@ class Session(Peer):
         # found by walking the slots its deletions left at the front.)
         self._answered: OrderedDict[int, int] = OrderedDict()
         self._answered_bytes = 0
+        # The Ids answered at once during the read being dispatched, noted
+        # in _answered once the read's answers have been sent, and only if
+        # some are left unsent (see _note_answered).
+        self._answered_now: list[int] = []
         self._unsent: memoryview | None = None
         # While the reader dispatches a read, what the events queue (answers
         # to subscribes, elements from publishers that answer at once) is
@@ -716,6 +720,8 @@ class Session(Peer):
             self._start_publication(event)
         if self._conn.has_data_to_send:
             self._send_queued()
+        if self._answered_now:
+            self._note_answered()
         return True
 
     def _authorized(self, path: str) -> bool:
@@ -758,6 +764,25 @@ class Session(Peer):
             progress = self._write_progress = trio.Event()
             self._wake_writer()
             await progress.wait()
+
+    def _note_answered(self) -> None:
+        """After a read's answers were sent (as far as the transport took
+        them): note what publishers that answered at once still have
+        queued, for _unsent_answers. Once per read rather than per
+        subscribe, because the usual read's answers all leave in its own
+        write, and then there is nothing to note. (An Id answered in this
+        read cannot have been reused in it: the peer reuses an Id only once
+        it has read our terminal signal for it.)"""
+        answered_now = self._answered_now
+        conn = self._conn
+        if conn.has_data_to_send:
+            answered = self._answered
+            for subscriber in answered_now:
+                queued = conn.queued_bytes(subscriber)
+                if queued:
+                    answered[subscriber] = queued
+                    self._answered_bytes += queued
+        answered_now.clear()
 
     def _unsent_answers(self) -> int:
         """Bytes of answers to what was read that are not written yet: the
@@ -864,6 +889,8 @@ class Session(Peer):
             return False
         if conn.has_data_to_send:
             self._send_queued()
+        if self._answered_now:
+            self._note_answered()
         return conn.goodbye_received is None
 
     async def _receive_due(self) -> bytes:
@@ -1027,10 +1054,7 @@ class Session(Peer):
         if work is None:
             # A plain ``def`` publisher answered at once: no task at all.
             self._end_publication(handle, None)
-            queued = conn.queued_bytes(subscriber)
-            if queued:
-                self._answered[subscriber] = queued
-                self._answered_bytes += queued
+            self._answered_now.append(subscriber)
             return
         assert self._nursery is not None
         handle.scope = trio.CancelScope()
@@ -1131,7 +1155,7 @@ class Session(Peer):
         """
         if type(limit) is not int or limit < 1:
             raise ValueError(f"limit must be an int >= 1, got {limit!r}")
-        decoder = resolve_codec(codec)
+        decoder = resolve_codec(codec) if codec is not None else None
         await trio.lowlevel.checkpoint_if_cancelled()
         fetch = _Fetch(name, limit)
         fetch.subscriber = self._open_subscription(fetch, limit)

@@ -228,3 +228,18 @@ def test_the_soak_runs_and_drains() -> None:
     assert "RSS MiB" in result.stdout and "rss: first third" in result.stdout, result.stdout + result.stderr
     assert "drained to 0" in result.stdout and "DIED" not in result.stdout, result.stdout
     assert "failed rounds" not in result.stdout, result.stdout
+
+
+def test_the_session_cost_answers_every_fetch() -> None:
+    # A few rounds of bench/session_cost.py: the server session answers every
+    # subscribe at once and the client session completes every fetch with
+    # its element (the script asserts both), in a subprocess so that the
+    # benchmark's app is imported as it is there.
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "session_cost.py"), "--rounds", "20", "--batch", "8"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "server" in result.stdout and "client" in result.stdout

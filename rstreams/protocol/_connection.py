@@ -284,6 +284,8 @@ class Connection:
             )
         self.limits = limits
         self.max_connection_memory = max_connection_memory
+        # The largest elementSize a subscribed may announce (read per subscribe).
+        self._max_announced_size = min(limits.max_message_size, MAX_ID)
         self._max_inbound = half
         # Bytes of split elements being joined, on all our subscriptions
         # together (each Reassembler's reserved, summed as parts come and go).
@@ -657,12 +659,15 @@ class Connection:
             try:
                 for message in unpacker:
                     message_end = tell()
-                    if (
-                        type(message) is tuple
-                        and len(message) == 3
-                        and message[0] == _ON_NEXT
-                        and type(message[0]) is int
-                    ):
+                    # The message code, read once: None unless the message
+                    # is a non-empty array starting with an int.
+                    if type(message) is tuple and message:
+                        code = message[0]
+                        if type(code) is not int:
+                            code = None
+                    else:
+                        code = None
+                    if code == _ON_NEXT and len(message) == 3:
                         # The hot path: one onNext, checked inline.
                         subscriber = message[1]
                         element = message[2]
@@ -697,9 +702,7 @@ class Connection:
                     run_subscription = None
                     if (
                         answer_pending
-                        and type(message) is tuple
-                        and message
-                        and (message[0] == _CANCEL_CODE or message[0] == _REQUEST_CODE)
+                        and (code == _CANCEL_CODE or code == _REQUEST_CODE)
                         and self._ends_pending_stream(message)
                     ):
                         # A cancel, or a request that is not for more, about
@@ -709,10 +712,7 @@ class Connection:
                         self._held = message
                         return
                     # (_take_control, written out: this runs for every control message)
-                    # (The code's type first: a map there would be unhashable.)
-                    at_once = (
-                        at_once_paths.get(message[0]) if type(message) is tuple and message and type(message[0]) is int else None
-                    )
+                    at_once = at_once_paths.get(code) if code is not None else None
                     if at_once is None or not at_once(self, message, events):
                         self._dispatch(message_from_wire(message, limits), events)
                         if self._state in _PEER_DONE_STATES:
@@ -1057,7 +1057,7 @@ class Connection:
         if type(subscriber) is not int or type(size) is not int:
             return False
         sub = self._subscriptions.get(subscriber)
-        if sub is None or not 0 <= size <= min(self.limits.max_message_size, MAX_ID):
+        if sub is None or not 0 <= size <= self._max_announced_size:
             return False
         # The usual answer is the one the table gives a stream waiting for
         # it; any other move (or none) is the general path's to decide.
@@ -1306,7 +1306,8 @@ class Connection:
         Raises:
             LocalProtocolError: negative demand, or the connection is closing.
         """
-        self._check_can_send()
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
         if type(initial_demand) is not int or initial_demand < 0:
             raise LocalProtocolError(f"initial_demand must be an int >= 0, got {initial_demand!r}")
         subscriber = self._next_id
@@ -1384,7 +1385,8 @@ class Connection:
         if state is None:
             self._publication_transition(publication, _SEND_ELEMENTS)  # raises
         publication.state = state  # type: ignore[assignment]
-        self._check_can_send()
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
 
     def _forget_publication(self, publication: Publication) -> None:
         self._outbound.drop(publication)
@@ -1402,11 +1404,18 @@ class Connection:
             element_size: if > 0, every element of the stream has exactly this
                 many bytes, and runs of them go out packed.
         """
-        self._check_can_send()
-        publication = self._publication(subscriber)
+        # (Once per subscribe: the checks and the table's step written out.)
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            publication = self._publication(subscriber)  # raises
         if type(element_size) is not int or element_size < 0:
             raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
-        self._publication_transition(publication, _SEND_SUBSCRIBED)
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_SUBSCRIBED))
+        if state is None:
+            self._publication_transition(publication, _SEND_SUBSCRIBED)  # raises
+        publication.state = state  # type: ignore[assignment]
         publication.element_size = element_size
         self._outbound.control += publication.subscribed_message()
 
@@ -1478,7 +1487,9 @@ class Connection:
         The fastest way to publish fixed-size elements: no per-element object
         is ever built. Same errors as :meth:`send_elements`.
         """
-        publication = self._publication(subscriber)
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            publication = self._publication(subscriber)  # raises
         size = publication.element_size
         if not size:
             raise LocalProtocolError("send_packed needs a stream accepted with element_size > 0")
@@ -1486,23 +1497,32 @@ class Connection:
             if not isinstance(packed, (bytearray, memoryview)):
                 raise LocalProtocolError(f"packed data must be bytes, got {type(packed).__name__}")
             packed = bytes(packed)  # a snapshot: the caller may reuse its buffer
-        if len(packed) % size:
+        nbytes = len(packed)
+        if nbytes % size:
             raise LocalProtocolError(f"packed data must be a multiple of element_size {size} bytes")
-        if not packed:
+        if not nbytes:
             return
         self._enter_sending(publication)
-        count = len(packed) // size
-        if not publication.demand.take(count):
-            raise LocalProtocolError(
-                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
-            )
-        self._outbound.enqueue(publication, packed, count, len(packed))
+        count = nbytes // size
+        demand = publication.demand
+        outstanding = demand.outstanding
+        if outstanding < UNBOUNDED:  # (Demand.take, written out)
+            if count > outstanding:
+                raise LocalProtocolError(f"{count} elements exceed the demand of {outstanding} on stream {subscriber}")
+            demand.outstanding = outstanding - count
+        self._outbound.enqueue(publication, packed, count, nbytes)
 
     def complete(self, subscriber: int) -> None:
         """End a publication normally, after its queued elements."""
-        self._check_can_send()
-        publication = self._publication(subscriber)
-        self._publication_transition(publication, _SEND_COMPLETE)
+        if self._state is not _OPEN and self._state is not _HANDSHAKING:
+            self._check_can_send()  # raises
+        publication = self._publications.get(subscriber)
+        if publication is None:
+            publication = self._publication(subscriber)  # raises
+        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_COMPLETE))
+        if state is None:
+            self._publication_transition(publication, _SEND_COMPLETE)  # raises
+        publication.state = state  # type: ignore[assignment]
         publication.terminal = publication.on_complete_message()
         self._outbound.schedule(publication)
 
