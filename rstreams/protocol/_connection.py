@@ -113,7 +113,7 @@ from ._messages import (
     Subscribed,
     prechecked,
 )
-from ._outbound import Outbound, Publication, QueuedElement
+from ._outbound import Outbound, Publication, QueuedElement, SameSizeElements
 from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, RunReader, read_on_next_header
 from ._split import Reassembler
 from ._state import (
@@ -189,6 +189,7 @@ _MESSAGE_HEADER_ROOM = 64
 # One Elements event per run of elements, at least one per subscribe: the
 # dataclass __init__ costs more than the rest of a short run's handling.
 _new_elements = prechecked(Elements)
+_ONLY_BYTES = {bytes}
 # What _receive_parts found at the front of _waiting.
 _NEXT_FOR_UNPACKER = 0  # another message (or nothing): feed the Unpacker
 _PARTS_WAIT = 1  # the rest of a part (or of its header) has not arrived
@@ -1325,13 +1326,21 @@ class Connection:
                 raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
             nbytes = len(chunk)
         else:
-            chunk = list(elements)  # our own copy: the caller may reuse its list
-            for element in chunk:
-                if type(element) is not bytes and not is_bytes_view(element):
-                    raise LocalProtocolError(
-                        f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
-                    )
-            nbytes = sum(map(len, chunk))
+            if set(map(type, elements)) != _ONLY_BYTES:  # (the usual case, found at C speed)
+                for element in elements:
+                    if type(element) is not bytes and not is_bytes_view(element):
+                        raise LocalProtocolError(
+                            f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
+                        )
+            sizes = set(map(len, elements))
+            if len(sizes) == 1:
+                # Our own copy (the caller may reuse its list), marked so
+                # that the scheduler need not measure its elements again.
+                chunk = SameSizeElements(elements)
+                nbytes = count * sizes.pop()
+            else:
+                chunk = list(elements)
+                nbytes = sum(map(len, chunk))
         if not publication.demand.take(count):
             raise LocalProtocolError(
                 f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
