@@ -299,6 +299,18 @@ def elements_within(elements: Sequence[bytes | memoryview], budget: int) -> int:
     double: a publisher that hands over a long list while its queue has
     room for a few of them (a step per write) measures about as many as it
     sends, not the whole list every time."""
+    # Most lists are of one size: then the first element's size says how
+    # many reach the budget, and one sum confirms it.
+    count = len(elements)
+    first = len(elements[0]) if count else 0
+    if first:
+        guess = min(count, max(budget, 0) // first + 1)
+        total = sum(map(len, elements[:guess]))
+        if total < budget:
+            if guess == count:
+                return count
+        elif total - len(elements[guess - 1]) < budget:
+            return guess
     total = 0
     start = 0
     step = _WITHIN_FIRST_STEP
