@@ -304,7 +304,7 @@ def elements_within(elements: Sequence[bytes | memoryview], budget: int) -> int:
     count = len(elements)
     first = len(elements[0]) if count else 0
     if first:
-        guess = min(count, max(budget, 0) // first + 1)
+        guess = min(count, max(1, -(-budget // first)))  # (the first to reach it, if all are that size)
         total = sum(map(len, elements[:guess]))
         if total < budget:
             if guess == count:

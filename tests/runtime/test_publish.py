@@ -227,7 +227,8 @@ _SIZES = hypothesis.strategies.sampled_from([0, 1, 7, 300, 1024, 5000])
     # (Lists of one size, the usual case, have a quicker way.)
     sizes=hypothesis.strategies.lists(_SIZES, max_size=700)
     | hypothesis.strategies.builds(lambda size, count: [size] * count, _SIZES, hypothesis.strategies.integers(0, 700)),
-    budget=hypothesis.strategies.integers(-10, 200_000),
+    budget=hypothesis.strategies.integers(-10, 200_000)
+    | hypothesis.strategies.integers(0, 200).map(lambda k: k * 1024),  # (a queue of 1 KiB elements)
 )
 def test_elements_within_counts_up_to_the_element_that_reaches_the_budget(sizes: list[int], budget: int) -> None:
     from rstreams._publish import elements_within
