@@ -74,7 +74,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from ._batch import ElementBatch
+from ._batch import ElementBatch, batch_of_one_size
 from ._codec import (
     FIXARRAY_4,
     MAX_PART_HEADER_SIZE,
@@ -301,6 +301,10 @@ class Connection:
         self._fed = 0
         self._message_end = 0
         self._run_subscriber = 0
+        # How many of the run's first elements came from _receive_runs, all
+        # of _run_size bytes (-1: the run is not of one size).
+        self._run_sized = 0
+        self._run_size = 0
         # A part whose payload is being taken from _waiting (see "Large
         # parts"): its stream (None: dropped), whether it is a last part,
         # and how many of its bytes are still to come.
@@ -478,6 +482,7 @@ class Connection:
         # Elements collected before a bad message are valid and within
         # demand: they are handed over before the error is raised.
         run: list[bytes] = []
+        self._run_sized = 0
         try:
             self._parse_into(events, run, max_events)
         except RemoteProtocolError:
@@ -487,8 +492,13 @@ class Connection:
 
     def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
         if run:
-            events.append(_new_elements(self._run_subscriber, ElementBatch(run[:])))
+            if self._run_sized == len(run):
+                batch = batch_of_one_size(run[:], self._run_size)
+            else:
+                batch = ElementBatch(run[:])
+            events.append(_new_elements(self._run_subscriber, batch))
             run.clear()
+        self._run_sized = 0
 
     def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
         unpacker = self._unpacker
@@ -659,6 +669,13 @@ class Connection:
             if run and self._run_subscriber != header.subscriber:
                 self._flush_run(events, run)
             self._run_subscriber = header.subscriber
+            # The run holds elements of one size while all came from here
+            # with that size (its batch then knows its byte count).
+            if self._run_sized == len(run) and (not run or self._run_size == header.size):
+                self._run_size = header.size
+                self._run_sized += len(elements)
+            else:
+                self._run_sized = -1
             run += elements
             taken = len(elements) * header.length
             if taken < len(front):

@@ -122,6 +122,7 @@ def normalized(events: list[Event]) -> list[object]:
     for event in events:
         if type(event) is Elements:
             assert all(type(element) is bytes for element in event.elements)
+            assert event.elements.nbytes == sum(map(len, event.elements))
             if merged and type(merged[-1]) is tuple and merged[-1][0] == event.subscriber:
                 merged[-1][1].extend(event.elements)
             else:
