@@ -24,6 +24,21 @@ lookup, a type check and a demand decrement per element) and handed over as
 one :class:`~rstreams.protocol.Elements` event; no message object is built
 per element. onNextPacked becomes one event whose batch slices lazily.
 
+Runs of onNext
+--------------
+Whenever the Unpacker holds nothing and the next message is an onNext, the
+run of onNext that repeat its header byte for byte (one stream, one element
+size: :mod:`~rstreams.protocol._runs`) is taken from the received bytes in
+a few C-level steps, without a tuple per message; ``_receive_runs`` applies
+to the run the rules the Unpacker's path applies to each onNext (a known
+stream that takes elements, not inside a split element, the element size,
+demand), and leaves anything they refuse, with whatever else comes next, to
+the Unpacker's path, which words the error. A read usually ends inside a
+message: the Unpacker is then fed only the rest of that onNext
+(``_rest_of_message``), so that the next read starts empty again. A run that
+a control message interrupts in the middle of a read goes on through the
+Unpacker up to the end of that read.
+
 Large parts
 -----------
 The parts of a split element do not go through msgpack's Unpacker, which
@@ -59,7 +74,7 @@ from typing import Any, ClassVar, cast
 
 import msgpack
 
-from ._batch import ElementBatch
+from ._batch import ElementBatch, batch_of_one_size
 from ._codec import (
     FIXARRAY_4,
     MAX_PART_HEADER_SIZE,
@@ -102,7 +117,8 @@ from ._messages import (
     Subscribed,
     prechecked,
 )
-from ._outbound import Outbound, Publication, QueuedElement
+from ._outbound import Outbound, Publication, QueuedElement, SameSizeElements
+from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, RunReader, read_on_next_header
 from ._split import Reassembler
 from ._state import (
     CONNECTION_TRANSITIONS,
@@ -183,6 +199,7 @@ _new_elements = prechecked(Elements)
 # of the buffer for what follows them (a part's header and then some).
 _MAX_PREDICTED_PARTS = 64
 _AFTER_PARTS_SIZE = 64
+_ONLY_BYTES = {bytes}
 # What _receive_parts found at the front of _waiting.
 _NEXT_FOR_UNPACKER = 0  # another message (or nothing): feed the Unpacker
 _PARTS_WAIT = 1  # the rest of a part (or of its header) has not arrived
@@ -303,6 +320,10 @@ class Connection:
         self._fed = 0
         self._message_end = 0
         self._run_subscriber = 0
+        # How many of the run's first elements came from _receive_runs, all
+        # of _run_size bytes (-1: the run is not of one size).
+        self._run_sized = 0
+        self._run_size = 0
         # A part whose payload is being taken from _waiting (see "Large
         # parts"): its stream (None: dropped), whether it is a last part,
         # and how many of its bytes are still to come.
@@ -327,6 +348,7 @@ class Connection:
         # bytes were compared with its encoding), oldest first.
         self._slot_headers: deque[tuple[memoryview, PartHeader]] = deque()
         self._last_fed: memoryview | None = None  # the Unpacker's last feed
+        self._runs = RunReader()  # (see "Runs of onNext")
         self._deferred_error: RemoteProtocolError | None = None
         # A request or cancel held back to the next events() call, because the
         # subscribe it is about is in the batch being returned (see events).
@@ -627,6 +649,7 @@ class Connection:
         # Elements collected before a bad message are valid and within
         # demand: they are handed over before the error is raised.
         run: list[bytes] = []
+        self._run_sized = 0
         try:
             self._parse_into(events, run, max_events)
         except RemoteProtocolError:
@@ -636,8 +659,13 @@ class Connection:
 
     def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
         if run:
-            events.append(_new_elements(self._run_subscriber, ElementBatch(run[:])))
+            if self._run_sized == len(run):
+                batch = batch_of_one_size(run[:], self._run_size)
+            else:
+                batch = ElementBatch(run[:])
+            events.append(_new_elements(self._run_subscriber, batch))
             run.clear()
+        self._run_sized = 0
 
     def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
         unpacker = self._unpacker
@@ -740,25 +768,107 @@ class Connection:
                 tell = unpacker.tell
                 message_end = self._message_end
             waiting = self._waiting
-            if self._fed == message_end and (
-                self._part_left or (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_4)
-            ):
+            if self._fed == message_end:
                 # The Unpacker holds nothing: the next message starts at
-                # the front of _waiting, and may be a part to take here.
-                found = self._receive_parts(events, run, max_events)
+                # the front of _waiting, and may be a part or a run of
+                # onNext to take here.
+                found = self._receive_unparsed(events, run, max_events)
                 if found != _NEXT_FOR_UNPACKER:
                     return
-                if not run:
-                    run_subscription = None
-            if not waiting:
-                break
-            chunk = waiting.popleft()
+                run_subscription = subscriptions.get(self._run_subscriber) if run else None
+                if not waiting:
+                    break
+                chunk = waiting.popleft()
+            else:
+                if not waiting:
+                    break
+                chunk = self._rest_of_message(message_end)
             try:
                 unpacker.feed(chunk)
             except DecodeError as exc:  # pragma: no cover - feed only fails on BufferFull, prevented above
                 raise RemoteProtocolError(f"undecodable bytes: {exc}") from exc
             self._fed += len(chunk)
             self._last_fed = chunk
+
+    def _receive_unparsed(self, events: list[Event], run: list[bytes], max_events: int) -> int:
+        """The Unpacker holds nothing: take the messages at the front of
+        _waiting while they are parts or runs of onNext (see "Large parts"
+        and "Runs of onNext"); say why it stopped."""
+        waiting = self._waiting
+        while True:
+            if self._part_left or (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_4):
+                found = self._receive_parts(events, run, max_events)
+                if found != _NEXT_FOR_UNPACKER:
+                    return found
+            if not (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_3):
+                return _NEXT_FOR_UNPACKER
+            self._receive_runs(events, run)
+            if not (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_4):
+                return _NEXT_FOR_UNPACKER
+
+    def _receive_runs(self, events: list[Event], run: list[bytes]) -> None:
+        """Take the runs of onNext at the front of _waiting, up to the first
+        message that is not one, is not whole in the front read, or that a
+        rule refuses (left to the Unpacker's path, which says why)."""
+        waiting = self._waiting
+        max_message_size = self.limits.max_message_size
+        while self._state is _OPEN and _drop_empty_views(waiting):
+            front = waiting[0]
+            header = read_on_next_header(front[:MAX_ON_NEXT_HEADER_SIZE], max_message_size)
+            if header is None or not header.length or header.length > len(front):
+                return
+            # The rules of the Unpacker's path for onNext, once per run.
+            sub = self._subscriptions.get(header.subscriber)
+            if (
+                sub is None
+                or not sub.takes_elements
+                or (sub.reassembler is not None and sub.reassembler.in_progress)
+                or (sub.element_size and header.size != sub.element_size)
+            ):
+                return
+            demand = sub.demand
+            outstanding = demand.outstanding
+            if not outstanding:
+                return
+            elements = self._runs.take(front, header, outstanding)
+            if outstanding < UNBOUNDED:
+                demand.outstanding = outstanding - len(elements)
+            if run and self._run_subscriber != header.subscriber:
+                self._flush_run(events, run)
+            self._run_subscriber = header.subscriber
+            # The run holds elements of one size while all came from here
+            # with that size (its batch then knows its byte count).
+            if self._run_sized == len(run) and (not run or self._run_size == header.size):
+                self._run_size = header.size
+                self._run_sized += len(elements)
+            else:
+                self._run_sized = -1
+            run += elements
+            taken = len(elements) * header.length
+            if taken < len(front):
+                waiting[0] = front[taken:]
+            else:
+                waiting.popleft()
+
+    def _rest_of_message(self, message_end: int) -> memoryview:
+        """What to feed the Unpacker, which holds the start of a message: if
+        that is an onNext, whose header tells its length, only the rest of
+        it, so that the Unpacker ends empty and a run that follows can be
+        taken (a read usually ends inside a message); else the next read."""
+        waiting = self._waiting
+        last_fed = self._last_fed
+        tail_size = self._fed - message_end
+        if last_fed is not None and tail_size <= len(last_fed) and last_fed[len(last_fed) - tail_size] == FIXARRAY_3:
+            tail: bytes | memoryview = last_fed[len(last_fed) - tail_size :]
+            if tail_size < MAX_ON_NEXT_HEADER_SIZE:
+                tail = bytes(tail) + _first_bytes(waiting, MAX_ON_NEXT_HEADER_SIZE - tail_size)
+            header = read_on_next_header(tail, self.limits.max_message_size)
+            front = waiting[0]
+            if header is not None and 0 < header.length - tail_size < len(front):
+                rest = header.length - tail_size
+                waiting[0] = front[rest:]
+                return front[:rest]
+        return waiting.popleft()
 
     def _take_back_part(self, message_end: int) -> bool:
         """The Unpacker ran out of data inside a message: if that message
@@ -1468,13 +1578,21 @@ class Connection:
                 raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
             nbytes = len(chunk)
         else:
-            chunk = list(elements)  # our own copy: the caller may reuse its list
-            for element in chunk:
-                if type(element) is not bytes and not is_bytes_view(element):
-                    raise LocalProtocolError(
-                        f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
-                    )
-            nbytes = sum(map(len, chunk))
+            if set(map(type, elements)) != _ONLY_BYTES:  # (the usual case, found at C speed)
+                for element in elements:
+                    if type(element) is not bytes and not is_bytes_view(element):
+                        raise LocalProtocolError(
+                            f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
+                        )
+            sizes = set(map(len, elements))
+            if len(sizes) == 1:
+                # Our own copy (the caller may reuse its list), marked so
+                # that the scheduler need not measure its elements again.
+                chunk = SameSizeElements(elements)
+                nbytes = count * sizes.pop()
+            else:
+                chunk = list(elements)
+                nbytes = sum(map(len, chunk))
         if not publication.demand.take(count):
             raise LocalProtocolError(
                 f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"

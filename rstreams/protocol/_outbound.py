@@ -55,7 +55,7 @@ from ._demand import Demand
 from ._messages import MessageType
 from ._state import PUBLICATION_TRANSITIONS, PublicationEvent, PublicationState
 
-__all__ = ["Publication", "Outbound", "OutBuffer"]
+__all__ = ["Publication", "Outbound", "OutBuffer", "SameSizeElements"]
 
 #: One buffer of a gathered write (see ``Outbound.buffers_to_send``).
 OutBuffer = bytearray | memoryview
@@ -78,6 +78,15 @@ _JOINED_ELEMENT_SIZE = 1024
 # smaller ones are copied: below it a copy costs less than one more buffer
 # in the list (and this bounds a write's list to a few dozen buffers).
 _GATHER_MIN_PART = 16 * 1024
+
+
+class SameSizeElements(list[QueuedElement]):
+    """A chunk of queued elements all of one size, as found when they were
+    queued (``Connection.send_elements``): a stream of variable-size
+    elements most often sends runs of one size, and the scheduler then
+    writes them with one join without measuring each element again."""
+
+    __slots__ = ()
 
 
 class Publication:
@@ -340,9 +349,23 @@ class Outbound:
                     step = len(header) + length
                     count = min(end - head, max(1, -(-(limit - len(out)) // step)))
                     run = chunk[head : head + count]
-                    if count == 1 or max(map(len, run)) == min(map(len, run)) == length:
-                        out += header
-                        out += header.join(run)
+                    if (
+                        count == 1
+                        or type(chunk) is SameSizeElements
+                        or max(map(len, run)) == min(map(len, run)) == length
+                    ):
+                        gathered = self._gathered
+                        if gathered is not None and count * step >= _GATHER_MIN_PART:
+                            # Handed out as a buffer of its own, like a large
+                            # part: not copied a second time, into out (whose
+                            # growth to a write's size page-faulted).
+                            run.insert(0, b"")  # (so that a header leads each element)
+                            gathered.append((len(out), memoryview(header.join(run))))
+                            self._gathered_bytes += count * step
+                            limit -= count * step
+                        else:
+                            out += header
+                            out += header.join(run)
                         head += count
                         nbytes = count * length
                         joined = True

@@ -248,17 +248,23 @@ def _queue(pair: ConnectionPair, streams: list[list[bytes]]) -> None:
         max_size=3,
     ),
     max_bytes=st.sampled_from([1, 1000, 64 * _KiB, 100 * _KiB, 256 * _KiB, 1 << 20]),
+    runs=st.lists(st.tuples(st.sampled_from([0, 8, 1000]), st.sampled_from([1, 20, 3000])), max_size=3),
 )
-def test_buffers_to_send_writes_exactly_what_data_to_send_writes(streams: list[list[int]], max_bytes: int) -> None:
+def test_buffers_to_send_writes_exactly_what_data_to_send_writes(
+    streams: list[list[int]], max_bytes: int, runs: list[tuple[int, int]]
+) -> None:
     # Same schedule, two ways of taking it: every call returns the same
-    # bytes, and large parts come as views of the element, not copies.
+    # bytes, large parts come as views of the element, not copies, and long
+    # runs of small elements as their one join (runs: more streams, each
+    # of elements of one size).
+    streams = streams + [[size] * count for size, count in runs]
     contents = [[bytes([index % 251]) * size for index, size in enumerate(sizes)] for sizes in streams]
     copying, gathering = ConnectionPair(), ConnectionPair()
     for pair in (copying, gathering):
         pair.open()
         _queue(pair, contents)
     elements = {id(element) for elements in contents for element in elements}
-    views = 0
+    views = joins = 0
     while copying.server.has_data_to_send:
         expected = bytes(copying.server.data_to_send(max_bytes))
         buffers = gathering.server.buffers_to_send(max_bytes)
@@ -266,12 +272,18 @@ def test_buffers_to_send_writes_exactly_what_data_to_send_writes(streams: list[l
         assert all(len(buffer) for buffer in buffers)
         for buffer in buffers:
             if isinstance(buffer, memoryview) and isinstance(buffer.obj, bytes):
-                assert id(buffer.obj) in elements and len(buffer) >= 16 * _KiB
-                views += 1
+                assert len(buffer) >= 16 * _KiB
+                if id(buffer.obj) in elements:
+                    views += 1
+                else:  # a run's join: whole onNext messages
+                    assert all(isinstance(message, OnNext) for message in decode(bytes(buffer)))
+                    joins += 1
     assert not gathering.server.has_data_to_send
     assert gathering.server.buffers_to_send(max_bytes) == []
     if any(size > 64 * _KiB for sizes in streams for size in sizes):
         assert views  # a split element's parts went out uncopied
+    if max_bytes >= 64 * _KiB and any(size and count == 3000 for size, count in runs):
+        assert joins  # a long run of one size went out as its join
 
 
 @settings(deadline=None, max_examples=60)

@@ -199,6 +199,50 @@ async def test_send_some_returns_how_many_were_queued() -> None:
     assert results == [0, 3, 1]
 
 
+async def test_send_some_stops_at_the_element_that_fills_max_queued_bytes() -> None:
+    results: list[int] = []
+    sizes = [300] * 3 + [150] + [50] * 600
+
+    async def some(sink: rstreams.Sink) -> None:
+        # Room for 1,000 bytes: the fourth element reaches it and goes too.
+        results.append(await sink.send_some([bytes(size) for size in sizes]))
+
+    config = rstreams.SessionConfig(max_queued_bytes=1000)
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"some": some}), config=config) as (
+            client,
+            _,
+        ):
+            async with client.subscribe("some", prefetch=0) as stream:
+                stream.request(1000)
+                received = [len(element) async for element in stream]
+    assert results == [4]
+    assert received == sizes[:4]
+
+
+_SIZES = hypothesis.strategies.sampled_from([0, 1, 7, 300, 1024, 5000])
+
+
+@hypothesis.given(
+    # (Lists of one size, the usual case, have a quicker way.)
+    sizes=hypothesis.strategies.lists(_SIZES, max_size=700)
+    | hypothesis.strategies.builds(lambda size, count: [size] * count, _SIZES, hypothesis.strategies.integers(0, 700)),
+    budget=hypothesis.strategies.integers(-10, 200_000)
+    | hypothesis.strategies.integers(0, 200).map(lambda k: k * 1024),  # (a queue of 1 KiB elements)
+)
+def test_elements_within_counts_up_to_the_element_that_reaches_the_budget(sizes: list[int], budget: int) -> None:
+    from rstreams._publish import elements_within
+
+    expected = 0
+    room = budget
+    for size in sizes:
+        room -= size
+        expected += 1
+        if room <= 0:
+            break
+    assert elements_within([bytes(size) for size in sizes], budget) == expected
+
+
 async def test_send_packed_on_a_fixed_size_route(connect) -> None:
     async def packed(sink: rstreams.Sink) -> None:
         assert sink.element_size == 4
