@@ -37,15 +37,7 @@ async def stamps(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Non
     for index in range(count):
         # Elements fall due on a fixed schedule; a late wake-up sends every
         # element already due, one send each, as a steady producer would.
-        # Only a wait for an element not yet due sleeps (as pyzmq's stamps
-        # do): trio wakes a timer to the millisecond (epoll's timeout), so
-        # about ten elements fall due at each wake-up, and a sleep_until
-        # already past costs a cancel scope and a pass of the run loop each
-        # (a sixth of the server's time at 10,000 a second), which
-        # sink.send's own checkpoint makes redundant.
-        due = start + index / rate
-        if due > trio.current_time():
-            await trio.sleep_until(due)
+        await trio.sleep_until(start + index / rate)
         await sink.send(time.perf_counter_ns().to_bytes(8, "big"))
 
 

@@ -81,12 +81,10 @@ class SessionConfig:
         busy_poll: seconds the reader polls the socket before it sleeps
             when the peer's next message is due (a ``fetch`` waits for its
             answer; the peer's subscribes were just answered), as long as
-            such messages have lately come within that time and the core is
-            not contended (plain TCP only; 0 turns it off). Spends up to
-            that much CPU per read to save waking a sleeping core, which on
-            loopback or a fast LAN is a third or more of a round trip; on a
-            busy machine polling stops by itself, since a process that
-            spins is scheduled late (see ``_direct_socket``).
+            such messages have lately come within that time (plain TCP
+            only; 0 turns it off). Spends up to that much CPU per read to
+            save waking a sleeping core, which on loopback or a fast LAN is
+            a third or more of a round trip (see ``_direct_socket``).
         idle_timeout: seconds after which a session whose peer sent nothing
             (keepalive pings and pongs aside) and that has no stream open
             either way is closed, with goodbye ``idle timeout: ...``; None

@@ -37,18 +37,6 @@ sleeping, so one poller keeps the core awake for all of them, and more
 would only spend the run loop's passes on reads that find nothing (16
 sessions each polling their own socket measured 40% slower).
 
-Polling pays only while this thread has its core to itself. On a machine
-whose cores are busy, a polling process spends its share of the core on
-reads that find nothing, and the scheduler then runs it *late* (behind the
-others on the core) when its data arrives, whereas a process asleep in
-``epoll`` is woken ahead of them: there polling made round trips slower
-than sleeping (by 40% with both processes on one core; bench/NOTES.md). The sign is the kernel's count of this thread's
-*involuntary* context switches (``getrusage``): it grows only when
-something else took the core while we could have run. So a poll stops the
-moment the count moves, and ``PollBackoff`` holds polling off for a while
-(longer each time it moves again, shorter after each poll that was not
-interrupted).
-
 Large elements are written without copying them: ``send_buffers`` takes the
 list ``Connection.buffers_to_send`` returns (the bytes around each large
 split part, and views of the parts themselves) and writes it with one
@@ -68,64 +56,16 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import time
 
 import trio
 
-__all__ = ["DirectSocket", "PollBackoff", "direct_socket", "involuntary_switches"]
+__all__ = ["DirectSocket", "direct_socket"]
 
 # As trio's SocketStream: these mean the socket was closed under us.
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
 # Buffers per writev: POSIX guarantees IOV_MAX >= 16; Linux allows 1024.
 _MAX_BUFFERS = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
-# This thread's (a trio run's) own count where the system keeps one (Linux),
-# else the process's.
-_RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
-
-
-def involuntary_switches() -> int:
-    """How many times the kernel has taken the core from this thread while
-    it could have run on (about 0.5 µs: one system call)."""
-    return resource.getrusage(_RUSAGE_WHO).ru_nivcsw
-
-
-class PollBackoff:
-    """Whether a busy poll may start, or go on, given the thread's count of
-    involuntary context switches (sans-I/O: the caller reads the clock and
-    the count).
-
-    Any growth of the count means the core is contended: polling stops and
-    is held off for ``hold`` seconds, and each further growth doubles the
-    hold (up to ``longest_hold``), so on a busy machine polling soon all but
-    stops (a probe a second). Each poll that ran to its end uninterrupted
-    halves it again (down to ``shortest_hold``), so polling comes back once
-    the machine is quiet. A growth seen while polling is held off counts
-    too: the count covers everything the thread did since it was last read.
-    """
-
-    __slots__ = ("shortest_hold", "longest_hold", "hold", "_switches", "_resume_at")
-
-    def __init__(self, shortest_hold: float = 0.01, longest_hold: float = 1.0) -> None:
-        self.shortest_hold = shortest_hold
-        self.longest_hold = longest_hold
-        #: How long the next contention holds polling off.
-        self.hold = shortest_hold
-        self._switches: int | None = None
-        self._resume_at = float("-inf")
-
-    def allows(self, now: float, switches: int) -> bool:
-        """Whether to poll (on) at ``now``, ``switches`` being the count so far."""
-        seen, self._switches = self._switches, switches
-        if seen is not None and switches != seen:
-            self._resume_at = now + self.hold
-            self.hold = min(self.hold * 2, self.longest_hold)
-            return False
-        return now >= self._resume_at
-
-    def poll_ended(self) -> None:
-        """A poll ran to its end (data or window over) without contention."""
-        self.hold = max(self.hold / 2, self.shortest_hold)
 
 
 def written_through(pending: list[bytearray | memoryview], first: int, sent: int) -> int:
@@ -148,14 +88,12 @@ def written_through(pending: list[bytearray | memoryview], first: int, sent: int
 
 
 class _PollSlot:
-    """Whether a read busy-polls in this trio run (one at a time), and
-    whether polling pays on this thread's core at the moment."""
+    """Whether a read busy-polls in this trio run (one at a time)."""
 
-    __slots__ = ("taken", "backoff")
+    __slots__ = ("taken",)
 
     def __init__(self) -> None:
         self.taken = False
-        self.backoff = PollBackoff()
 
 
 _poll_slot: trio.lowlevel.RunVar[_PollSlot] = trio.lowlevel.RunVar("rstreams_poll_slot")
@@ -298,24 +236,16 @@ class DirectSocket:
             slot = self._slot = _this_runs_poll_slot()
         if slot.taken:
             return None  # another read keeps the run loop awake
-        backoff = slot.backoff
-        # Real time, not trio's clock: a test's MockClock stands still
-        # while tasks run, and this loop must end whatever the clock.
-        now = time.perf_counter()
-        if not backoff.allows(now, involuntary_switches()):
-            return None
         slot.taken = True
         try:
-            deadline = now + seconds
+            # Real time, not trio's clock: a test's MockClock stands still
+            # while tasks run, and this loop must end whatever the clock.
+            deadline = time.perf_counter() + seconds
             while True:
                 await trio.lowlevel.checkpoint()  # the others run; cancellable
                 data = self._read(max_bytes)
-                now = time.perf_counter()
-                if data is not None or now >= deadline:
-                    backoff.poll_ended()
+                if data is not None or time.perf_counter() >= deadline:
                     return data
-                if not backoff.allows(now, involuntary_switches()):
-                    return None  # contended: sleep in epoll instead
         finally:
             slot.taken = False
 

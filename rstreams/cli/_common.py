@@ -288,8 +288,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         type=_non_negative_seconds,
         default=DEFAULT_CONFIG.busy_poll,
         help="how long a session polls its socket for a request-response peer's next subscribe "
-        f"before sleeping, while such subscribes come that quickly and the core is not contended "
-        f"(plain TCP; default: {DEFAULT_CONFIG.busy_poll:g}; "
+        f"before sleeping, while such subscribes come that quickly (plain TCP; default: {DEFAULT_CONFIG.busy_poll:g}; "
         "0: never, to spare the CPU)",
     )
     parser.add_argument(

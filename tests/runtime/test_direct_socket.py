@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 import rstreams
 from collections.abc import Callable
 
-from rstreams import _direct_socket
-from rstreams._direct_socket import DirectSocket, PollBackoff, _this_runs_poll_slot, direct_socket, written_through
+from rstreams._direct_socket import DirectSocket, direct_socket, written_through
 from rstreams._session import Session
 from rstreams.protocol import Goodbye, Subscribe
 
@@ -341,14 +340,6 @@ async def test_no_direct_write_once_something_else_has_woken_the_writer() -> Non
 # ---- busy polling ----------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _a_core_to_ourselves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernel's count of involuntary context switches, held still: on a
-    busy test machine it grows, and polling would stop (see the backoff
-    tests below, which move it themselves)."""
-    monkeypatch.setattr(_direct_socket, "involuntary_switches", lambda: 0)
-
-
 class _SleepCounter:
     """Counts the reads that went to sleep in epoll (``wait_readable``)."""
 
@@ -455,119 +446,6 @@ async def test_one_read_polls_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None
         assert counter.sleeps == 1
         for stream in (first, first_peer, second, second_peer):
             await stream.aclose()
-
-
-class _Switches:
-    """A stand-in for the kernel's count of involuntary context switches."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        monkeypatch.setattr(_direct_socket, "involuntary_switches", lambda: self.count)
-
-
-async def test_a_poll_stops_when_the_core_is_contended(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The count moves while the read polls: something else wanted the core,
-    # so the read goes to sleep in epoll (and still gets its data), and the
-    # next read sleeps at once, without polling, while the hold lasts.
-    counter = _SleepCounter(monkeypatch)
-    switches = _Switches(monkeypatch)
-    with trio.fail_after(10):
-        _this_runs_poll_slot().backoff = PollBackoff(shortest_hold=3600.0, longest_hold=3600.0)
-        ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours)
-
-        async def preempt_then_send(data: bytes) -> None:
-            await trio.lowlevel.checkpoint()
-            switches.count += 1
-            await _send_after_checkpoints(theirs, data, 5)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(preempt_then_send, b"first")
-            assert await direct.receive_some(100, poll_for=5.0) == b"first"
-        assert counter.sleeps == 1
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_send_after_checkpoints, theirs, b"second", 5)
-            assert await direct.receive_some(100, poll_for=5.0) == b"second"
-        assert counter.sleeps == 2  # held off: it did not poll
-        await ours.aclose()
-        await theirs.aclose()
-
-
-async def test_polling_goes_on_while_the_core_is_ours(monkeypatch: pytest.MonkeyPatch) -> None:
-    counter = _SleepCounter(monkeypatch)
-    _Switches(monkeypatch)  # never moves
-    with trio.fail_after(10):
-        ours, theirs = await _socket_stream_pair()
-        direct = DirectSocket(ours)
-        for index in range(20):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_send_after_checkpoints, theirs, u32(index), 5)
-                assert await direct.receive_some(100, poll_for=5.0) == u32(index)
-        assert counter.sleeps == 0
-        await ours.aclose()
-        await theirs.aclose()
-
-
-# One observation of PollBackoff: seconds since the last, how far the count
-# moved, and whether a poll ran to its end just before.
-_observations = st.lists(
-    st.tuples(st.floats(0.0, 3.0), st.integers(0, 3), st.booleans()), min_size=1, max_size=60
-)
-
-
-@given(_observations, st.floats(0.001, 0.5), st.floats(1.0, 4.0))
-def test_poll_backoff_holds_polling_off_after_contention(
-    observations: list[tuple[float, int, bool]], shortest: float, factor: float
-) -> None:
-    """A model of the rule: no poll when the count moved since it was last
-    read, none until the hold then in force is over, a hold always within
-    its bounds, doubling on contention and halving after a clean poll."""
-    longest = shortest * factor
-    backoff = PollBackoff(shortest_hold=shortest, longest_hold=longest)
-    now, count = 100.0, 7
-    resume_at = float("-inf")
-    hold = shortest
-    first = True
-    for elapsed, moved, ended in observations:
-        if ended:
-            backoff.poll_ended()
-            hold = max(hold / 2, shortest)
-        now += elapsed
-        count += moved
-        allowed = backoff.allows(now, count)
-        if moved and not first:
-            assert not allowed
-            resume_at = now + hold
-            hold = min(hold * 2, longest)
-        else:
-            assert allowed == (now >= resume_at)
-        first = False
-        assert shortest <= backoff.hold <= longest
-        assert backoff.hold == pytest.approx(hold)
-
-
-@given(st.lists(st.floats(0.0, 10.0), min_size=1, max_size=60))
-def test_poll_backoff_never_holds_off_an_uncontended_thread(gaps: list[float]) -> None:
-    backoff = PollBackoff()
-    now = 0.0
-    for gap in gaps:
-        now += gap
-        assert backoff.allows(now, 42)
-        backoff.poll_ended()
-    assert backoff.hold == backoff.shortest_hold
-
-
-def test_poll_backoff_lets_polling_resume_once_the_hold_is_over() -> None:
-    backoff = PollBackoff(shortest_hold=0.01, longest_hold=1.0)
-    assert backoff.allows(0.0, 5)
-    assert not backoff.allows(1.0, 6)  # contended: held off 0.01 s
-    assert not backoff.allows(1.005, 6)
-    assert backoff.allows(1.011, 6)
-    assert not backoff.allows(2.0, 9)  # again: 0.02 s
-    assert not backoff.allows(2.019, 9)
-    assert backoff.allows(2.021, 9)
-    backoff.poll_ended()  # a clean poll: the next hold is 0.02 s again
-    assert backoff.hold == pytest.approx(0.02)
 
 
 class _PollRecorder:
