@@ -1416,8 +1416,7 @@ class Connection:
         Raises:
             LocalProtocolError: negative demand, or the connection is closing.
         """
-        if self._state is not _OPEN and self._state is not _HANDSHAKING:
-            self._check_can_send()  # raises
+        self._check_can_send()
         if type(initial_demand) is not int or initial_demand < 0:
             raise LocalProtocolError(f"initial_demand must be an int >= 0, got {initial_demand!r}")
         subscriber = self._next_id
@@ -1495,8 +1494,7 @@ class Connection:
         if state is None:
             self._publication_transition(publication, _SEND_ELEMENTS)  # raises
         publication.state = state  # type: ignore[assignment]
-        if self._state is not _OPEN and self._state is not _HANDSHAKING:
-            self._check_can_send()  # raises
+        self._check_can_send()
 
     def _forget_publication(self, publication: Publication) -> None:
         self._outbound.drop(publication)
@@ -1514,9 +1512,8 @@ class Connection:
             element_size: if > 0, every element of the stream has exactly this
                 many bytes, and runs of them go out packed.
         """
-        # (Once per subscribe: the checks and the table's step written out.)
-        if self._state is not _OPEN and self._state is not _HANDSHAKING:
-            self._check_can_send()  # raises
+        # (Once per subscribe: the table's step read in place.)
+        self._check_can_send()
         publication = self._publications.get(subscriber)
         if publication is None:
             publication = self._publication(subscriber)  # raises
@@ -1622,18 +1619,15 @@ class Connection:
             return
         self._enter_sending(publication)
         count = nbytes // size
-        demand = publication.demand
-        outstanding = demand.outstanding
-        if outstanding < UNBOUNDED:  # (Demand.take, written out)
-            if count > outstanding:
-                raise LocalProtocolError(f"{count} elements exceed the demand of {outstanding} on stream {subscriber}")
-            demand.outstanding = outstanding - count
+        if not publication.demand.take(count):
+            raise LocalProtocolError(
+                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
+            )
         self._outbound.enqueue(publication, packed, count, nbytes)
 
     def complete(self, subscriber: int) -> None:
         """End a publication normally, after its queued elements."""
-        if self._state is not _OPEN and self._state is not _HANDSHAKING:
-            self._check_can_send()  # raises
+        self._check_can_send()
         publication = self._publications.get(subscriber)
         if publication is None:
             publication = self._publication(subscriber)  # raises
