@@ -493,14 +493,47 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
     code = data[1]
     if code not in _PART_CODES:
         return None
-    position = 2
-    ids = [0, 0]
-    for index in (0, 1):
+    fields = read_ids_and_bin(data, 2, 2)
+    if fields is None:
+        return None
+    if fields is INCOMPLETE_FIELDS:
+        return INCOMPLETE_PART_HEADER
+    if fields.end + fields.size > max_message_size:
+        return None
+    subscriber, element = fields.ids
+    return PartHeader(fields.end, code == _LAST_PART_CODE, subscriber, element, fields.size)
+
+
+class HeaderFields(NamedTuple):
+    """The fields after a message's code in the header of a part or an
+    onNext: its Ids, then a bin header."""
+
+    ids: tuple[int, ...]
+    end: int  # where the bin's payload starts
+    size: int  # bytes of payload
+
+
+#: :func:`read_ids_and_bin`'s answer to a prefix of the fields.
+INCOMPLETE_FIELDS = HeaderFields((), 0, 0)
+
+
+def read_ids_and_bin(data: bytes | memoryview, position: int, count: int) -> HeaderFields | None:
+    """Read ``count`` Ids (msgpack unsigned ints up to ``MAX_ID``, in any
+    of their forms) and then a bin header, from ``position`` in ``data``:
+    the part of a header that :func:`read_part_header` and the run
+    reader's ``read_on_next_header`` share.
+
+    Returns the fields; :data:`INCOMPLETE_FIELDS` if ``data`` ends first;
+    None if a field is not of that form (the Unpacker decides on it).
+    """
+    available = len(data)
+    ids = []
+    for _ in range(count):
         if position >= available:
-            return INCOMPLETE_PART_HEADER
+            return INCOMPLETE_FIELDS
         tag = data[position]
         if tag < 0x80:  # positive fixint
-            ids[index] = tag
+            ids.append(tag)
             position += 1
             continue
         size = _UINT_SIZES.get(tag)
@@ -508,24 +541,21 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
             return None
         end = position + 1 + size
         if end > available:
-            return INCOMPLETE_PART_HEADER
+            return INCOMPLETE_FIELDS
         value = int.from_bytes(data[position + 1 : end], "big")
         if value > MAX_ID:
             return None
-        ids[index] = value
+        ids.append(value)
         position = end
     if position >= available:
-        return INCOMPLETE_PART_HEADER
+        return INCOMPLETE_FIELDS
     size = _BIN_SIZES.get(data[position])
     if size is None:
         return None
     end = position + 1 + size
     if end > available:
-        return INCOMPLETE_PART_HEADER
-    payload = int.from_bytes(data[position + 1 : end], "big")
-    if end + payload > max_message_size:
-        return None
-    return PartHeader(end, code == _LAST_PART_CODE, ids[0], ids[1], payload)
+        return INCOMPLETE_FIELDS
+    return HeaderFields(tuple(ids), end, int.from_bytes(data[position + 1 : end], "big"))
 
 
 def part_header_ids(data: bytes | memoryview) -> bytes:

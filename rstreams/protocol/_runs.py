@@ -30,7 +30,7 @@ import re
 import struct
 from typing import NamedTuple
 
-from ._messages import MAX_ID
+from ._codec import INCOMPLETE_FIELDS, read_ids_and_bin
 
 __all__ = [
     "FIXARRAY_3",
@@ -47,10 +47,6 @@ FIXARRAY_3 = 0x93
 ON_NEXT_CODE = 5
 #: The longest header read: fixarray, code, a uint64 Id and a bin32 header.
 MAX_ON_NEXT_HEADER_SIZE = 1 + 1 + 9 + 5
-
-# msgpack's unsigned int and bin headers: tag -> bytes of the value / length.
-_UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
-_BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
 
 
 class OnNextHeader(NamedTuple):
@@ -83,34 +79,15 @@ def read_on_next_header(data: bytes | memoryview, max_message_size: int) -> OnNe
         return INCOMPLETE_ON_NEXT_HEADER
     if data[1] != ON_NEXT_CODE:
         return None
-    if available < 3:
-        return INCOMPLETE_ON_NEXT_HEADER
-    tag = data[2]
-    if tag < 0x80:  # positive fixint
-        subscriber = tag
-        position = 3
-    else:
-        size = _UINT_SIZES.get(tag)
-        if size is None:
-            return None
-        position = 3 + size
-        if position > available:
-            return INCOMPLETE_ON_NEXT_HEADER
-        subscriber = int.from_bytes(data[3:position], "big")
-        if subscriber > MAX_ID:
-            return None
-    if position >= available:
-        return INCOMPLETE_ON_NEXT_HEADER
-    size = _BIN_SIZES.get(data[position])
-    if size is None:
+    fields = read_ids_and_bin(data, 2, 1)
+    if fields is None:
         return None
-    end = position + 1 + size
-    if end > available:
+    if fields is INCOMPLETE_FIELDS:
         return INCOMPLETE_ON_NEXT_HEADER
-    element_size = int.from_bytes(data[position + 1 : end], "big")
-    if end + element_size > max_message_size:
+    end = fields.end
+    if end + fields.size > max_message_size:
         return None
-    return OnNextHeader(bytes(data[:end]), subscriber, element_size, end + element_size)
+    return OnNextHeader(bytes(data[:end]), fields.ids[0], fields.size, end + fields.size)
 
 
 # Elements sliced by one struct call at most (its format holds this many
