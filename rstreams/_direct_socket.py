@@ -57,11 +57,15 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
 __all__ = ["DirectSocket", "direct_socket"]
 
+_Arg = TypeVar("_Arg")
+_Result = TypeVar("_Result")
 # As trio's SocketStream: these mean the socket was closed under us.
 _CLOSED_ERRNOS = frozenset({errno.EBADF, errno.ENOTSOCK})
 # Buffers per writev: POSIX guarantees IOV_MAX >= 16; Linux allows 1024.
@@ -188,22 +192,12 @@ class DirectSocket:
                 return received
 
     def _read_into(self, buffers: list[memoryview | bytearray]) -> int | None:
-        fd = self._socket.fileno()
-        if fd < 0:
-            raise trio.ClosedResourceError("this socket was already closed")
         if len(buffers) > _MAX_BUFFERS:
             buffers = buffers[:_MAX_BUFFERS]
-        try:
-            received = os.readv(fd, buffers)
-        except BlockingIOError:
-            self._read_at_once = False
-            return None
-        except OSError as exc:
-            if exc.errno in _CLOSED_ERRNOS:
-                raise trio.ClosedResourceError("this socket was already closed") from None
-            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        # As _read: a read that filled every buffer suggests more is waiting.
-        self._read_at_once = received >= sum(map(len, buffers))
+        received: int | None = self._attempt(os.readv, buffers)
+        if received is not None:
+            # As _read: a read that filled every buffer suggests more is waiting.
+            self._read_at_once = received >= sum(map(len, buffers))
         return received
 
     async def receive_some(self, max_bytes: int, *, poll_for: float = 0.0) -> bytes:
@@ -250,11 +244,22 @@ class DirectSocket:
             slot.taken = False
 
     def _read(self, max_bytes: int) -> bytes | None:
+        data: bytes | None = self._attempt(os.read, max_bytes)
+        if data is not None:
+            # A full read suggests more is waiting; a short one, that the
+            # socket is now empty.
+            self._read_at_once = len(data) >= max_bytes
+        return data
+
+    def _attempt(self, read: Callable[[int, _Arg], _Result], arg: _Arg) -> _Result | None:
+        """One non-blocking ``read(fd, arg)`` (``os.read`` or ``os.readv``):
+        None if nothing was waiting; trio's exceptions for a closed or a
+        broken socket."""
         fd = self._socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("this socket was already closed")
         try:
-            data = os.read(fd, max_bytes)
+            return read(fd, arg)
         except BlockingIOError:
             self._read_at_once = False
             return None
@@ -262,7 +267,3 @@ class DirectSocket:
             if exc.errno in _CLOSED_ERRNOS:
                 raise trio.ClosedResourceError("this socket was already closed") from None
             raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-        # A full read suggests more is waiting; a short one, that the socket
-        # is now empty.
-        self._read_at_once = len(data) >= max_bytes
-        return data
