@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from unittest import mock
 
-import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +28,6 @@ from rstreams.protocol import (
     OnNextLastPart,
     OnNextPart,
     ProtocolLimits,
-    RemoteProtocolError,
     Subscribed,
 )
 from rstreams.protocol import _connection
@@ -42,7 +40,7 @@ from rstreams.protocol._codec import (
 )
 from rstreams.protocol._split import MIN_VIEW_SIZE
 
-LIMITS = ProtocolLimits(max_message_size=1 << 20, max_element_size=4 << 20, split_threshold=64 * 1024)
+from ._wire import LIMITS, feed_reads, message_starts, normalized, split_into_reads
 
 
 @contextmanager
@@ -67,50 +65,8 @@ def opening_bytes(streams: int) -> bytes:
     return opened_client(streams)[1]
 
 
-def split_into_reads(data: bytes, sizes: list[int]) -> list[bytes]:
-    reads = []
-    position = 0
-    for size in sizes:
-        if position >= len(data):
-            break
-        reads.append(data[position : position + size])
-        position += size
-    if position < len(data):
-        reads.append(data[position:])
-    return reads
-
-
-def normalized(events: list[Event]) -> list[object]:
-    """Events with adjacent Elements of one stream merged: where a run of
-    elements is cut into events depends on where calls stop, not on the
-    path that read them."""
-    merged: list[object] = []
-    for event in events:
-        if type(event) is Elements and merged and type(merged[-1]) is tuple and merged[-1][0] == event.subscriber:
-            merged[-1][1].extend(event.elements)
-        elif type(event) is Elements:
-            merged.append((event.subscriber, list(event.elements)))
-        else:
-            merged.append(event)
-    return merged
-
-
 def feed(client: Connection, reads: list[bytes], max_events: list[int] | None = None) -> tuple[list[Event], str | None]:
-    """Feed the reads one by one, taking the events after each; return them
-    and the text of the protocol error that ended the connection, if any."""
-    events: list[Event] = []
-    steps = iter(max_events or [])
-    try:
-        for data in reads:
-            client.receive_data(data)
-            while True:
-                batch = client.events(next(steps, None))
-                if not batch:
-                    break
-                events += batch
-    except RemoteProtocolError as exc:
-        return events, str(exc)
-    return events, None
+    return feed_reads(client, reads, max_events)
 
 
 def both_paths(wire: bytes, reads: list[int], streams: int, **kwargs: object) -> tuple[object, object]:
@@ -206,16 +162,6 @@ def split_traffic(draw: st.DrawFn) -> tuple[bytes, int, dict[int, list[bytes]]]:
     for queue in queues.values():
         wire += b"".join(queue)
     return bytes(wire), streams, expected
-
-
-def message_starts(wire: bytes) -> list[int]:
-    """Where each message of well-formed ``wire`` starts."""
-    unpacker = msgpack.Unpacker()
-    unpacker.feed(wire)
-    starts = [0]
-    for _ in unpacker:
-        starts.append(unpacker.tell())
-    return starts[:-1]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

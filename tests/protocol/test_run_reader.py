@@ -22,12 +22,9 @@ from rstreams.protocol import (
     Cancel,
     Connection,
     Elements,
-    Event,
     Hello,
     OnComplete,
     OnNextPart,
-    ProtocolLimits,
-    RemoteProtocolError,
     Request,
     Subscribe,
     Subscribed,
@@ -42,7 +39,7 @@ from rstreams.protocol._runs import (
     read_on_next_header,
 )
 
-LIMITS = ProtocolLimits(max_message_size=1 << 20, max_element_size=4 << 20, split_threshold=64 * 1024)
+from ._wire import LIMITS, feed_reads, message_starts, normalized, split_into_reads
 
 
 @contextmanager
@@ -101,54 +98,10 @@ def opened_client(
     return client, opening
 
 
-def split_into_reads(data: bytes, sizes: list[int]) -> list[bytes]:
-    reads = []
-    position = 0
-    for size in sizes:
-        if position >= len(data):
-            break
-        reads.append(data[position : position + size])
-        position += size
-    if position < len(data):
-        reads.append(data[position:])
-    return reads
-
-
-def normalized(events: list[Event]) -> list[object]:
-    """Events with adjacent Elements of one stream merged: where a run of
-    elements is cut into events depends on where calls stop, not on the
-    path that read them."""
-    merged: list[object] = []
-    for event in events:
-        if type(event) is Elements:
-            assert all(type(element) is bytes for element in event.elements)
-            assert event.elements.nbytes == sum(map(len, event.elements))
-            if merged and type(merged[-1]) is tuple and merged[-1][0] == event.subscriber:
-                merged[-1][1].extend(event.elements)
-            else:
-                merged.append((event.subscriber, list(event.elements)))
-        else:
-            merged.append(event)
-    return merged
-
-
 def feed(client: Connection, reads: list[bytes], steps: list[int] | None = None) -> tuple[list[object], str | None]:
-    """Feed the reads one by one, taking the events after each (``steps``:
-    the max_events of each call); return them, normalized, and the text of
-    the protocol error that ended the connection, if any."""
-    events: list[Event] = []
-    limits = iter(steps or [])
-    try:
-        for data in reads:
-            client.receive_data(data)
-            while True:
-                batch = client.events(next(limits, None))
-                if not batch:
-                    break
-                events += batch
-    except RemoteProtocolError as exc:
-        return normalized(events), str(exc)
-    return normalized(events), None
+    """feed_reads, its events normalized."""
+    events, error = feed_reads(client, reads, steps)
+    return normalized(events), error
 
 
 def both_paths(
@@ -305,16 +258,6 @@ def run_traffic(draw: st.DrawFn) -> tuple[bytes, list[int], list[int]]:
 
 
 READS = st.lists(st.one_of(st.integers(1, 20), st.integers(1, 5000), st.integers(1, 200_000)), max_size=30)
-
-
-def message_starts(wire: bytes) -> list[int]:
-    """Where each message of well-formed ``wire`` starts."""
-    unpacker = msgpack.Unpacker(max_buffer_size=len(wire) + 1)
-    unpacker.feed(wire)
-    starts = [0]
-    for _ in unpacker:
-        starts.append(unpacker.tell())
-    return starts[:-1]
 
 
 def reads_at_messages(opening: int, wire: bytes, picks: list[int]) -> list[int]:
