@@ -815,7 +815,14 @@ class Connection:
         while self._state is _OPEN and _drop_empty_views(waiting):
             front = waiting[0]
             header = read_on_next_header(front[:MAX_ON_NEXT_HEADER_SIZE], max_message_size)
-            if header is None or not header.length or header.length > len(front):
+            if header is None or not header.length:
+                return
+            length = header.length
+            if front[length : length + len(header.header)] != header.header:
+                # Not a run: the next message (if whole in this read) has
+                # another header, or there is none. The Unpacker takes the
+                # rest of the read for less than this path costs a message
+                # (elements of many sizes, streams taking turns).
                 return
             # The rules of the Unpacker's path for onNext, once per run.
             sub = self._subscriptions.get(header.subscriber)
@@ -827,12 +834,10 @@ class Connection:
             ):
                 return
             demand = sub.demand
-            outstanding = demand.outstanding
-            if not outstanding:
+            if not demand.outstanding:
                 return
-            elements = self._runs.take(front, header, outstanding)
-            if outstanding < UNBOUNDED:
-                demand.outstanding = outstanding - len(elements)
+            elements = self._runs.take(front, header, demand.outstanding)
+            demand.take(len(elements))
             if run and self._run_subscriber != header.subscriber:
                 self._flush_run(events, run)
             self._run_subscriber = header.subscriber
@@ -844,7 +849,7 @@ class Connection:
             else:
                 self._run_sized = -1
             run += elements
-            taken = len(elements) * header.length
+            taken = len(elements) * length
             if taken < len(front):
                 waiting[0] = front[taken:]
             else:

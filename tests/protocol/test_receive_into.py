@@ -31,7 +31,8 @@ from rstreams.protocol import (
 )
 from rstreams.protocol._codec import encode
 
-from .test_part_reader import message_starts, normalized, payload, split_traffic
+from ._wire import message_starts, normalized
+from .test_part_reader import payload, split_traffic
 
 LIMITS = ProtocolLimits(max_message_size=1 << 20, max_element_size=4 << 20, split_threshold=64 * 1024)
 MEMORY = 64 << 20

@@ -101,7 +101,7 @@ def opened_client(
 def feed(client: Connection, reads: list[bytes], steps: list[int] | None = None) -> tuple[list[object], str | None]:
     """feed_reads, its events normalized."""
     events, error = feed_reads(client, reads, steps)
-    return normalized(events), error
+    return normalized(events, bytes_only=True), error
 
 
 def both_paths(
@@ -367,6 +367,31 @@ def test_a_long_run_is_read_outside_the_unpacker() -> None:
     assert received == elements
     assert client._fed < 13 * (len(wire) // 4099 + 1)
     assert client.outstanding_demand(1) == (1 << 40) - 5000
+
+
+@pytest.mark.parametrize("kind", ["sizes", "streams"])
+def test_messages_that_are_not_a_run_go_to_the_unpacker_whole(kind: str) -> None:
+    # Elements of changing sizes, or two streams taking turns: no message
+    # repeats the one before it, so the read goes to the Unpacker at once
+    # instead of through the run reader one message at a time (which
+    # cost ten times the Unpacker's path per element).
+    client, opening = opened_client([1 << 40, 1 << 40])
+    client.receive_data(opening)
+    client.events()
+    if kind == "sizes":
+        messages = [(1, element(1, index, 8 + index % 3)) for index in range(300)]
+    else:
+        messages = [(1 + index % 2, element(1 + index % 2, index, 8)) for index in range(300)]
+    wire = b"".join(on_next(stream, one) for stream, one in messages)
+    taken = []
+    real_take = client._runs.take
+    client._runs.take = lambda *args: taken.append(args) or real_take(*args)  # type: ignore[method-assign]
+    fed = client._fed
+    client.receive_data(wire)
+    events = client.events()
+    assert taken == []
+    assert client._fed - fed == len(wire)  # all of it through the Unpacker
+    assert [(stream, one) for stream, elements in normalized(events) for one in elements] == messages  # type: ignore[misc]
 
 
 def test_elements_are_bytes_that_do_not_hold_the_read() -> None:
