@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -151,23 +152,20 @@ def _positive_int(text: str) -> int:
 
 
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+# Digits, then a unit (K, M or G, alone or followed by B or iB), B, or none.
+_SIZE = re.compile(r"(?P<number>[0-9]+)(?:(?P<unit>[KMG])(?:i?B)?|B)?", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
     """A size in bytes: ``65536``, or with a binary suffix ``K``, ``M``, ``G``
     (``64M``, ``64MiB`` and ``64MB`` all mean 64 x 1024 x 1024)."""
-    stripped = text.strip()
-    number = stripped.rstrip("KMGiBkmgb")
-    unit = stripped[len(number) :].upper().removesuffix("B").removesuffix("I")
-    if unit not in _SIZE_UNITS or not number.strip():
+    matched = _SIZE.fullmatch(text.strip())
+    if matched is None:
         raise argparse.ArgumentTypeError(f"expected a size in bytes such as 65536, 64K, 64M or 1G, got {text!r}")
-    try:
-        value = int(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in bytes such as 65536, 64K, 64M or 1G, got {text!r}") from None
+    value = int(matched["number"])
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
-    return value * _SIZE_UNITS[unit]
+    return value * _SIZE_UNITS[(matched["unit"] or "").upper()]
 
 
 def _connection_memory(text: str) -> int:

@@ -7,6 +7,7 @@ connections of ``--emp``, ``--relink``, ``--micromsg2`` and ``--epoxy`` as well.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 import rstreams
 import rstreams.cli._serve
 from rstreams.cli import build_parser, main
+from rstreams.cli._common import parse_size
 from rstreams.support import ServeContext, registered_bridges
 
 MiB = 1024 * 1024
@@ -59,3 +61,17 @@ def test_the_serve_command_hands_the_budget_to_its_wire_sessions_and_every_bridg
     assert given["server"].config.max_connection_memory == 8 * MiB
     budgets = {service.scheme: _settings_of(service.server).max_connection_memory for service in given["services"]}
     assert budgets == {"emp": 8 * MiB, "relink": 8 * MiB, "mm2": 8 * MiB, "epoxy": 8 * MiB}
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [("65536", 65536), ("64B", 64), ("64K", 64 * 1024), ("64k", 64 * 1024), ("8M", 8 * MiB), ("8MiB", 8 * MiB), ("8mb", 8 * MiB), (" 1G ", 1024 * MiB)],
+)
+def test_a_size_is_read_with_or_without_its_unit(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "M", "64i", "64ib", "64iB", "64X", "64MM", "6 4M", "-1M", "0", "1.5M", "64MiBB"])
+def test_anything_else_is_refused_with_the_flags_words(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a"):
+        parse_size(text)
