@@ -1493,12 +1493,9 @@ class Connection:
             raise error(f"cannot {event.value} on publication {publication.subscriber} in state {publication.state.name}") from None
 
     def _enter_sending(self, publication: Publication) -> None:
-        # The table's SEND_ELEMENTS step, looked up directly (once per batch
-        # queued, not per element); a state it does not allow raises.
-        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_ELEMENTS))
-        if state is None:
-            self._publication_transition(publication, _SEND_ELEMENTS)  # raises
-        publication.state = state  # type: ignore[assignment]
+        # The table's SEND_ELEMENTS step (once per batch queued, not per
+        # element); a state it does not allow raises.
+        self._publication_transition(publication, _SEND_ELEMENTS)
         self._check_can_send()
 
     def _forget_publication(self, publication: Publication) -> None:
@@ -1517,17 +1514,11 @@ class Connection:
             element_size: if > 0, every element of the stream has exactly this
                 many bytes, and runs of them go out packed.
         """
-        # (Once per subscribe: the table's step read in place.)
         self._check_can_send()
-        publication = self._publications.get(subscriber)
-        if publication is None:
-            publication = self._publication(subscriber)  # raises
+        publication = self._publication(subscriber)
         if type(element_size) is not int or element_size < 0:
             raise LocalProtocolError(f"element_size must be an int >= 0, got {element_size!r}")
-        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_SUBSCRIBED))
-        if state is None:
-            self._publication_transition(publication, _SEND_SUBSCRIBED)  # raises
-        publication.state = state  # type: ignore[assignment]
+        self._publication_transition(publication, _SEND_SUBSCRIBED)
         publication.element_size = element_size
         self._outbound.control += publication.subscribed_message()
 
@@ -1607,9 +1598,7 @@ class Connection:
         The fastest way to publish fixed-size elements: no per-element object
         is ever built. Same errors as :meth:`send_elements`.
         """
-        publication = self._publications.get(subscriber)
-        if publication is None:
-            publication = self._publication(subscriber)  # raises
+        publication = self._publication(subscriber)
         size = publication.element_size
         if not size:
             raise LocalProtocolError("send_packed needs a stream accepted with element_size > 0")
@@ -1633,13 +1622,8 @@ class Connection:
     def complete(self, subscriber: int) -> None:
         """End a publication normally, after its queued elements."""
         self._check_can_send()
-        publication = self._publications.get(subscriber)
-        if publication is None:
-            publication = self._publication(subscriber)  # raises
-        state = PUBLICATION_TRANSITIONS.get((publication.state, _SEND_COMPLETE))
-        if state is None:
-            self._publication_transition(publication, _SEND_COMPLETE)  # raises
-        publication.state = state  # type: ignore[assignment]
+        publication = self._publication(subscriber)
+        self._publication_transition(publication, _SEND_COMPLETE)
         publication.terminal = publication.on_complete_message()
         self._outbound.schedule(publication)
 
