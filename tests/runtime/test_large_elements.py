@@ -105,3 +105,32 @@ async def test_elements_the_application_holds_count_until_it_takes_them(connect)
                 taken = [item async for item in subscription]
         assert [bytes(item) for item in taken] == [element(i, size) for i, size in enumerate(sizes)]  # type: ignore[call-overload]
         assert client.statistics().inbound_bytes == 0
+
+
+@pytest.mark.parametrize("transport", ["tcp"])
+@pytest.mark.parametrize("copy", [True, False])
+async def test_on_tcp_copy_false_receives_the_parts_into_the_elements_buffers(
+    connect, monkeypatch: pytest.MonkeyPatch, copy: bool
+) -> None:
+    # The zero-copy half of copy=False: on plain TCP most of a large
+    # element's bytes are read by readv straight into its buffer, never
+    # into bytes first. With copy=True nothing is read that way.
+    from rstreams._direct_socket import DirectSocket
+
+    received_into = [0]
+    original = DirectSocket.receive_into
+
+    async def counting(self: DirectSocket, buffers: list[memoryview | bytearray]) -> int:
+        count = await original(self, buffers)
+        received_into[0] += count
+        return count
+
+    monkeypatch.setattr(DirectSocket, "receive_into", counting)
+    sizes = [1 << 20] * 4
+    async with connect(server_app=APP) as (client, _server):
+        received = await read_all(client, sizes, copy=copy)
+    assert [bytes(item) for item in received] == [element(i, size) for i, size in enumerate(sizes)]  # type: ignore[call-overload]
+    if copy:
+        assert received_into[0] == 0
+    else:
+        assert received_into[0] > sum(sizes) // 2
