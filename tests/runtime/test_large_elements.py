@@ -36,20 +36,29 @@ async def sized(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None
 APP = rstreams.Router({"sized": sized})
 
 
-async def read_all(session: rstreams.Session, sizes: list[int], *, copy: bool, prefetch: int = 4) -> list[object]:
+async def read_all(
+    session: rstreams.Session, sizes: list[int], *, copy: bool, prefetch: int = 4, held_at_end: list[int] | None = None
+) -> list[object]:
+    """Every element of ``sized``; ``held_at_end`` gets what the session
+    still counted as held once the stream ended, before leaving the block
+    (which releases whatever is left, a leak included)."""
     name = "sized?sizes=" + ",".join(map(str, sizes))
     received: list[object] = []
     with trio.fail_after(30):
         async with session.subscribe(name, prefetch=prefetch, copy=copy) as subscription:
             async for batch in subscription.batches():
                 received.extend(batch)
+            if held_at_end is not None:
+                held_at_end.append(session.statistics().inbound_bytes)
     return received
 
 
 @pytest.mark.parametrize("copy", [True, False])
 async def test_large_elements_round_trip_byte_exact(connect, copy: bool) -> None:
     async with connect(server_app=APP) as (client, _server):
-        received = await read_all(client, SIZES, copy=copy)
+        held_at_end: list[int] = []
+        received = await read_all(client, SIZES, copy=copy, held_at_end=held_at_end)
+        assert held_at_end == [0]
         assert [bytes(item) for item in received] == [element(index, size) for index, size in enumerate(SIZES)]  # type: ignore[call-overload]
         for item, size in zip(received, SIZES):
             if copy or size <= 65_536:
@@ -103,6 +112,7 @@ async def test_elements_the_application_holds_count_until_it_takes_them(connect)
                 while client.statistics().inbound_bytes < 3 << 20:
                     await trio.sleep(0.01)
                 taken = [item async for item in subscription]
+                assert client.statistics().inbound_bytes == 0  # (inside: leaving releases all)
         assert [bytes(item) for item in taken] == [element(i, size) for i, size in enumerate(sizes)]  # type: ignore[call-overload]
         assert client.statistics().inbound_bytes == 0
 

@@ -332,6 +332,8 @@ async def test_elements_the_application_has_not_taken_stop_the_reader() -> None:
                     assert len(received) == n
                     assert all(len(element) == size for element in received)
                     assert [element[0] for element in received] == [i % 256 for i in range(n)]
+                    # Inside the block: leaving it releases whatever is left.
+                    await wait_for(lambda: client.statistics().inbound_bytes == 0)
                 await wait_for(lambda: client.statistics().inbound_bytes == 0)
 
 
