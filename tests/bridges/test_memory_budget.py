@@ -576,6 +576,12 @@ async def test_relink_message_larger_than_the_budget_closes_that_connection_only
     config = LinkConfig(connector_id_size=1, listener_id_size=1)
     with trio.fail_after(30):
         async with open_relink_link("127.0.0.1", port, config=config, settings=RelinkSettings(**fast)) as bystander:  # type: ignore[arg-type]
+            # The bystander's connection, on the server's side: a link
+            # reconnects by itself, so its replies alone would not show that
+            # this connection was never closed.
+            while len(server.connections) < 1:
+                await trio.sleep(0.01)
+            [bystander_side] = server.connections
             async with open_relink_link("127.0.0.1", port, config=config, settings=RelinkSettings(**fast)) as attacker:  # type: ignore[arg-type]
                 # A 2 MiB message (Relink's limit is 16 MiB): the server would
                 # have to hold all of it to parse it. Relink has no error
@@ -598,6 +604,8 @@ async def test_relink_message_larger_than_the_budget_closes_that_connection_only
                 replies = bystander.inbound(0)
                 await bystander.send(0, [b"range?count=2"])
                 assert [parts async for parts in replies] == [(bytes(8),), ((1).to_bytes(8, "big"),)]
+                assert bystander_side.end_reason is None
+                assert bystander_side in server.connections
 
 
 # ---- the machines' side: the error, and the input dropped ------------------------
