@@ -383,17 +383,7 @@ class Sink:
         # A publisher answering at once (no task, so no scope yet) is not held
         # by the budget: it cannot wait, and what it queues is bounded as an
         # answer to the subscribe (Session._unsent_answers).
-        # (_room_within(_budget_room()), written out: once per send.)
-        handle = self._handle
-        if handle.closed:
-            return 0
-        conn = self._conn
-        subscriber = self._subscriber
-        if conn.queued_bytes(subscriber) >= self._max_queued:
-            return 0
-        if handle.scope is not None and self._session._outbound_room() <= 0:
-            return 0
-        return conn.publication_demand(subscriber)
+        return self._room_within(self._budget_room())
 
     def _budget_room(self) -> int | None:
         # Bytes the connection's outbound half has left; None when this
@@ -552,11 +542,12 @@ class Sink:
         total = len(packed)
         while view_offset < total:
             await self.wait_demand()
-            count = min((total - view_offset) // size, self._room())
-            if self._handle.scope is not None:
+            budget_room = self._budget_room()
+            count = min((total - view_offset) // size, self._room_within(budget_room))
+            if budget_room is not None:
                 # Within the connection's outbound half (one element past it
                 # at most), as send_some: a large buffer goes in pieces.
-                count = min(count, max(1, self._session._outbound_room() // size))
+                count = min(count, max(1, budget_room // size))
             if not count:
                 # Cancelled (or the session began closing) during the schedule
                 # point at the end of wait_demand: the next wait_demand raises

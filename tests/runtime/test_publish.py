@@ -748,21 +748,21 @@ async def test_send_packed_cancelled_during_its_schedule_point_queues_nothing(mo
     outcome: list[str] = []
     queued: list[int] = []
     room_calls = 0
-    real_room = rstreams.Sink._room
+    real_room = rstreams.Sink._room_within
     real_send_packed = rstreams.protocol.Connection.send_packed
 
-    def room(sink: rstreams.Sink) -> int:
+    def room(sink: rstreams.Sink, budget_room: int | None) -> int:
         nonlocal room_calls
         room_calls += 1
         if room_calls == 2:  # right after wait_demand returned
             sink._handle.stop()
-        return real_room(sink)
+        return real_room(sink, budget_room)
 
     def send_packed(conn: rstreams.protocol.Connection, subscriber: int, packed: bytes) -> None:
         queued.append(len(packed))
         real_send_packed(conn, subscriber, packed)
 
-    monkeypatch.setattr(rstreams.Sink, "_room", room)
+    monkeypatch.setattr(rstreams.Sink, "_room_within", room)
     monkeypatch.setattr(rstreams.protocol.Connection, "send_packed", send_packed)
 
     async def packed(sink: rstreams.Sink) -> None:
