@@ -466,8 +466,10 @@ MAX_PART_HEADER_SIZE = 1 + 1 + 9 + 9 + 5
 
 #: The first byte of every part (and of a few other messages).
 FIXARRAY_4 = 0x94
-_PART_CODES = (int(MessageType.ON_NEXT_PART), int(MessageType.ON_NEXT_LAST_PART))
-_LAST_PART_CODE = int(MessageType.ON_NEXT_LAST_PART)
+#: The codes of the two part messages, as they appear on the wire.
+PART_CODE = int(MessageType.ON_NEXT_PART)
+LAST_PART_CODE = int(MessageType.ON_NEXT_LAST_PART)
+_PART_CODES = (PART_CODE, LAST_PART_CODE)
 # msgpack's unsigned int and bin headers: tag -> bytes of the length or value.
 _UINT_SIZES = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 _BIN_SIZES = {0xC4: 1, 0xC5: 2, 0xC6: 4}
@@ -501,7 +503,7 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
     if fields.end + fields.size > max_message_size:
         return None
     subscriber, element = fields.ids
-    return PartHeader(fields.end, code == _LAST_PART_CODE, subscriber, element, fields.size)
+    return PartHeader(fields.end, code == LAST_PART_CODE, subscriber, element, fields.size)
 
 
 class HeaderFields(NamedTuple):

@@ -85,6 +85,8 @@ from ._codec import (
     encode_subscribe,
     message_from_wire,
     new_unpacker,
+    LAST_PART_CODE,
+    PART_CODE,
     part_header_ids,
     read_part_header,
     bin_header,
@@ -93,7 +95,6 @@ from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
 from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
 from ._messages import (
-    MessageType,
     MAX_ID,
     PROTOCOL_VERSION,
     UNBOUNDED,
@@ -118,7 +119,7 @@ from ._messages import (
     prechecked,
 )
 from ._outbound import Outbound, Publication, QueuedElement, SameSizeElements
-from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, RunReader, read_on_next_header
+from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, ON_NEXT_CODE, RunReader, read_on_next_header
 from ._split import Reassembler
 from ._state import (
     CONNECTION_TRANSITIONS,
@@ -152,8 +153,6 @@ _SUBSCRIBE_CODE = 1
 _SUBSCRIBED_CODE = 4
 _MAX_WIRE_INT = 2**64 - 1  # the largest int msgpack carries
 _ON_COMPLETE_CODE = 6
-_PART_CODE = int(MessageType.ON_NEXT_PART)
-_LAST_PART_CODE = int(MessageType.ON_NEXT_LAST_PART)
 _new_subscribed = prechecked(Subscribed)
 _new_subscribe = prechecked(Subscribe)
 _new_on_complete = prechecked(OnComplete)
@@ -185,7 +184,6 @@ _SEND_COMPLETE = PublicationEvent.SEND_COMPLETE
 _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, ConnectionState.ERROR)
 # The peer said goodbye: stop parsing what it sent after that.
 _PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
-_ON_NEXT = 5
 _NO_EVENT_LIMIT = 2**62  # events(): parse everything received
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
 # What a split part's message adds to its data: the unparsed rest of the
@@ -519,7 +517,7 @@ class Connection:
                 break
             header_view = memoryview(bytes(slot))
             waiting.append(header_view)
-            last = slot[1] == _LAST_PART_CODE
+            last = slot[1] == LAST_PART_CODE
             slot_headers.append(
                 (header_view, PartHeader(len(slot), last, subscription.subscriber, self._part_element, len(region)))
             )
@@ -546,7 +544,7 @@ class Connection:
         applied when it is parsed)."""
         return (
             slot[0] == FIXARRAY_4
-            and (slot[1] == _PART_CODE or slot[1] == _LAST_PART_CODE)
+            and (slot[1] == PART_CODE or slot[1] == LAST_PART_CODE)
             and slot[2:] == self._part_ids + bin_header(payload)
         )
 
@@ -695,7 +693,7 @@ class Connection:
                             code = None
                     else:
                         code = None
-                    if code == _ON_NEXT and len(message) == 3:
+                    if code == ON_NEXT_CODE and len(message) == 3:
                         # The hot path: one onNext, checked inline.
                         subscriber = message[1]
                         element = message[2]

@@ -31,6 +31,7 @@ import struct
 from typing import NamedTuple
 
 from ._codec import INCOMPLETE_FIELDS, read_ids_and_bin
+from ._messages import MessageType
 
 __all__ = [
     "FIXARRAY_3",
@@ -44,7 +45,7 @@ __all__ = [
 
 #: The first two bytes of an onNext (and the first of a few other messages).
 FIXARRAY_3 = 0x93
-ON_NEXT_CODE = 5
+ON_NEXT_CODE = int(MessageType.ON_NEXT)
 #: The longest header read: fixarray, code, a uint64 Id and a bin32 header.
 MAX_ON_NEXT_HEADER_SIZE = 1 + 1 + 9 + 5
 
