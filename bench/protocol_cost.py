@@ -56,7 +56,7 @@ def round_trips(client: Connection, server: Connection, n: int) -> tuple[float, 
     return t1 - t0, t2 - t1, t3 - t2, len(events)
 
 
-def _fastest_tenth(seconds: list[float]) -> float:
+def fastest_tenth(seconds: list[float]) -> float:
     """The mean of the fastest tenth of the batches: other processes on a
     shared machine only ever slow a batch down, and the mean of them all
     moved by a third between runs of the same code."""
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         if i >= args.warmup:
             for k, seconds in enumerate(phases):
                 samples[k].append(seconds)
-    subscribe, serve, parse = (_fastest_tenth(phase) / args.batch * 1e6 for phase in samples)
+    subscribe, serve, parse = (fastest_tenth(phase) / args.batch * 1e6 for phase in samples)
     print(
         f"client subscribe+encode {subscribe:.2f} us, server {serve:.2f} us,"
         f" client parse {parse:.2f} us per rt; events/batch {events}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import trio  # noqa: E402
 
 from rstreams import Session  # noqa: E402
 from rstreams._subscribe import _Fetch  # noqa: E402
+from protocol_cost import fastest_tenth  # noqa: E402
 from rstreams.protocol import Connection  # noqa: E402
 
 NAME = "range?count=1"
@@ -126,10 +126,8 @@ def main(argv: list[str] | None = None) -> None:
         timings = []
         for i in range(args.rounds):
             timings.append(run(session, peer, args.batch))
-        # The fastest tenth of the rounds (after a tenth for warming up):
-        # wall time, which other processes on the machine only ever inflate.
-        rest = sorted(timings[len(timings) // 10 :])
-        results[side] = statistics.mean(rest[: max(1, len(rest) // 10)]) / args.batch * 1e6
+        # The fastest tenth of the rounds, after a tenth for warming up.
+        results[side] = fastest_tenth(timings[len(timings) // 10 :]) / args.batch * 1e6
     print(f"server {results['server']:.2f} us, client {results['client']:.2f} us per round trip (session, no I/O)")
 
 
