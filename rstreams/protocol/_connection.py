@@ -49,8 +49,12 @@ from there. Whenever the Unpacker holds nothing unparsed, the next message
 starts at the front of ``_waiting``, and if it is a part
 (:func:`~rstreams.protocol._codec.read_part_header`), its header is read
 here and its payload is handed to the stream's reassembler as views of the
-received bytes, across as many reads as it spans; the join at the last part
-is then the only copy. When the Unpacker runs out of data in the middle of
+received bytes, across as many reads as it spans. The reassembler copies a
+view that would keep more than payload alive (see ``_add_piece``: the memory
+budget counts payload), which a read larger than a part always does, and
+then joins the pieces at the last part: two copies of the payload instead of
+the Unpacker's three, and none for a ``copy=False`` stream on plain TCP
+(``receive_buffers``). When the Unpacker runs out of data in the middle of
 a message that is a part (a read that ends inside one), the part is taken
 back: a fresh Unpacker replaces the one holding its start, and the part is
 read from the views. The Unpacker is still fed a whole read at a time (as

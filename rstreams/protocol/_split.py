@@ -25,9 +25,15 @@ costs copies, not memory.
 :attr:`Reassembler.buffered` is that memory: the bytes copied plus the
 whole size of every received buffer a kept view holds. The limit is on the
 payload (:attr:`Reassembler.size`). A connection bounds the views further
-(``add_piece``'s ``room``): under a per-connection memory budget it keeps a
-view only where the view holds nothing but payload (see
-``Connection._add_piece``).
+(``add_piece``'s ``room``): under its per-connection memory budget, which
+every connection has, it keeps a view only where the view holds nothing
+but payload, a read that is all this piece (see
+``Connection._add_piece``). Reads are larger than parts (256 KiB against
+64 KiB by default), so in practice a piece is copied too, and a joined
+element costs two copies of its payload, the piece's and the join's. The
+view-keeping rules above (``VIEW_SLACK``, the kept buffer) therefore run
+only where ``add_piece`` is called without a budget, as in this module's
+own tests. ``copy=False`` on plain TCP (below) is the path with no copy.
 
 Into one buffer
 ---------------
