@@ -421,8 +421,12 @@ class Session(Peer):
         # half: the peer's subscribes are refused past it (_start_publication),
         # but our application's own subscriptions are not, and must not stall
         # every publisher of the connection.
-        cost = (len(self._publications) + len(self._subscriptions)) * STREAM_MEMORY_COST
+        cost = self._open_streams_cost()
         return cost if cost < self._streams_share else self._streams_share
+
+    def _open_streams_cost(self, more: int = 0) -> int:
+        # The nominal memory of the open streams, both ways (and ``more``).
+        return (len(self._publications) + len(self._subscriptions) + more) * STREAM_MEMORY_COST
 
     def _outbound_held(self) -> int:
         """The outbound half's use: what is queued for the peer or in the
@@ -1012,7 +1016,7 @@ class Session(Peer):
         if self._close_kind is not None:
             conn.fail(subscriber, "session closing")
             return
-        streams_cost = (len(self._publications) + len(self._subscriptions) + 1) * STREAM_MEMORY_COST  # with this one
+        streams_cost = self._open_streams_cost(1)  # with this one
         if streams_cost > self._streams_share:
             # Each open stream is charged against the outbound half; the
             # streams may take three quarters of it, so that data always
