@@ -1092,9 +1092,11 @@ class Session(Peer):
                         self._log_stream("stream_complete", subscriber, "completed")
                     else:
                         self._log_stream("stream_error", subscriber, "onError %s", error, reason=error)
+            if self._budget_waiters:
+                # Its stream's cost is freed (a cancelled one's was, and its
+                # waiters woken, when the cancel came).
+                self._wake_budget_waiters()
         handle.closed = True
-        if self._budget_waiters:
-            self._wake_budget_waiters()
         self._wake_writer()
 
     async def _run_publication(self, handle: PublicationHandle, work: Awaitable[None], request: SubscribeRequest) -> None:
