@@ -151,6 +151,12 @@ async def test_epoxy_into_a_topic_that_holds_it_back_delivers_every_event(nurser
     with trio.fail_after(20):
         async with rstreams.open_local_session(app) as session:
             async with session.subscribe("notes", prefetch=0) as stream:
+                # The topic holds back publishers only for a subscriber it
+                # has registered; with none it keeps its last 4 and takes
+                # everything, so publish must not start before the server
+                # side has taken the subscribe (under load it may not have).
+                while not notes.statistics().subscribers:
+                    await trio.sleep(0.01)
 
                 async def publish() -> None:
                     published.append(await publish_hook("epoxy")(url, "notes", Values(count)))
