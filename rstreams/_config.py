@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_SERVER_CONFIG",
     "DEFAULT_IDLE_TIMEOUT",
     "STREAM_MEMORY_COST",
+    "ConnectionMemoryTooSmall",
 ]
 
 KiB = 1024
@@ -172,7 +173,9 @@ class SessionConfig:
         app's side of a bridge connection obeys the bridge's budget too.
 
         Raises:
-            ValueError: ``size`` leaves no room for one split part per half.
+            ConnectionMemoryTooSmall: ``size`` leaves no room for one split
+                part per half (a ``ValueError``).
+            ValueError: another setting is invalid.
         """
         limits = settings.pop("limits", DEFAULT_LIMITS)
         half = size // 2
@@ -184,8 +187,16 @@ class SessionConfig:
                     max_message_size=min(limits.max_message_size, half),
                 )
             except ValueError:
-                raise ValueError(f"a connection memory budget of {size} bytes is too small for one split part per half") from None
+                raise ConnectionMemoryTooSmall(
+                    f"a connection memory budget of {size} bytes is too small for one split part per half"
+                ) from None
         return cls(limits=limits, max_connection_memory=size, **settings)
+
+
+class ConnectionMemoryTooSmall(ValueError):
+    """A connection memory budget too small for one split part per half
+    (:meth:`SessionConfig.for_connection_memory`): its own type, so that a
+    caller can word it in its own terms without matching the text."""
 
 
 DEFAULT_CONFIG = SessionConfig()

@@ -179,13 +179,11 @@ def _connection_memory(text: str) -> int:
 
 def config_for_connection_memory(size: int, **settings: Any) -> SessionConfig:
     """``SessionConfig.for_connection_memory``, its error in the flag's words."""
-    from .._config import SessionConfig
+    from .._config import ConnectionMemoryTooSmall, SessionConfig
 
     try:
         return SessionConfig.for_connection_memory(size, **settings)
-    except ValueError as exc:
-        if "too small" not in str(exc):
-            raise
+    except ConnectionMemoryTooSmall:
         raise ValueError(f"--max-connection-memory {size} is too small for one split part per half") from None
 
 

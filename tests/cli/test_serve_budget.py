@@ -14,7 +14,9 @@ import pytest
 
 import rstreams
 import rstreams.cli._serve
+import rstreams.protocol
 from rstreams.cli import build_parser, main
+from rstreams._config import ConnectionMemoryTooSmall, SessionConfig
 from rstreams.cli._common import parse_size
 from rstreams.support import ServeContext, registered_bridges
 
@@ -75,3 +77,15 @@ def test_a_size_is_read_with_or_without_its_unit(text: str, size: int) -> None:
 def test_anything_else_is_refused_with_the_flags_words(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="expected a"):
         parse_size(text)
+
+
+def test_a_budget_too_small_for_a_split_part_is_refused_in_the_flags_words(capsys: pytest.CaptureFixture[str]) -> None:
+    # The library's typed error, worded by the flag for the command line;
+    # a budget of exactly two parts' worth is still taken.
+    part = rstreams.protocol.DEFAULT_LIMITS.split_threshold
+    with pytest.raises(ConnectionMemoryTooSmall, match="too small for one split part per half"):
+        SessionConfig.for_connection_memory(part)
+    assert SessionConfig.for_connection_memory(4 * part).max_connection_memory == 4 * part
+    with pytest.raises(SystemExit):
+        build_parser("serve").parse_args(["serve", "rstreams.demo:app", "--max-connection-memory", str(part)])
+    assert f"--max-connection-memory {part} is too small for one split part per half" in capsys.readouterr().err
