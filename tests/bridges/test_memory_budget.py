@@ -8,7 +8,8 @@
   once the attackers read they get every response they asked for;
 * MicroMsg2 clients with many subscriptions to large elements that never
   acknowledge: each connection costs its budget and its app session's, not
-  an element per subscription;
+  an element per subscription; Relink connectors that read and never
+  consume: their budget, not their window;
 * a peer whose input alone passes the budget (an EMP message larger than
   it) gets the protocol's error, "memory budget exceeded", and is closed,
   while another connection on the same listener carries on.
@@ -419,8 +420,11 @@ def test_relink_connector_that_reads_and_never_consumes_costs_its_budget() -> No
                 peak = max(peak, _rss(server.pid))
         peak = max(peak, _rss(server.pid))
         growth = peak - before
-        # Per connection: its budget, and one 1 MiB element in hand per
-        # subscription (asked for before its size is known).
+        # Per connection: its budget, and one 1 MiB element per subscription,
+        # asked for before its size is known: it waits in the app session
+        # until the link's room for elements on their way to it (half the
+        # budget) takes it, and once taken it is counted there (each channel
+        # asks for one element at a time here, so it holds one of the two).
         assert growth <= ATTACKERS * (BUDGET + channels * MiB) + CONSTANT, f"grew by {growth / MiB:.1f} MiB after {received} bytes"
         for sock in attackers:
             sock.close()
