@@ -14,12 +14,13 @@ So room is taken when the elements are *there*, before they are taken out
 of the session: :meth:`rstreams.Subscription.wait_buffered` says how many
 bytes the next batch is, the budget is waited on for them, and only then
 does the batch leave the subscription. Until then the elements are the app
-session's, counted in its inbound half (the same size as this budget: the
-session is opened with it), which stops that session's reader while full:
-waiting for room holds the reader back, never more memory. What one peer
-causes is therefore its connection's budget, plus the app session's own
-(see ``docs/bridges/README.md``, "Memory budget"), and a subscription
-whose publisher sends nothing holds nothing.
+session's, counted in its inbound half (the session is opened with the
+connection's budget, so that half is half of it), which stops that
+session's reader while full: waiting for room holds the reader back, never
+more memory. What one peer causes is therefore its connection's budget,
+plus the app session's own, the same number (see
+``docs/bridges/README.md``, "Memory budget"), and a subscription whose
+publisher sends nothing holds nothing.
 
 A batch is counted in full: room for at most ``max_bytes`` of it is waited
 for, and the rest (only ever a single element larger than ``max_bytes``) is

@@ -198,8 +198,8 @@ class _Broker:
         # is unknown before the first, and a reservation at the ask would
         # be held for as long as the publisher sends nothing (two idle
         # subscriptions held the room of every other one). Until taken they
-        # count in the app session's inbound half, which is as large as this
-        # budget. What is asked: one element first, then as many as this
+        # count in the app session's inbound half (that session has this
+        # budget's size, so that half is half of it). What is asked: one element first, then as many as this
         # subscription's share of half the budget allows at its largest
         # element so far (the other half stays the peer's to send commands
         # and SENDs into), and within its share of the window. So a client
