@@ -612,6 +612,70 @@ class Subscription(_OneWaiter):
             raise ValueError("max_elements must be positive")
         return _BatchIterator(self, max_elements)
 
+    async def wait_buffered(self, max_elements: int = 2**31, max_bytes: int = 2**63) -> tuple[int, int]:
+        """Wait until an element is buffered; say what the next batch would be, taking nothing.
+
+        For a consumer that must make room for elements before it takes
+        them (a bridge counts them in its own connection's memory budget
+        from then on): until taken they stay here, counted in this
+        session's inbound half, so waiting for room holds the session's
+        reader back, not more memory. Then ``batches(count)`` takes exactly
+        the elements counted.
+
+        Returns:
+            ``(count, nbytes)``: the next ``count`` buffered elements (at
+            most ``max_elements``, and beyond the first at most
+            ``max_bytes`` in all) and their size in bytes as received
+            (before any codec decodes them); ``(0, 0)`` once the stream
+            completed (or was cancelled) with nothing left buffered.
+
+        Raises:
+            PublisherError, SessionClosed: the stream failed, after the
+                elements received (as iterating does).
+            ValueError: ``max_elements`` is not positive.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if max_elements <= 0:
+            raise ValueError("max_elements must be positive")
+        if self._busy:
+            raise trio.BusyResourceError("another task is already iterating this subscription")
+        self._put_run_back()
+        if self._buffered:
+            await self._checkpoint()
+        if not self._buffered:
+            try:
+                await self._wait_for_elements()
+            except StopAsyncIteration:
+                return 0, 0
+        return self._next_batch_size(max_elements, max_bytes)
+
+    def _next_batch_size(self, max_elements: int, max_bytes: int) -> tuple[int, int]:
+        # The count and bytes of the first buffered elements, in the order
+        # _take_all takes them: at least one, then while both limits hold.
+        count = nbytes = 0
+        head = self._head
+        for chunk in self._chunks:
+            if isinstance(chunk, list):
+                for index in range(head, len(chunk)):
+                    size = len(chunk[index])
+                    if count >= max_elements or (count and nbytes + size > max_bytes):
+                        return count, nbytes
+                    count += 1
+                    nbytes += size
+            else:  # packed: every element has the same size
+                size = chunk.element_size
+                available = len(chunk) - head
+                taken = max(0, min(available, max_elements - count, (max_bytes - nbytes) // size))
+                if count == 0:
+                    taken = max(taken, 1)
+                count += taken
+                nbytes += taken * size
+                if taken < available:
+                    return count, nbytes
+            head = 0
+        return count, nbytes
+
     # ---- introspection --------------------------------------------------
 
     @property

@@ -26,10 +26,14 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
   process, and values published into its topics;
 * :class:`MemoryBudget`: the one memory budget of a connection, which
   every buffer takes from (``LinkSettings.max_connection_memory``);
+* :class:`BatchesWithinBudget`: an app's elements taken into that budget
+  only once it has room for them (a publisher's first element included,
+  whose size nobody knows when it is asked for);
 * :class:`LazyCli`: a bridge's command-line hooks, imported when called;
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
 
+from ._admit import BatchesWithinBudget
 from ._app import COLLECT_COPIES, COLLECT_PREFETCH, ResponseTooLarge, collect_elements
 from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, pace_calls
@@ -46,6 +50,7 @@ from ._topics import TopicPublisher, open_app_session
 from ._window import SendWindow
 
 __all__ = [
+    "BatchesWithinBudget",
     "BridgeConnection",
     "BridgeError",
     "BridgePeer",

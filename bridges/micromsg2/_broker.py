@@ -40,7 +40,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 
-from ..kit import TopicPublisher, open_app_session
+from ..kit import BatchesWithinBudget, TopicPublisher, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
@@ -190,56 +190,43 @@ class _Broker:
         return max(1, min(share, self.connection.send_credit or 0))
 
     async def pump(self, upstream: Subscription, destination: str, filter: Filter | None) -> None:
-        # Within the connection's memory budget: room for what is asked of
-        # the publisher is taken before asking, and each element counts from
-        # its arrival until its frames are queued (handed over to
-        # send_message). Sizes are known only once seen: a subscription asks
-        # for one element first, with room for the largest element the
-        # budget lets one response hold (its size could be anything: with
-        # a smaller reservation, many subscriptions asking at once would
-        # each bring an element past the budget), and gives back what the
-        # element did not need as soon as it arrives; then it asks for as
-        # many as its share of half the budget allows at its largest
+        # Within the connection's memory budget: each element counts from
+        # the moment it is taken out of the app session until its frames are
+        # queued (handed over to send_message). Room is taken when the
+        # elements are there and before they are taken
+        # (kit.BatchesWithinBudget), not when they are asked for: their size
+        # is unknown before the first, and a reservation at the ask would
+        # be held for as long as the publisher sends nothing (two idle
+        # subscriptions held the room of every other one). Until taken they
+        # count in the app session's inbound half (that session has this
+        # budget's size, so that half is half of it). What is asked: one element first, then as many as this
+        # subscription's share of half the budget allows at its largest
         # element so far (the other half stays the peer's to send commands
-        # and SENDs into). So a client that subscribes to many streams and
-        # never acknowledges holds its budget here, and first asks of many
-        # subscriptions at once take their turns, each as long as one
-        # element takes to arrive.
+        # and SENDs into), and within its share of the window. So a client
+        # that subscribes to many streams and never acknowledges holds its
+        # budget here, and then the app session's.
         budget = self.connection.budget
         share = max(budget.limit // (2 * self.max_subscriptions), 1)
-        ceiling = self.connection.max_response_in_budget
         largest = 0  # the largest element seen: the estimate for the next
-        reserved = 0  # taken for elements asked for and not yet arrived
-        outstanding = 0  # asked of the publisher, not yet received
-        batches = upstream.batches()
-        try:
-            while True:
-                if outstanding == 0:
-                    outstanding = max(1, min(self.demand(), share // largest)) if largest else 1
-                    wanted = min(outstanding * largest, ceiling) if largest else ceiling
-                    await budget.take(wanted)  # (cancelled here, nothing was taken)
-                    reserved = wanted
-                    upstream.request(outstanding)
-                try:
-                    batch = await batches.__anext__()
-                except StopAsyncIteration:
-                    return
-                outstanding -= len(batch)
-                sizes = [len(element) for element in batch]
-                largest = max(largest, *sizes, 1)
-                arrived = sum(sizes)
-                counted = min(arrived, reserved)
-                reserved -= counted
-                budget.charge(arrived - counted)  # already in memory
-                if outstanding == 0:
-                    budget.give_back(reserved)  # what the batch did not need
-                    reserved = 0
-                pending = deque(batch)  # let go of each element once sent
-                del batch
+        outstanding = 0  # asked of the publisher, not yet taken
+        batches = BatchesWithinBudget(upstream, budget, max_bytes=self.connection.max_response_in_budget)
+        while True:
+            if outstanding == 0:
+                outstanding = max(1, min(self.demand(), share // largest)) if largest else 1
+                upstream.request(outstanding)
+            try:
+                batch = await batches.__anext__()  # its bytes are counted from here
+            except StopAsyncIteration:
+                return
+            outstanding -= len(batch)
+            largest = max(largest, *map(len, batch), 1)
+            pending = deque(batch)  # let go of each element once sent
+            del batch
+            try:
                 while pending:
                     await self.forward(destination, filter, pending.popleft())
-        finally:
-            budget.give_back(reserved)
+            finally:
+                budget.give_back(sum(map(len, pending)))  # (cancelled: not handed over)
 
     async def forward(self, destination: str, filter: Filter | None, element: bytes | memoryview) -> None:
         # One element, counted in the budget (handed over to its frames);

@@ -39,7 +39,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError
 
-from ..kit import MemoryBudget, open_app_session
+from ..kit import BatchesWithinBudget, MemoryBudget, open_app_session
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -63,14 +63,15 @@ DEFAULT_MAX_SUBSCRIPTIONS = 1024
 
 class _Subscriptions:
     # The cancel scopes of one link's running subscriptions, for a server
-    # shutdown; and what they have asked of their publishers and not yet
-    # received, bounded by half the link's memory budget (see _forward).
+    # shutdown; and the elements they have taken from their publishers and
+    # not yet handed to the link, bounded by half the link's memory budget
+    # (see _forward).
 
     def __init__(self, max_connection_memory: int) -> None:
         self.scopes: set[trio.CancelScope] = set()
         self.running = 0
         self.shutting_down = False
-        self.asking = MemoryBudget(max(max_connection_memory // 2, 1))
+        self.in_hand = MemoryBudget(max(max_connection_memory // 2, 1))
 
     def stop_all(self) -> None:
         self.shutting_down = True
@@ -144,52 +145,52 @@ class RelinkAppServer(RelinkServer):
             subscriptions.running -= 1
 
     async def _forward(
-        self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool], asking: MemoryBudget
+        self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool], in_hand: MemoryBudget
     ) -> None:
         # The elements as messages, asked of the publisher a batch at a time
         # and only once the previous batch was handed to the link (which
         # waits for room in the connection's memory budget, where what it
-        # keeps until acknowledged counts): so what a subscription holds
-        # here is one batch, of at most its share of half the budget (one
-        # element first, to learn the size), however slowly the connector
-        # consumes. Whatever came goes out in one step, within the window.
-        # ``sent`` gets True once a message was handed over (even if this is
-        # then cancelled: the channel must be closed after it).
-        # What is asked and has not arrived is reserved in ``asking`` (half
-        # the budget, for all the link's subscriptions): the first ask with
-        # room for the largest element there may be, since its size is
-        # unknown, the next ones for their count at the largest size seen;
-        # what a batch did not need goes back as it arrives. So many
-        # subscriptions asking at once cannot each bring an element past
-        # the budget: their first asks take turns.
+        # keeps until acknowledged counts): one element first, to learn the
+        # size, then as many as this subscription's share of half the budget
+        # allows at its largest element so far (at most SUBSCRIBE_PREFETCH).
+        # Whatever came goes out in one step, within the window. ``sent``
+        # gets True once a message was handed over (even if this is then
+        # cancelled: the channel must be closed after it).
+        # Between the app session and the link, the elements count in
+        # ``in_hand`` (half the budget, for all the link's subscriptions):
+        # room there is taken when they have arrived and before they are
+        # taken out of the session (kit.BatchesWithinBudget), and given back
+        # once the link has them. Not when they are asked for: a first
+        # element's size is unknown, and room reserved at the ask was held
+        # for as long as the publisher sent nothing (one idle channel held
+        # every other channel's first ask). Until taken, they count in the
+        # app session's inbound half.
         share = max(link.settings.max_connection_memory // (2 * self.max_subscriptions), 1)
         count = 1
         largest = 0
-        batches = elements.batches()
+        batches = BatchesWithinBudget(elements, in_hand, max_bytes=in_hand.limit)
         while True:
-            reserved = min(count * largest, asking.limit) if largest else asking.limit
-            await asking.take(reserved)
-            try:
-                elements.request(count)
-                asked = count
-                while asked:
-                    try:
-                        batch = await batches.__anext__()
-                    except StopAsyncIteration:
-                        return
-                    asked -= len(batch)
-                    largest = max(largest, *map(len, batch), 1)
-                    messages = [(bytes(element),) for element in batch]
-                    del batch
-                    if not asked:
-                        asking.give_back(reserved)  # (arrived: the link counts it now)
-                        reserved = 0
+            elements.request(count)
+            asked = count
+            while asked:
+                try:
+                    batch = await batches.__anext__()  # counted in in_hand from here
+                except StopAsyncIteration:
+                    return
+                asked -= len(batch)
+                largest = max(largest, *map(len, batch), 1)
+                messages = [(bytes(element),) for element in batch]
+                del batch
+                try:
                     while messages:
-                        del messages[: await link.send_batch(channel_id, messages)]
+                        handed = messages[: await link.send_batch(channel_id, messages)]
+                        del messages[: len(handed)]
                         sent[:] = [True]
-                    count = max(1, min(SUBSCRIBE_PREFETCH, share // largest))
-            finally:
-                asking.give_back(reserved)
+                        in_hand.give_back(sum(len(element) for (element,) in handed))  # the link counts them now
+                        del handed
+                finally:
+                    in_hand.give_back(sum(len(element) for (element,) in messages))  # (not handed over)
+                count = max(1, min(SUBSCRIBE_PREFETCH, share // largest))
 
     async def _subscribe(
         self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
@@ -216,7 +217,7 @@ class RelinkAppServer(RelinkServer):
                     else:
                         try:
                             async with session.subscribe(name, prefetch=0) as elements:
-                                await self._forward(link, channel_id, elements, forwarded, subscriptions.asking)
+                                await self._forward(link, channel_id, elements, forwarded, subscriptions.in_hand)
                         except SubscriptionError as exc:
                             error = str(exc)
                     nursery.cancel_scope.cancel()

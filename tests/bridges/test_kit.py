@@ -27,6 +27,7 @@ import trio.testing
 import rstreams
 from bridges.kit import (
     ITEM_COST,
+    BatchesWithinBudget,
     BridgeConnection,
     BridgeError,
     BridgePeer,
@@ -34,6 +35,7 @@ from bridges.kit import (
     InboundQueue,
     LinkSettings,
     ListenerService,
+    MemoryBudget,
     RequestSlots,
     ResponseTooLarge,
     SendWindow,
@@ -1128,3 +1130,70 @@ async def test_collect_elements() -> None:
                 await collect_elements(session, "missing", max_bytes=100)
             # The session is still usable.
             assert await collect_elements(session, "count?count=2", max_bytes=8) == [u32(0), u32(1)]
+
+
+async def test_batches_within_budget_take_room_once_the_elements_are_there() -> None:
+    # Room is waited for while the elements stay in the session (nothing is
+    # taken from the budget for an element that has not come), then the
+    # batch is taken and counted whole.
+    async def sized(sink: rstreams.Sink) -> None:
+        await sink.send(b"a" * 60)
+        await sink.send_many([b"b" * 20, b"c" * 20])
+        await sink.send(b"d" * 150)  # larger than max_bytes: the rest is charged
+
+    budget = MemoryBudget(200)
+    with trio.fail_after(10):
+        async with rstreams.open_local_session(rstreams.Router({"sized": sized})) as session:
+            async with session.subscribe("sized", prefetch=0) as stream:
+                batches = BatchesWithinBudget(stream, budget, max_bytes=100)
+                budget.take_nowait(150)  # someone else's
+                async with trio.open_nursery() as nursery:
+                    got: list[list[bytes]] = []
+
+                    async def take() -> None:
+                        got.append(list(await batches.__anext__()))
+
+                    nursery.start_soon(take)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert budget.statistics().waiting == 0 and budget.used == 150  # nothing asked: nothing taken
+                    stream.request(1)
+                    await trio.testing.wait_all_tasks_blocked()
+                    # It came: 60 bytes wanted, 50 free; it stays in the session meanwhile.
+                    assert budget.statistics().waiting_bytes == 60 and stream.statistics().buffered == 1
+                    assert got == []
+                    budget.give_back(100)
+                assert got == [[b"a" * 60]] and budget.used == 50 + 60
+                budget.give_back(110)
+                stream.request(3)
+                # At most max_bytes beyond the first element: b and c, not d.
+                assert list(await batches.__anext__()) == [b"b" * 20, b"c" * 20]
+                assert budget.used == 40
+                assert list(await batches.__anext__()) == [b"d" * 150]
+                assert budget.used == 190  # 100 taken, 50 charged
+                budget.give_back(190)
+                with pytest.raises(StopAsyncIteration):
+                    await batches.__anext__()
+    assert budget.used == 0
+    with pytest.raises(ValueError):
+        BatchesWithinBudget(stream, budget, max_bytes=201)
+
+
+async def test_batches_within_budget_cancelled_take_nothing() -> None:
+    budget = MemoryBudget(100)
+    app = rstreams.Router({"count": count_publisher})
+    with trio.fail_after(10):
+        async with rstreams.open_local_session(app) as session:
+            async with session.subscribe("count?count=3", prefetch=0) as stream:
+                batches = BatchesWithinBudget(stream, budget, max_bytes=100)
+                budget.take_nowait(100)
+                stream.request(3)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(batches.__anext__)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert budget.statistics().waiting == 1  # an element came: waiting for room
+                    nursery.cancel_scope.cancel()
+                assert budget.used == 100 and budget.statistics().waiting == 0
+                assert stream.statistics().buffered == 3  # still in the session
+                budget.give_back(100)
+                assert [u32(i) for i in range(3)] == list(await batches.__anext__())
+                assert budget.used == 12

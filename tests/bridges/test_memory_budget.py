@@ -6,6 +6,10 @@
   with a small budget: its memory grows by at most connections x budget
   plus a constant, a well-behaved client is still served meanwhile, and
   once the attackers read they get every response they asked for;
+* MicroMsg2 clients with many subscriptions to large elements that never
+  acknowledge: each connection costs its budget and its app session's, not
+  an element per subscription; Relink connectors that read and never
+  consume: their budget, not their window;
 * a peer whose input alone passes the budget (an EMP message larger than
   it) gets the protocol's error, "memory budget exceeded", and is closed,
   while another connection on the same listener carries on.
@@ -185,6 +189,10 @@ if sys.argv[1] == "emp":
 elif sys.argv[1] == "epoxy":
     from bridges.epoxy import EpoxyAppServer, EpoxySettings
     server = EpoxyAppServer(app, settings=EpoxySettings(max_connection_memory=budget, keepalive_interval=None))
+elif sys.argv[1] == "micromsg2":
+    import dataclasses
+    from bridges.micromsg2 import BROKER_SETTINGS, MicroMsg2AppServer
+    server = MicroMsg2AppServer(app, settings=dataclasses.replace(BROKER_SETTINGS, max_connection_memory=budget))
 else:
     from bridges.relink import RelinkAppServer, RelinkSettings
     server = RelinkAppServer(app, settings=RelinkSettings(max_connection_memory=budget, keepalive_interval=None))
@@ -412,10 +420,83 @@ def test_relink_connector_that_reads_and_never_consumes_costs_its_budget() -> No
                 peak = max(peak, _rss(server.pid))
         peak = max(peak, _rss(server.pid))
         growth = peak - before
-        # Per connection: its budget, and one 1 MiB element in hand per
-        # subscription (asked for before its size is known).
+        # Per connection: its budget, and one 1 MiB element per subscription,
+        # asked for before its size is known: it waits in the app session
+        # until the link's room for elements on their way to it (half the
+        # budget) takes it, and once taken it is counted there (each channel
+        # asks for one element at a time here, so it holds one of the two).
         assert growth <= ATTACKERS * (BUDGET + channels * MiB) + CONSTANT, f"grew by {growth / MiB:.1f} MiB after {received} bytes"
         for sock in attackers:
+            sock.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_micromsg2_subscriptions_that_never_acknowledge_cost_their_budget_and_their_app_session_s() -> None:
+    # Each subscription asks its publisher for one element before it knows
+    # how large its elements are. Counting each element only once it came
+    # (room taken after the fact) let 4 clients x 64 subscriptions to 1 MiB
+    # elements grow an 8 MiB-budget server by 274 MiB; now room is taken
+    # before an element leaves the app session, so each connection holds at
+    # most its budget in the broker and the app session's own budget (the
+    # same size) of elements not yet taken: twice the budget.
+    from bridges.micromsg2 import Connection as MicroMsg2Machine
+    from bridges.micromsg2 import ExtensionSpec, HandshakeCompleted, MessageReceived
+    from bridges.micromsg2 import Role as MicroMsg2Role
+
+    subscriptions = 64
+    server = subprocess.Popen([sys.executable, "-c", SERVER, "micromsg2", str(BUDGET)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        before = _rss(server.pid)
+        attackers = []
+        for _ in range(ATTACKERS):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            sock.settimeout(30)
+            sock.connect(("127.0.0.1", port))
+            machine = MicroMsg2Machine(
+                MicroMsg2Role.CLIENT, identity="attacker", required=[ExtensionSpec(name="pubsub")], optional=[ExtensionSpec.batch_ack(64)]
+            )
+            sock.sendall(machine.data_to_send())
+            while not any(isinstance(event, HandshakeCompleted) for event in machine.events()):
+                data = sock.recv(65536)
+                assert data, "the server closed the connection during the handshake"
+                machine.receive_data(data)
+            for n in range(subscriptions):
+                machine.subscribe(f"blob?count=100000&size=1048576&n={n}")
+            sock.sendall(machine.data_to_send())
+            attackers.append((sock, machine))
+        # Neither read nor acknowledge: once every attacker's socket is full,
+        # the server can only hold what its budgets let it.
+        peak = before
+        give_up = time.monotonic() + 60
+        while not all(_readable(sock) >= 32 * 1024 for sock, _ in attackers):
+            assert time.monotonic() < give_up, "the server never wrote to the attackers"
+            peak = max(peak, _rss(server.pid))
+            time.sleep(0.05)
+        for _ in range(40):  # and look a while longer
+            peak = max(peak, _rss(server.pid))
+            time.sleep(0.05)
+        growth = peak - before
+        assert growth <= ATTACKERS * 2 * BUDGET + CONSTANT, f"the server grew by {growth / MiB:.1f} MiB"
+
+        # Held, not stuck: an attacker that reads and acknowledges gets more.
+        sock, machine = attackers[0]
+        received = 0
+        while received < 2 * subscriptions:
+            data = sock.recv(1 << 20)
+            assert data, "the server closed the connection"
+            machine.receive_data(data)
+            arrived = sum(isinstance(event, MessageReceived) for event in machine.events())
+            if arrived:
+                received += arrived
+                machine.acknowledge(arrived)
+                sock.sendall(machine.data_to_send())
+        for sock, _ in attackers:
             sock.close()
     finally:
         server.terminate()

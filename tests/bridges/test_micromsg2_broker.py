@@ -56,6 +56,7 @@ class Served:
     counted: list[int]
     gate_open: trio.Event
     gate_cancelled: trio.Event
+    idle_asked: trio.MemoryReceiveChannel[str]
 
     def connection(self) -> MicroMsg2Connection:
         [connection] = self.server.connections
@@ -85,6 +86,15 @@ async def served(nursery: trio.Nursery) -> AsyncIterator[Served]:
         await sink.send(BIG)
 
     counted: list[int] = []
+    idle_asks, idle_asked = trio.open_memory_channel[str](64)
+
+    @app.publisher("idle")
+    async def idle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        # Says when the broker first asked it for an element, and never sends one.
+        await sink.wait_demand()
+        idle_asks.send_nowait(request.name)
+        await trio.sleep_forever()
+
 
     @app.publisher("count")
     async def count(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
@@ -97,7 +107,7 @@ async def served(nursery: trio.Nursery) -> AsyncIterator[Served]:
     chat.mount(app)
     server = MicroMsg2AppServer(app)
     [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
-    yield Served(listener_port(listener), server, chat, counted, gate_open, gate_cancelled)
+    yield Served(listener_port(listener), server, chat, counted, gate_open, gate_cancelled, idle_asked)
 
 
 async def handshake(served: Served, **options: object) -> RawClient:
@@ -229,6 +239,21 @@ async def test_several_subscriptions_share_one_connection(served: Served) -> Non
                 for name in streams:
                     nursery.start_soon(read, name)
             assert results == {name: [number(n) for n in range(int(name.split("=")[1]))] for name in streams}
+
+
+async def test_subscriptions_to_idle_publishers_do_not_hold_back_a_live_one(served: Served) -> None:
+    # Each subscription's first ask, before its element size is known, used
+    # to hold half the connection's budget until its element came: two to a
+    # publisher that never sends left no room, and a third subscription on
+    # the same connection never got its elements.
+    with trio.fail_after(10):
+        async with open_micromsg2_connection("127.0.0.1", served.port, settings=CLIENT) as mm2:
+            await mm2.subscribe("idle?n=1")
+            await mm2.subscribe("idle?n=2")
+            # Both idle publishers have been asked: their first asks are out.
+            assert sorted([await served.idle_asked.receive(), await served.idle_asked.receive()]) == ["idle?n=1", "idle?n=2"]
+            numbers = await mm2.subscribe("range?count=100")
+            assert [message.payload async for message in numbers] == [number(n) for n in range(100)]
 
 
 async def test_topics_filter_by_properties_and_subscribers_see_them(served: Served) -> None:

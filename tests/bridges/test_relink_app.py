@@ -377,3 +377,34 @@ async def test_the_ack_window_grows_with_an_adaptive_subscriber_s_demand(nursery
     assert largest_batch > rstreams.ADAPTIVE_INITIAL  # the demand grew
     assert window_full, "no flush with messages still queued: the window was never what sent an ack"
     assert all(step >= batch for step, batch in window_full), window_full
+
+
+async def test_channels_to_idle_publishers_do_not_hold_back_a_live_one(nursery: trio.Nursery) -> None:
+    # A channel's first ask, before its element size is known, used to hold
+    # all of what the link's subscriptions may ask for until its element
+    # came: one channel to a publisher that never sends held back every
+    # other channel of the link.
+    app = rstreams.Router()
+    route = examples.demo.app.resolve("range")
+    assert route is not None
+    app.add("range", route)
+    idle_asks, idle_asked = trio.open_memory_channel[str](64)
+
+    @app.publisher("idle")
+    async def idle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        # Says when the server first asked it for an element, and never sends one.
+        await sink.wait_demand()
+        idle_asks.send_nowait(request.name)
+        await trio.sleep_forever()
+
+    server = RelinkAppServer(app, settings=FAST)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", listener_port(listeners[0]), config=sizes(1), settings=FAST) as link:
+            await link.send(1, [b"idle?n=1"])
+            assert await idle_asked.receive() == "idle?n=1"  # its first ask is out
+            await link.send(3, [b"range?count=100"])
+            assert await everything(link, 3) == [element(n) for n in range(100)]
+            # And a second idle channel's first ask goes out beside the first's.
+            await link.send(2, [b"idle?n=2"])
+            assert await idle_asked.receive() == "idle?n=2"

@@ -226,6 +226,73 @@ async def test_batches_raise_the_publisher_error_after_the_elements() -> None:
                 assert received == [b"a", b"b"]
 
 
+async def test_wait_buffered_says_what_the_next_batch_takes_and_takes_nothing() -> None:
+    async def sized(sink: rstreams.Sink) -> None:
+        await sink.send_many([b"a" * 10, b"b" * 20, b"c" * 30, b"d" * 40])
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"sized": sized})) as (client, _):
+            async with client.subscribe("sized", prefetch=0) as stream:
+                stream.request(4)
+                assert await stream.wait_buffered() == (4, 100)
+                assert stream.statistics().buffered == 4  # nothing was taken
+                # Beyond the first element, at most max_bytes; the first always.
+                assert await stream.wait_buffered(max_bytes=35) == (2, 30)
+                assert await stream.wait_buffered(max_bytes=5) == (1, 10)
+                assert await stream.wait_buffered(max_elements=3) == (3, 60)
+                # batches(count) takes exactly the elements counted.
+                assert list(await stream.batches(2).__anext__()) == [b"a" * 10, b"b" * 20]
+                assert await stream.wait_buffered() == (2, 70)
+                assert list(await stream.batches(2).__anext__()) == [b"c" * 30, b"d" * 40]
+                assert await stream.wait_buffered() == (0, 0)  # completed, nothing left
+            with pytest.raises(ValueError):
+                await stream.wait_buffered(0)
+
+
+async def test_wait_buffered_counts_packed_elements_and_raises_the_publisher_error() -> None:
+    async def packed(sink: rstreams.Sink) -> None:
+        await sink.send_packed(b"".join(u32(i) for i in range(10)))
+        raise RuntimeError("packed failure")
+
+    app = rstreams.Router()
+    app.add("packed", packed, element_size=4)
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, _):
+            async with client.subscribe("packed", prefetch=0) as stream:
+                stream.request(10)
+                assert await stream.wait_buffered(max_bytes=10) == (2, 8)
+                assert await stream.wait_buffered(max_elements=3) == (3, 12)
+                assert await stream.wait_buffered() == (10, 40)
+                values = [from_u32(bytes(raw)) for raw in await stream.batches(10).__anext__()]
+                assert values == list(range(10))
+                with pytest.raises(rstreams.PublisherError, match="packed failure"):
+                    await stream.wait_buffered()
+
+
+async def test_wait_buffered_waits_for_an_element() -> None:
+    async def later(sink: rstreams.Sink) -> None:
+        await sink.wait_demand()
+        await gate.wait()
+        await sink.send(b"late")
+
+    gate = trio.Event()
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"later": later})) as (client, _):
+            async with client.subscribe("later", prefetch=0) as stream:
+                stream.request(1)
+                async with trio.open_nursery() as nursery:
+                    seen: list[tuple[int, int]] = []
+
+                    async def wait() -> None:
+                        seen.append(await stream.wait_buffered())
+
+                    nursery.start_soon(wait)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert seen == []
+                    gate.set()
+                assert seen == [(1, 4)]
+
+
 async def test_leaving_the_block_sends_cancel(connect) -> None:
     probe = Probe()
     with trio.fail_after(10):
