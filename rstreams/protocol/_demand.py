@@ -118,7 +118,7 @@ class DemandWindow:
         return 0
 
 
-class AdaptiveDemand:
+class AdaptiveDemand(DemandWindow):
     """Automatic demand whose window grows while the consumer keeps up.
 
     Used as :class:`DemandWindow` is: :meth:`consumed` most of the time only
@@ -141,13 +141,13 @@ class AdaptiveDemand:
       once: a window over it shrinks to it.
     """
 
+    # size, _threshold and _pending are DemandWindow's, and with them
+    # initial and until_top_up: the count towards a top-up is the same;
+    # what differs is what a top-up asks for.
     __slots__ = (
-        "size",
         "minimum",
         "maximum",
         "byte_budget",
-        "_threshold",
-        "_pending",
         "_debt",
         "_starved",
         "_probe",
@@ -182,17 +182,6 @@ class AdaptiveDemand:
         #: How many times the window grew and shrank (for statistics and tests).
         self.grown = 0
         self.shrunk = 0
-
-    @property
-    def initial(self) -> int:
-        """The demand to send with the subscribe."""
-        return self.size
-
-    @property
-    def until_top_up(self) -> int:
-        """How many more consumed elements reach the next top-up (at least 1),
-        where the window is retuned: as :attr:`DemandWindow.until_top_up`."""
-        return self._threshold - self._pending
 
     def starved(self) -> None:
         """The consumer waited with nothing buffered (called on that slow path)."""
