@@ -49,11 +49,12 @@ from there. Whenever the Unpacker holds nothing unparsed, the next message
 starts at the front of ``_waiting``, and if it is a part
 (:func:`~rstreams.protocol._codec.read_part_header`), its header is read
 here and its payload is handed to the stream's reassembler as views of the
-received bytes, across as many reads as it spans. The reassembler copies a
-view that would keep more than payload alive (see ``_add_piece``: the memory
-budget counts payload), which a read larger than a part always does, and
-then joins the pieces at the last part: two copies of the payload instead of
-the Unpacker's three, and none for a ``copy=False`` stream on plain TCP
+received bytes, across as many reads as it spans. The reassembler copies
+every piece but a whole read (a view would keep the rest of its read alive,
+beyond the payload the memory budget counts: see ``_split``, "Copies"),
+and a read larger than a part is never all one piece; it joins the pieces
+at the last part: two copies of the payload instead of the Unpacker's
+three, and none for a ``copy=False`` stream on plain TCP
 (``receive_buffers``). When the Unpacker runs out of data in the middle of
 a message that is a part (a read that ends inside one), the part is taken
 back: a fresh Unpacker replaces the one holding its start, and the part is
@@ -913,6 +914,7 @@ class Connection:
         while True:
             if self._part_left:
                 subscription = self._part_subscription
+                reassembler = subscription.reassembler if subscription is not None else None
                 left = self._part_left
                 while left:
                     if not waiting:
@@ -930,8 +932,8 @@ class Connection:
                         waiting[0] = front[left:]
                         piece = front[:left]
                     left -= len(piece)
-                    if subscription is not None:
-                        self._add_piece(subscription, piece, at)
+                    if reassembler is not None:
+                        reassembler.add_piece(piece, at)
                 self._part_left = 0
             subscription = self._part_subscription
             if subscription is not None:
@@ -1236,7 +1238,8 @@ class Connection:
         sub = self._part_arrives(message.subscriber, message.element, len(message.data), last)
         if sub is None:
             return
-        self._add_piece(sub, message.data)
+        assert sub.reassembler is not None  # (set by _part_arrives)
+        sub.reassembler.add_piece(message.data)
         if last:
             self._part_completes(sub, events)
 
@@ -1321,26 +1324,6 @@ class Connection:
             f"memory budget exceeded: {held} bytes {what} on this connection"
             f" (limit {self._max_inbound}, max_connection_memory {self.max_connection_memory})"
         )
-
-    def _add_piece(self, sub: _Subscription, piece: bytes | memoryview, at: int = -1) -> None:
-        """Some payload of the part being received: its reassembler keeps it,
-        as a view only where the view holds nothing but payload (a read that
-        is all this piece), else as a copy; so what it holds is the payload,
-        which the budget counted when the part was announced.
-
-        A view keeps its whole read alive, and a read is shared by the parts
-        of several streams when a peer interleaves them: counting each read
-        once per stream would refuse honest peers at a fraction of the
-        budget, and counting the payload only would let a peer that wraps
-        each small part in a large read hold many times its budget. Copies
-        keep what is held equal to the payload the budget counted.
-
-        ``at``: the piece was received into the stream's buffer at this
-        offset (see receive_buffers); -1: it was not.
-        """
-        reassembler = sub.reassembler
-        assert reassembler is not None
-        reassembler.add_piece(piece, room=0, at=at)
 
     def _forget_parts(self, sub: _Subscription) -> None:
         # A subscription that ends or is cancelled mid-element drops its
