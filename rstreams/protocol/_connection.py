@@ -345,6 +345,8 @@ class Connection:
         # offsets there, oldest first (see buffers_received).
         self._offered: list[memoryview | bytearray] | None = None
         self._offered_to: Reassembler | None = None  # whose buffer they are
+        # The part expected in each header slot offered, in order.
+        self._predicted: list[_PredictedPart] = []
         self._placed: deque[tuple[memoryview, int]] = deque()
         # The header slots buffers_received found to hold the expected
         # header, with that header as read_part_header reads it (their
@@ -461,20 +463,26 @@ class Connection:
             return []
         left = self._part_left
         buffers: list[memoryview | bytearray] = [space[:left]]
-        if not self._part_last:
+        predicted: list[_PredictedPart] = []
+        if not self._part_last and self._part_size:
             position = left
             size = self._part_size
-            header_length = 2 + len(self._part_ids)
+            end = min(len(space), max_bytes)
+            expected: _PredictedPart | None = None
             for _ in range(_MAX_PREDICTED_PARTS):
-                if position >= len(space) or position >= max_bytes or not size:
+                if position >= end:
                     break
                 payload = min(size, len(space) - position)
-                buffers.append(bytearray(header_length + len(bin_header(payload))))
+                if expected is None or expected.size != payload:
+                    expected = _PredictedPart(self._part_ids, subscription.subscriber, self._part_element, payload)
+                buffers.append(bytearray(len(expected.header)))
                 buffers.append(space[position : position + payload])
+                predicted.append(expected)
                 position += payload
         buffers.append(bytearray(_AFTER_PARTS_SIZE))
         self._offered = buffers
         self._offered_to = subscription.reassembler
+        self._predicted = predicted
         return buffers
 
     def buffers_received(self, nbytes: int) -> None:
@@ -487,8 +495,9 @@ class Connection:
         everything received is copied out, as if it had been received
         as bytes.
         """
-        buffers, reassembler = self._offered, self._offered_to
+        buffers, reassembler, predicted = self._offered, self._offered_to, self._predicted
         self._offered = self._offered_to = None
+        self._predicted = []
         if self._state in _DEAF_STATES or not nbytes:
             return
         if buffers is None:
@@ -514,44 +523,40 @@ class Connection:
         offset += taken
         nbytes -= taken
         index = 1
-        last_slot = len(buffers) - 1
-        while nbytes and index < last_slot:
-            slot, region = buffers[index], buffers[index + 1]
-            assert isinstance(slot, bytearray)  # (receive_buffers' header slot)
-            if nbytes < len(slot) or not self._continues(slot, len(region)):
+        for expected in predicted:
+            if not nbytes:
                 break
-            header_view = memoryview(bytes(slot))
-            waiting.append(header_view)
-            last = slot[1] == LAST_PART_CODE
-            slot_headers.append(
-                (header_view, PartHeader(len(slot), last, subscription.subscriber, self._part_element, len(region)))
-            )
+            slot = buffers[index]
+            assert isinstance(slot, bytearray)  # (receive_buffers' header slot)
+            if nbytes < len(slot):
+                break
+            # The next part of the element, as guessed (a check by comparing
+            # bytes: the part's rules are applied when it is parsed).
+            if slot == expected.header:
+                header = expected.as_part
+            elif slot == expected.last_header:
+                header = expected.as_last_part
+            else:
+                break
+            waiting.append(header[0])
+            slot_headers.append(header)
             nbytes -= len(slot)
+            region = buffers[index + 1]
+            assert isinstance(region, memoryview)  # (receive_buffers' place for the payload)
             taken = len(region) if nbytes >= len(region) else nbytes
             if taken:
-                view = memoryview(region)[:taken]
+                view = region[:taken]
                 waiting.append(view)
                 placed.append((view, offset))
                 offset += taken
-            nbytes -= taken
+                nbytes -= taken
             index += 2
-            if last:
+            if header is expected.as_last_part:
                 break  # (what follows is another element's, or another message)
         if nbytes:
             # Not the part expected (or what follows the last one): bytes,
             # as a plain read would have given them.
             waiting.append(memoryview(b"".join(_filled_part(buffers[index:], nbytes))))
-
-    def _continues(self, slot: bytearray, payload: int) -> bool:
-        """Whether a header slot of receive_buffers holds the header of the
-        next part of the element being received, with ``payload`` bytes of
-        payload (a checked guess, by comparing bytes: the part's rules are
-        applied when it is parsed)."""
-        return (
-            slot[0] == FIXARRAY_4
-            and (slot[1] == PART_CODE or slot[1] == LAST_PART_CODE)
-            and slot[2:] == self._part_ids + bin_header(payload)
-        )
 
     def events(self, max_events: int | None = None) -> list[Event]:
         """Parse what was received; return the events, in order.
@@ -1039,9 +1044,11 @@ class Connection:
             self._orphan(subscriber, what)
             return None
         try:
-            sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, event])
+            state = SUBSCRIPTION_TRANSITIONS[sub.state, event]
         except KeyError:
             raise RemoteProtocolError(f"{what} not allowed on stream {subscriber} in state {sub.state.name}") from None
+        if state is not sub.state:  # (an element leaves an active stream as it is: one per part)
+            sub.enter(state)
         return sub
 
     def _dispatch(self, message: Message, events: list[Event]) -> None:
@@ -1757,6 +1764,25 @@ class Connection:
         )
 
 
+
+
+class _PredictedPart:
+    """A part receive_buffers expects in a header slot: the next part of
+    the element being received, with ``size`` bytes of payload. Its
+    header's bytes as onNextPart and as onNextLastPart, and what
+    read_part_header reads from each, with a view of those bytes to wait in
+    _waiting in the slot's place (see _slot_headers)."""
+
+    __slots__ = ("size", "header", "last_header", "as_part", "as_last_part")
+
+    def __init__(self, ids: bytes, subscriber: int, element: int, size: int) -> None:
+        self.size = size
+        rest = ids + bin_header(size)
+        self.header = bytes((FIXARRAY_4, PART_CODE)) + rest
+        self.last_header = bytes((FIXARRAY_4, LAST_PART_CODE)) + rest
+        length = len(self.header)
+        self.as_part = (memoryview(self.header), PartHeader(length, False, subscriber, element, size))
+        self.as_last_part = (memoryview(self.last_header), PartHeader(length, True, subscriber, element, size))
 
 
 def _filled_part(buffers: list[memoryview | bytearray], nbytes: int) -> list[memoryview | bytearray]:

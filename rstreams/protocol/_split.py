@@ -96,6 +96,7 @@ class Reassembler:
         "_pieces",
         "_size",
         "_held",
+        "reserved",
         "into_buffer",
         "_buffer",
         "_filled",
@@ -114,6 +115,10 @@ class Reassembler:
         self._pieces: list[bytes] = []
         self._size = 0  # payload announced so far (the limit's measure)
         self._held = 0  # payload bytes in _pieces (see buffered)
+        #: What the connection's budget counts for this element: the payload
+        #: announced, or the buffer it is joined into (which is at least as
+        #: large). Kept as parts come, as the connection reads it per part.
+        self.reserved = 0
 
     @property
     def in_progress(self) -> bool:
@@ -125,13 +130,6 @@ class Reassembler:
         """Bytes of memory held for the element being joined: the payload
         received so far (joining into one buffer: that buffer)."""
         return self._held if self._buffer is None else len(self._buffer)
-
-    @property
-    def reserved(self) -> int:
-        """What the connection's budget counts for this element: the payload
-        announced, or the buffer it is joined into if that is larger."""
-        buffer = self._buffer
-        return self._size if buffer is None or len(buffer) < self._size else len(buffer)
 
     @property
     def filled(self) -> int:
@@ -177,13 +175,16 @@ class Reassembler:
         if self.into_buffer:
             buffer = self._buffer
             if buffer is None:
-                self._buffer = new_buffer(self._sized(self._expected, room))
+                self._buffer = buffer = new_buffer(self._sized(self._expected, room))
             elif len(buffer) < self._size:
                 # Larger than the guess: a new buffer (the old one may be
                 # viewed by reads not yet taken), what arrived copied once.
                 grown = new_buffer(self._sized(2 * len(buffer), room))
                 grown[: self._filled] = memoryview(buffer)[: self._filled]
-                self._buffer = grown
+                self._buffer = buffer = grown
+            self.reserved = len(buffer)
+        else:
+            self.reserved = self._size
 
     def trim(self) -> None:
         """Joining into one buffer: size it down to the payload announced so
@@ -194,6 +195,7 @@ class Reassembler:
                 del buffer[self._size :]
             except BufferError:
                 pass
+            self.reserved = len(buffer)
 
     def _sized(self, guess: int, room: int) -> int:
         # The buffer's size: the payload announced at least, the guess at
@@ -239,7 +241,7 @@ class Reassembler:
             self._expected = size
             self._buffer = None
             self._element = None
-            self._size = self._filled = 0
+            self._size = self._filled = self.reserved = 0
             if len(buffer) > size:
                 try:
                     del buffer[size:]
@@ -252,8 +254,7 @@ class Reassembler:
         pieces = self._pieces
         self._element = None
         self._pieces = []
-        self._size = 0
-        self._held = 0
+        self._size = self._held = self.reserved = 0
         if len(pieces) == 1 and type(pieces[0]) is bytes:
             return pieces[0]
         return b"".join(pieces)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rstreams.protocol import RemoteProtocolError
 from rstreams.protocol._split import Reassembler
@@ -134,3 +136,37 @@ def test_the_memory_held_is_the_payload_whatever_the_reads_around_it() -> None:
         reassembler.add_piece(memoryview(received)[:16384])
         assert reassembler.buffered == reassembler.size
     assert len(reassembler.finish()) == 200 * 16384
+
+
+# ---- reserved: what the connection's budget counts ---------------------------
+
+
+@given(
+    into_buffer=st.booleans(),
+    elements=st.lists(st.lists(st.integers(0, 3000), min_size=1, max_size=6), min_size=1, max_size=5),
+    rooms=st.lists(st.integers(0, 5000), min_size=1, max_size=8),
+    trims=st.lists(st.booleans(), min_size=1, max_size=8),
+)
+def test_reserved_is_the_payload_announced_or_the_buffer(
+    into_buffer: bool, elements: list[list[int]], rooms: list[int], trims: list[bool]
+) -> None:
+    # Kept as an attribute (the connection reads it per part): it must say
+    # what the payload and the buffer say, after every step.
+    reassembler = Reassembler(limit=1 << 20, into_buffer=into_buffer)
+
+    def expected() -> int:
+        buffer = reassembler._buffer
+        return reassembler.size if buffer is None or len(buffer) < reassembler.size else len(buffer)
+
+    step = 0
+    for number, lengths in enumerate(elements):
+        for length in lengths:
+            reassembler.start_part(number, length, room=rooms[step % len(rooms)])
+            assert reassembler.reserved == expected()
+            if trims[step % len(trims)]:
+                reassembler.trim()
+                assert reassembler.reserved == expected() == reassembler.size
+            reassembler.add_piece(bytes(length))
+            step += 1
+        reassembler.finish()
+        assert reassembler.reserved == expected() == 0
