@@ -345,8 +345,10 @@ class Connection:
         # offsets there, oldest first (see buffers_received).
         self._offered: list[memoryview | bytearray] | None = None
         self._offered_to: Reassembler | None = None  # whose buffer they are
-        # The part expected in each header slot offered, in order.
+        # The part expected in each header slot offered, in order, and the
+        # last one built (the next read's most likely expects the same).
         self._predicted: list[_PredictedPart] = []
+        self._last_predicted: _PredictedPart | None = None
         self._placed: deque[tuple[memoryview, int]] = deque()
         # The header slots buffers_received found to hold the expected
         # header, with that header as read_part_header reads it (their
@@ -439,8 +441,11 @@ class Connection:
         of the element most likely follow at once, with headers of the same
         length and payloads of the same size, so the list goes on with a
         small buffer for each such header and the element buffer's place for
-        its payload, up to about ``max_bytes``, and ends with a small buffer
-        for whatever follows. Nothing is assumed: :meth:`buffers_received`
+        its payload, up to about ``max_bytes``. It ends with the header of
+        the part after those (an empty place for its payload), so that the
+        next read starts at that payload; or, where the element's buffer or
+        its last part ends it, with a small buffer for whatever follows.
+        Nothing is assumed: :meth:`buffers_received`
         checks each header before it counts its payload as in place, and
         hands everything from the first that is not the expected part to the
         usual parser, as bytes; the rules are then applied by the one path
@@ -467,19 +472,29 @@ class Connection:
         if not self._part_last and self._part_size:
             position = left
             size = self._part_size
-            end = min(len(space), max_bytes)
-            expected: _PredictedPart | None = None
+            ids = self._part_ids
+            expected = self._last_predicted
+            ends_at_header = False
             for _ in range(_MAX_PREDICTED_PARTS):
-                if position >= end:
+                if position >= len(space):
                     break
                 payload = min(size, len(space) - position)
-                if expected is None or expected.size != payload:
-                    expected = _PredictedPart(self._part_ids, subscription.subscriber, self._part_element, payload)
+                if expected is None or expected.size != payload or expected.ids != ids:
+                    expected = self._last_predicted = _PredictedPart(ids, subscription.subscriber, self._part_element, payload)
                 buffers.append(bytearray(len(expected.header)))
-                buffers.append(space[position : position + payload])
                 predicted.append(expected)
+                if position >= max_bytes:
+                    # Enough for one read: it ends with this header, and
+                    # the next one goes straight to its payload.
+                    buffers.append(space[position:position])
+                    ends_at_header = True
+                    break
+                buffers.append(space[position : position + payload])
                 position += payload
-        buffers.append(bytearray(_AFTER_PARTS_SIZE))
+            if not ends_at_header:
+                buffers.append(bytearray(_AFTER_PARTS_SIZE))
+        else:
+            buffers.append(bytearray(_AFTER_PARTS_SIZE))
         self._offered = buffers
         self._offered_to = subscription.reassembler
         self._predicted = predicted
@@ -1773,9 +1788,10 @@ class _PredictedPart:
     read_part_header reads from each, with a view of those bytes to wait in
     _waiting in the slot's place (see _slot_headers)."""
 
-    __slots__ = ("size", "header", "last_header", "as_part", "as_last_part")
+    __slots__ = ("ids", "size", "header", "last_header", "as_part", "as_last_part")
 
     def __init__(self, ids: bytes, subscriber: int, element: int, size: int) -> None:
+        self.ids = ids  # (the subscriber's and element's encoding: they are the same if it is)
         self.size = size
         rest = ids + bin_header(size)
         self.header = bytes((FIXARRAY_4, PART_CODE)) + rest
