@@ -176,6 +176,7 @@ def _queueing_state() -> PublicationState:
 _PUBLISHING = _queueing_state()
 _RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
 _RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
+_RECEIVE_ELEMENT = SubscriptionEvent.RECEIVE_ELEMENT
 _SUBSCRIPTION_ENDED = SubscriptionEvent.CONNECTION_ENDED
 _PUBLICATION_ENDED = PublicationEvent.CONNECTION_ENDED
 _RECEIVE_INVALID_REQUEST = PublicationEvent.RECEIVE_INVALID_REQUEST
@@ -560,7 +561,7 @@ class Connection:
             assert isinstance(region, memoryview)  # (receive_buffers' place for the payload)
             taken = len(region) if nbytes >= len(region) else nbytes
             if taken:
-                view = region[:taken]
+                view = region if taken == len(region) else region[:taken]
                 waiting.append(view)
                 placed.append((view, offset))
                 offset += taken
@@ -930,75 +931,81 @@ class Connection:
         whose payload is still arriving, until another message is next
         (see "Large parts")."""
         waiting = self._waiting
-        max_message_size = self.limits.max_message_size
-        while True:
-            if self._part_left:
-                subscription = self._part_subscription
-                reassembler = subscription.reassembler if subscription is not None else None
-                left = self._part_left
-                while left:
-                    if not waiting:
-                        self._part_left = left
-                        return _PARTS_WAIT
-                    front = waiting[0]
-                    at = -1
-                    if len(front) <= left:
-                        waiting.popleft()
-                        piece = front
-                        placed = self._placed
-                        if placed and placed[0][0] is front:
-                            at = placed.popleft()[1]  # (received where it goes)
-                    else:
-                        waiting[0] = front[left:]
-                        piece = front[:left]
-                    left -= len(piece)
-                    if reassembler is not None:
-                        reassembler.add_piece(piece, at)
-                self._part_left = 0
-            subscription = self._part_subscription
-            if subscription is not None:
-                self._part_subscription = None
-                if self._part_last:
-                    self._part_completes(subscription, events)
-                if len(events) >= max_events:
-                    return _PARTS_STOP
-            # The next message: a part, the start of one, or another.
-            if not _drop_empty_views(waiting) or self._state is not _OPEN:
-                return _NEXT_FOR_UNPACKER
-            front = waiting[0]
-            if front[0] != FIXARRAY_4:
-                return _NEXT_FOR_UNPACKER
-            first: bytes | memoryview = front
-            header: PartHeader | None
-            slot_headers = self._slot_headers
-            from_slot = bool(slot_headers) and slot_headers[0][0] is front
-            if from_slot:
-                # A header slot of buffers_received, read there already (the
-                # next part of the same element: same ids).
-                header = slot_headers.popleft()[1]
-                waiting.popleft()
-            elif len(front) > MAX_PART_HEADER_SIZE:
-                first = front[:MAX_PART_HEADER_SIZE]
-                header = read_part_header(first, max_message_size)
-                if header is None:
+        placed = self._placed
+        slot_headers = self._slot_headers
+        # The part being received: its stream (None: dropped, or no part),
+        # whether it is a last part, and how many of its payload bytes are
+        # still to come; in locals while parts follow each other in what
+        # waits (a read holds several), stored back as this returns.
+        subscription = self._part_subscription
+        last = self._part_last
+        left = self._part_left
+        header: PartHeader | None = None  # the last one read here
+        try:
+            while True:
+                if left:
+                    reassembler = subscription.reassembler if subscription is not None else None
+                    while left:
+                        if not waiting:
+                            return _PARTS_WAIT
+                        front = waiting[0]
+                        at = -1
+                        if len(front) <= left:
+                            waiting.popleft()
+                            piece = front
+                            if placed and placed[0][0] is front:
+                                at = placed.popleft()[1]  # (received where it goes)
+                        else:
+                            waiting[0] = front[left:]
+                            piece = front[:left]
+                        left -= len(piece)
+                        if reassembler is not None:
+                            reassembler.add_piece(piece, at)
+                if subscription is not None:
+                    if last:
+                        self._part_completes(subscription, events)
+                    subscription = None
+                    if len(events) >= max_events:
+                        return _PARTS_STOP
+                # The next message: a part, the start of one, or another.
+                if not (waiting and waiting[0] or _drop_empty_views(waiting)) or self._state is not _OPEN:
                     return _NEXT_FOR_UNPACKER
-                waiting[0] = front[header.length :]
-            else:
-                first = _first_bytes(waiting, MAX_PART_HEADER_SIZE)
-                header = read_part_header(first, max_message_size)
-                if header is None:
+                front = waiting[0]
+                if front[0] != FIXARRAY_4:
                     return _NEXT_FOR_UNPACKER
-                if not header.length:
-                    return _PARTS_WAIT  # (all that waits is the start of a part's header)
-                _drop_bytes(waiting, header.length)
-            if run:
-                self._flush_run(events, run)
-            self._part_subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
-            self._part_last = header.last
-            self._part_left = header.size
-            if self._part_subscription is not None and not self._part_subscription.copy:
-                if not from_slot:
+                first: bytes | memoryview | None = None
+                if slot_headers and slot_headers[0][0] is front:
+                    # A header slot of buffers_received, read there already
+                    # (the next part of the same element: same ids).
+                    header = slot_headers.popleft()[1]
+                    waiting.popleft()
+                elif len(front) > MAX_PART_HEADER_SIZE:
+                    first = front[:MAX_PART_HEADER_SIZE]
+                    header = read_part_header(first, self.limits.max_message_size)
+                    if header is None:
+                        return _NEXT_FOR_UNPACKER
+                    waiting[0] = front[header.length :]
+                else:
+                    first = _first_bytes(waiting, MAX_PART_HEADER_SIZE)
+                    header = read_part_header(first, self.limits.max_message_size)
+                    if header is None:
+                        return _NEXT_FOR_UNPACKER
+                    if not header.length:
+                        return _PARTS_WAIT  # (all that waits is the start of a part's header)
+                    _drop_bytes(waiting, header.length)
+                if run:
+                    self._flush_run(events, run)
+                subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
+                last = header.last
+                left = header.size
+                if first is not None and subscription is not None and not subscription.copy:
                     self._part_ids = part_header_ids(first)
+        finally:
+            self._part_subscription = subscription
+            self._part_last = last
+            self._part_left = left
+            if left and header is not None and subscription is not None and not subscription.copy:
+                # What receive_buffers predicts the next parts from.
                 self._part_element = header.element
                 self._part_size = header.size
 
@@ -1236,7 +1243,7 @@ class Connection:
             events.append(message)
 
     def _receive_on_next_packed(self, message: OnNextPacked, events: list[Event]) -> None:
-        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
+        sub = self._subscription_event(message.subscriber, _RECEIVE_ELEMENT, "onNextPacked")
         if sub is None or sub.state is not _ACTIVE:
             return
         size = sub.element_size
@@ -1274,7 +1281,7 @@ class Connection:
         """Apply a part's header: the stream whose reassembler takes its
         ``size`` bytes of payload, or None if the part is dropped."""
         what = "onNextLastPart" if last else "onNextPart"
-        sub = self._subscription_event(subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
+        sub = self._subscription_event(subscriber, _RECEIVE_ELEMENT, what)
         if sub is None or sub.state is not _ACTIVE:
             return None
         reassembler = sub.reassembler
@@ -1298,7 +1305,7 @@ class Connection:
             self._give_back_guesses()
             room = self._max_inbound - self._unfinished - size
         reserved = reassembler.reserved
-        reassembler.start_part(element, size, room=room if room > 0 else 0)
+        reassembler.start_part(element, size, room if room > 0 else 0)
         self._announced += size
         self._unfinished += reassembler.reserved - reserved
         if last:
