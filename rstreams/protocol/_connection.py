@@ -352,8 +352,9 @@ class Connection:
         self._last_predicted: _PredictedPart | None = None
         self._placed: deque[tuple[memoryview, int]] = deque()
         # The header slots buffers_received found to hold the expected
-        # header, with that header as read_part_header reads it (their
-        # bytes were compared with its encoding), oldest first.
+        # header, oldest first: each waits in _waiting as a view of that
+        # header's bytes (_PredictedPart's, which the slot was found to
+        # equal), paired here with that header as read_part_header reads it.
         self._slot_headers: deque[tuple[memoryview, PartHeader]] = deque()
         self._last_fed: memoryview | None = None  # the Unpacker's last feed
         self._runs = RunReader()  # (see "Runs of onNext")
