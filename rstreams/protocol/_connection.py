@@ -477,10 +477,11 @@ class Connection:
             ids = self._part_ids
             expected = self._last_predicted
             ends_at_header = False
+            end = len(space)
             for _ in range(_MAX_PREDICTED_PARTS):
-                if position >= len(space):
+                if position >= end:
                     break
-                payload = min(size, len(space) - position)
+                payload = size if end - position >= size else end - position
                 if expected is None or expected.size != payload or expected.ids != ids:
                     expected = self._last_predicted = _PredictedPart(ids, subscription.subscriber, self._part_element, payload)
                 buffers.append(bytearray(len(expected.header)))
