@@ -49,11 +49,12 @@ from there. Whenever the Unpacker holds nothing unparsed, the next message
 starts at the front of ``_waiting``, and if it is a part
 (:func:`~rstreams.protocol._codec.read_part_header`), its header is read
 here and its payload is handed to the stream's reassembler as views of the
-received bytes, across as many reads as it spans. The reassembler copies a
-view that would keep more than payload alive (see ``_add_piece``: the memory
-budget counts payload), which a read larger than a part always does, and
-then joins the pieces at the last part: two copies of the payload instead of
-the Unpacker's three, and none for a ``copy=False`` stream on plain TCP
+received bytes, across as many reads as it spans. The reassembler copies
+every piece but a whole read (a view would keep the rest of its read alive,
+beyond the payload the memory budget counts: see ``_split``, "Copies"),
+and a read larger than a part is never all one piece; it joins the pieces
+at the last part: two copies of the payload instead of the Unpacker's
+three, and none for a ``copy=False`` stream on plain TCP
 (``receive_buffers``). When the Unpacker runs out of data in the middle of
 a message that is a part (a read that ends inside one), the part is taken
 back: a fresh Unpacker replaces the one holding its start, and the part is
@@ -175,6 +176,7 @@ def _queueing_state() -> PublicationState:
 _PUBLISHING = _queueing_state()
 _RECEIVE_SUBSCRIBED = SubscriptionEvent.RECEIVE_SUBSCRIBED
 _RECEIVE_COMPLETE = SubscriptionEvent.RECEIVE_COMPLETE
+_RECEIVE_ELEMENT = SubscriptionEvent.RECEIVE_ELEMENT
 _SUBSCRIPTION_ENDED = SubscriptionEvent.CONNECTION_ENDED
 _PUBLICATION_ENDED = PublicationEvent.CONNECTION_ENDED
 _RECEIVE_INVALID_REQUEST = PublicationEvent.RECEIVE_INVALID_REQUEST
@@ -344,10 +346,15 @@ class Connection:
         # offsets there, oldest first (see buffers_received).
         self._offered: list[memoryview | bytearray] | None = None
         self._offered_to: Reassembler | None = None  # whose buffer they are
+        # The part expected in each header slot offered, in order, and the
+        # last one built (the next read's most likely expects the same).
+        self._predicted: list[_PredictedPart] = []
+        self._last_predicted: _PredictedPart | None = None
         self._placed: deque[tuple[memoryview, int]] = deque()
         # The header slots buffers_received found to hold the expected
-        # header, with that header as read_part_header reads it (their
-        # bytes were compared with its encoding), oldest first.
+        # header, oldest first: each waits in _waiting as a view of that
+        # header's bytes (_PredictedPart's, which the slot was found to
+        # equal), paired here with that header as read_part_header reads it.
         self._slot_headers: deque[tuple[memoryview, PartHeader]] = deque()
         self._last_fed: memoryview | None = None  # the Unpacker's last feed
         self._runs = RunReader()  # (see "Runs of onNext")
@@ -436,8 +443,11 @@ class Connection:
         of the element most likely follow at once, with headers of the same
         length and payloads of the same size, so the list goes on with a
         small buffer for each such header and the element buffer's place for
-        its payload, up to about ``max_bytes``, and ends with a small buffer
-        for whatever follows. Nothing is assumed: :meth:`buffers_received`
+        its payload, up to about ``max_bytes``. It ends with the header of
+        the part after those (an empty place for its payload), so that the
+        next read starts at that payload; or, where the element's buffer or
+        its last part ends it, with a small buffer for whatever follows.
+        Nothing is assumed: :meth:`buffers_received`
         checks each header before it counts its payload as in place, and
         hands everything from the first that is not the expected part to the
         usual parser, as bytes; the rules are then applied by the one path
@@ -460,20 +470,37 @@ class Connection:
             return []
         left = self._part_left
         buffers: list[memoryview | bytearray] = [space[:left]]
-        if not self._part_last:
+        predicted: list[_PredictedPart] = []
+        if not self._part_last and self._part_size:
             position = left
             size = self._part_size
-            header_length = 2 + len(self._part_ids)
+            ids = self._part_ids
+            expected = self._last_predicted
+            ends_at_header = False
+            end = len(space)
             for _ in range(_MAX_PREDICTED_PARTS):
-                if position >= len(space) or position >= max_bytes or not size:
+                if position >= end:
                     break
-                payload = min(size, len(space) - position)
-                buffers.append(bytearray(header_length + len(bin_header(payload))))
+                payload = size if end - position >= size else end - position
+                if expected is None or expected.size != payload or expected.ids != ids:
+                    expected = self._last_predicted = _PredictedPart(ids, subscription.subscriber, self._part_element, payload)
+                buffers.append(bytearray(len(expected.header)))
+                predicted.append(expected)
+                if position >= max_bytes:
+                    # Enough for one read: it ends with this header, and
+                    # the next one goes straight to its payload.
+                    buffers.append(space[position:position])
+                    ends_at_header = True
+                    break
                 buffers.append(space[position : position + payload])
                 position += payload
-        buffers.append(bytearray(_AFTER_PARTS_SIZE))
+            if not ends_at_header:
+                buffers.append(bytearray(_AFTER_PARTS_SIZE))
+        else:
+            buffers.append(bytearray(_AFTER_PARTS_SIZE))
         self._offered = buffers
         self._offered_to = subscription.reassembler
+        self._predicted = predicted
         return buffers
 
     def buffers_received(self, nbytes: int) -> None:
@@ -486,8 +513,9 @@ class Connection:
         everything received is copied out, as if it had been received
         as bytes.
         """
-        buffers, reassembler = self._offered, self._offered_to
+        buffers, reassembler, predicted = self._offered, self._offered_to, self._predicted
         self._offered = self._offered_to = None
+        self._predicted = []
         if self._state in _DEAF_STATES or not nbytes:
             return
         if buffers is None:
@@ -513,44 +541,40 @@ class Connection:
         offset += taken
         nbytes -= taken
         index = 1
-        last_slot = len(buffers) - 1
-        while nbytes and index < last_slot:
-            slot, region = buffers[index], buffers[index + 1]
-            assert isinstance(slot, bytearray)  # (receive_buffers' header slot)
-            if nbytes < len(slot) or not self._continues(slot, len(region)):
+        for expected in predicted:
+            if not nbytes:
                 break
-            header_view = memoryview(bytes(slot))
-            waiting.append(header_view)
-            last = slot[1] == LAST_PART_CODE
-            slot_headers.append(
-                (header_view, PartHeader(len(slot), last, subscription.subscriber, self._part_element, len(region)))
-            )
+            slot = buffers[index]
+            assert isinstance(slot, bytearray)  # (receive_buffers' header slot)
+            if nbytes < len(slot):
+                break
+            # The next part of the element, as guessed (a check by comparing
+            # bytes: the part's rules are applied when it is parsed).
+            if slot == expected.header:
+                header = expected.as_part
+            elif slot == expected.last_header:
+                header = expected.as_last_part
+            else:
+                break
+            waiting.append(header[0])
+            slot_headers.append(header)
             nbytes -= len(slot)
+            region = buffers[index + 1]
+            assert isinstance(region, memoryview)  # (receive_buffers' place for the payload)
             taken = len(region) if nbytes >= len(region) else nbytes
             if taken:
-                view = memoryview(region)[:taken]
+                view = region if taken == len(region) else region[:taken]
                 waiting.append(view)
                 placed.append((view, offset))
                 offset += taken
-            nbytes -= taken
+                nbytes -= taken
             index += 2
-            if last:
+            if header is expected.as_last_part:
                 break  # (what follows is another element's, or another message)
         if nbytes:
             # Not the part expected (or what follows the last one): bytes,
             # as a plain read would have given them.
             waiting.append(memoryview(b"".join(_filled_part(buffers[index:], nbytes))))
-
-    def _continues(self, slot: bytearray, payload: int) -> bool:
-        """Whether a header slot of receive_buffers holds the header of the
-        next part of the element being received, with ``payload`` bytes of
-        payload (a checked guess, by comparing bytes: the part's rules are
-        applied when it is parsed)."""
-        return (
-            slot[0] == FIXARRAY_4
-            and (slot[1] == PART_CODE or slot[1] == LAST_PART_CODE)
-            and slot[2:] == self._part_ids + bin_header(payload)
-        )
 
     def events(self, max_events: int | None = None) -> list[Event]:
         """Parse what was received; return the events, in order.
@@ -909,74 +933,81 @@ class Connection:
         whose payload is still arriving, until another message is next
         (see "Large parts")."""
         waiting = self._waiting
-        max_message_size = self.limits.max_message_size
-        while True:
-            if self._part_left:
-                subscription = self._part_subscription
-                left = self._part_left
-                while left:
-                    if not waiting:
-                        self._part_left = left
-                        return _PARTS_WAIT
-                    front = waiting[0]
-                    at = -1
-                    if len(front) <= left:
-                        waiting.popleft()
-                        piece = front
-                        placed = self._placed
-                        if placed and placed[0][0] is front:
-                            at = placed.popleft()[1]  # (received where it goes)
-                    else:
-                        waiting[0] = front[left:]
-                        piece = front[:left]
-                    left -= len(piece)
-                    if subscription is not None:
-                        self._add_piece(subscription, piece, at)
-                self._part_left = 0
-            subscription = self._part_subscription
-            if subscription is not None:
-                self._part_subscription = None
-                if self._part_last:
-                    self._part_completes(subscription, events)
-                if len(events) >= max_events:
-                    return _PARTS_STOP
-            # The next message: a part, the start of one, or another.
-            if not _drop_empty_views(waiting) or self._state is not _OPEN:
-                return _NEXT_FOR_UNPACKER
-            front = waiting[0]
-            if front[0] != FIXARRAY_4:
-                return _NEXT_FOR_UNPACKER
-            first: bytes | memoryview = front
-            header: PartHeader | None
-            slot_headers = self._slot_headers
-            from_slot = bool(slot_headers) and slot_headers[0][0] is front
-            if from_slot:
-                # A header slot of buffers_received, read there already (the
-                # next part of the same element: same ids).
-                header = slot_headers.popleft()[1]
-                waiting.popleft()
-            elif len(front) > MAX_PART_HEADER_SIZE:
-                first = front[:MAX_PART_HEADER_SIZE]
-                header = read_part_header(first, max_message_size)
-                if header is None:
+        placed = self._placed
+        slot_headers = self._slot_headers
+        # The part being received: its stream (None: dropped, or no part),
+        # whether it is a last part, and how many of its payload bytes are
+        # still to come; in locals while parts follow each other in what
+        # waits (a read holds several), stored back as this returns.
+        subscription = self._part_subscription
+        last = self._part_last
+        left = self._part_left
+        header: PartHeader | None = None  # the last one read here
+        try:
+            while True:
+                if left:
+                    reassembler = subscription.reassembler if subscription is not None else None
+                    while left:
+                        if not waiting:
+                            return _PARTS_WAIT
+                        front = waiting[0]
+                        at = -1
+                        if len(front) <= left:
+                            waiting.popleft()
+                            piece = front
+                            if placed and placed[0][0] is front:
+                                at = placed.popleft()[1]  # (received where it goes)
+                        else:
+                            waiting[0] = front[left:]
+                            piece = front[:left]
+                        left -= len(piece)
+                        if reassembler is not None:
+                            reassembler.add_piece(piece, at)
+                if subscription is not None:
+                    if last:
+                        self._part_completes(subscription, events)
+                    subscription = None
+                    if len(events) >= max_events:
+                        return _PARTS_STOP
+                # The next message: a part, the start of one, or another.
+                if not (waiting and waiting[0] or _drop_empty_views(waiting)) or self._state is not _OPEN:
                     return _NEXT_FOR_UNPACKER
-                waiting[0] = front[header.length :]
-            else:
-                first = _first_bytes(waiting, MAX_PART_HEADER_SIZE)
-                header = read_part_header(first, max_message_size)
-                if header is None:
+                front = waiting[0]
+                if front[0] != FIXARRAY_4:
                     return _NEXT_FOR_UNPACKER
-                if not header.length:
-                    return _PARTS_WAIT  # (all that waits is the start of a part's header)
-                _drop_bytes(waiting, header.length)
-            if run:
-                self._flush_run(events, run)
-            self._part_subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
-            self._part_last = header.last
-            self._part_left = header.size
-            if self._part_subscription is not None and not self._part_subscription.copy:
-                if not from_slot:
+                first: bytes | memoryview | None = None
+                if slot_headers and slot_headers[0][0] is front:
+                    # A header slot of buffers_received, read there already
+                    # (the next part of the same element: same ids).
+                    header = slot_headers.popleft()[1]
+                    waiting.popleft()
+                elif len(front) > MAX_PART_HEADER_SIZE:
+                    first = front[:MAX_PART_HEADER_SIZE]
+                    header = read_part_header(first, self.limits.max_message_size)
+                    if header is None:
+                        return _NEXT_FOR_UNPACKER
+                    waiting[0] = front[header.length :]
+                else:
+                    first = _first_bytes(waiting, MAX_PART_HEADER_SIZE)
+                    header = read_part_header(first, self.limits.max_message_size)
+                    if header is None:
+                        return _NEXT_FOR_UNPACKER
+                    if not header.length:
+                        return _PARTS_WAIT  # (all that waits is the start of a part's header)
+                    _drop_bytes(waiting, header.length)
+                if run:
+                    self._flush_run(events, run)
+                subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
+                last = header.last
+                left = header.size
+                if first is not None and subscription is not None and not subscription.copy:
                     self._part_ids = part_header_ids(first)
+        finally:
+            self._part_subscription = subscription
+            self._part_last = last
+            self._part_left = left
+            if left and header is not None and subscription is not None and not subscription.copy:
+                # What receive_buffers predicts the next parts from.
                 self._part_element = header.element
                 self._part_size = header.size
 
@@ -1037,9 +1068,11 @@ class Connection:
             self._orphan(subscriber, what)
             return None
         try:
-            sub.enter(SUBSCRIPTION_TRANSITIONS[sub.state, event])
+            state = SUBSCRIPTION_TRANSITIONS[sub.state, event]
         except KeyError:
             raise RemoteProtocolError(f"{what} not allowed on stream {subscriber} in state {sub.state.name}") from None
+        if state is not sub.state:  # (an element leaves an active stream as it is: one per part)
+            sub.enter(state)
         return sub
 
     def _dispatch(self, message: Message, events: list[Event]) -> None:
@@ -1212,7 +1245,7 @@ class Connection:
             events.append(message)
 
     def _receive_on_next_packed(self, message: OnNextPacked, events: list[Event]) -> None:
-        sub = self._subscription_event(message.subscriber, SubscriptionEvent.RECEIVE_ELEMENT, "onNextPacked")
+        sub = self._subscription_event(message.subscriber, _RECEIVE_ELEMENT, "onNextPacked")
         if sub is None or sub.state is not _ACTIVE:
             return
         size = sub.element_size
@@ -1236,7 +1269,8 @@ class Connection:
         sub = self._part_arrives(message.subscriber, message.element, len(message.data), last)
         if sub is None:
             return
-        self._add_piece(sub, message.data)
+        assert sub.reassembler is not None  # (set by _part_arrives)
+        sub.reassembler.add_piece(message.data)
         if last:
             self._part_completes(sub, events)
 
@@ -1249,7 +1283,7 @@ class Connection:
         """Apply a part's header: the stream whose reassembler takes its
         ``size`` bytes of payload, or None if the part is dropped."""
         what = "onNextLastPart" if last else "onNextPart"
-        sub = self._subscription_event(subscriber, SubscriptionEvent.RECEIVE_ELEMENT, what)
+        sub = self._subscription_event(subscriber, _RECEIVE_ELEMENT, what)
         if sub is None or sub.state is not _ACTIVE:
             return None
         reassembler = sub.reassembler
@@ -1273,7 +1307,7 @@ class Connection:
             self._give_back_guesses()
             room = self._max_inbound - self._unfinished - size
         reserved = reassembler.reserved
-        reassembler.start_part(element, size, room=room if room > 0 else 0)
+        reassembler.start_part(element, size, room if room > 0 else 0)
         self._announced += size
         self._unfinished += reassembler.reserved - reserved
         if last:
@@ -1321,26 +1355,6 @@ class Connection:
             f"memory budget exceeded: {held} bytes {what} on this connection"
             f" (limit {self._max_inbound}, max_connection_memory {self.max_connection_memory})"
         )
-
-    def _add_piece(self, sub: _Subscription, piece: bytes | memoryview, at: int = -1) -> None:
-        """Some payload of the part being received: its reassembler keeps it,
-        as a view only where the view holds nothing but payload (a read that
-        is all this piece), else as a copy; so what it holds is the payload,
-        which the budget counted when the part was announced.
-
-        A view keeps its whole read alive, and a read is shared by the parts
-        of several streams when a peer interleaves them: counting each read
-        once per stream would refuse honest peers at a fraction of the
-        budget, and counting the payload only would let a peer that wraps
-        each small part in a large read hold many times its budget. Copies
-        keep what is held equal to the payload the budget counted.
-
-        ``at``: the piece was received into the stream's buffer at this
-        offset (see receive_buffers); -1: it was not.
-        """
-        reassembler = sub.reassembler
-        assert reassembler is not None
-        reassembler.add_piece(piece, room=0, at=at)
 
     def _forget_parts(self, sub: _Subscription) -> None:
         # A subscription that ends or is cancelled mid-element drops its
@@ -1774,6 +1788,26 @@ class Connection:
         )
 
 
+
+
+class _PredictedPart:
+    """A part receive_buffers expects in a header slot: the next part of
+    the element being received, with ``size`` bytes of payload. Its
+    header's bytes as onNextPart and as onNextLastPart, and what
+    read_part_header reads from each, with a view of those bytes to wait in
+    _waiting in the slot's place (see _slot_headers)."""
+
+    __slots__ = ("ids", "size", "header", "last_header", "as_part", "as_last_part")
+
+    def __init__(self, ids: bytes, subscriber: int, element: int, size: int) -> None:
+        self.ids = ids  # (the subscriber's and element's encoding: they are the same if it is)
+        self.size = size
+        rest = ids + bin_header(size)
+        self.header = bytes((FIXARRAY_4, PART_CODE)) + rest
+        self.last_header = bytes((FIXARRAY_4, LAST_PART_CODE)) + rest
+        length = len(self.header)
+        self.as_part = (memoryview(self.header), PartHeader(length, False, subscriber, element, size))
+        self.as_last_part = (memoryview(self.last_header), PartHeader(length, True, subscriber, element, size))
 
 
 def _filled_part(buffers: list[memoryview | bytearray], nbytes: int) -> list[memoryview | bytearray]:

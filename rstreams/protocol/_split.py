@@ -10,30 +10,21 @@ peer cannot make us buffer an endless element.
 Copies
 ------
 The element handed out is ``bytes`` (what every element is), built by one
-``b"".join`` of the pieces at the last part: that join is the one copy of
-the payload this side makes. To keep it the only one, the connection's part
-reader hands over each piece of payload as a view of the bytes it received
-(see ``Connection``, "Large parts"), and the reassembler keeps the view
-instead of copying it. A view keeps its whole received buffer alive, other
-messages' bytes included, so a view is kept only where that costs little:
-a piece of at least ``MIN_VIEW_SIZE`` bytes, of an immutable ``bytes``
-buffer (a ``bytearray`` could change under it), while the memory held stays
-within twice the payload plus ``VIEW_SLACK``; any other piece is copied. A
-peer that pads each read with other messages around a small part therefore
-costs copies, not memory.
-
-:attr:`Reassembler.buffered` is that memory: the bytes copied plus the
-whole size of every received buffer a kept view holds. The limit is on the
-payload (:attr:`Reassembler.size`). A connection bounds the views further
-(``add_piece``'s ``room``): under its per-connection memory budget, which
-every connection has, it keeps a view only where the view holds nothing
-but payload, a read that is all this piece (see
-``Connection._add_piece``). Reads are larger than parts (256 KiB against
-64 KiB by default), so in practice a piece is copied too, and a joined
-element costs two copies of its payload, the piece's and the join's. The
-view-keeping rules above (``VIEW_SLACK``, the kept buffer) therefore run
-only where ``add_piece`` is called without a budget, as in this module's
-own tests. ``copy=False`` on plain TCP (below) is the path with no copy.
+``b"".join`` of the pieces at the last part. The connection's part reader
+hands over each piece of payload as a view of the bytes it received (see
+``Connection``, "Large parts"). A view keeps its whole read alive, other
+messages' bytes included, and one read carries the parts of several
+streams when a peer interleaves them, so a view would make what a stream
+holds more than the payload its connection's memory budget counted. A
+piece is therefore kept without a copy only where it holds nothing but
+payload: a view of the whole of an immutable ``bytes`` read (kept as that
+``bytes``, and a lone one is the element itself, with no join). Any other
+piece is copied, a ``bytearray`` always (it could change under a view).
+Reads are larger than parts (256 KiB against 64 KiB by default), so in
+practice a piece is copied, and a joined element costs two copies of its
+payload, the piece's and the join's; :attr:`Reassembler.buffered`, the
+memory held, is the payload received so far. ``copy=False`` on plain TCP
+(below) is the path with no copy.
 
 Into one buffer
 ---------------
@@ -63,14 +54,7 @@ from collections.abc import Callable
 
 from ._errors import RemoteProtocolError
 
-__all__ = ["Reassembler", "MIN_VIEW_SIZE", "VIEW_SLACK"]
-
-#: Pieces smaller than this are copied rather than kept as views: a copy of
-#: a few KiB costs less than the bookkeeping, and releases the buffer.
-MIN_VIEW_SIZE = 16 * 1024
-#: Memory a kept view may hold beyond twice the payload: the received
-#: buffers around the first and last pieces (two default 256 KiB reads).
-VIEW_SLACK = 512 * 1024
+__all__ = ["Reassembler"]
 
 
 def _buffer_allocator() -> Callable[[int], bytearray]:
@@ -112,7 +96,7 @@ class Reassembler:
         "_pieces",
         "_size",
         "_held",
-        "_last_buffer",
+        "reserved",
         "into_buffer",
         "_buffer",
         "_filled",
@@ -128,10 +112,13 @@ class Reassembler:
         self._filled = 0  # payload bytes in _buffer
         self._expected = 0  # the previous element's size: the next buffer's first size
         self._element: int | None = None
-        self._pieces: list[bytes | memoryview] = []
+        self._pieces: list[bytes] = []
         self._size = 0  # payload announced so far (the limit's measure)
-        self._held = 0  # memory held for the pieces (see buffered)
-        self._last_buffer: object = None  # the received buffer the last kept view holds
+        self._held = 0  # payload bytes in _pieces (see buffered)
+        #: What the connection's budget counts for this element: the payload
+        #: announced, or the buffer it is joined into (which is at least as
+        #: large). Kept as parts come, as the connection reads it per part.
+        self.reserved = 0
 
     @property
     def in_progress(self) -> bool:
@@ -140,17 +127,9 @@ class Reassembler:
 
     @property
     def buffered(self) -> int:
-        """Bytes of memory held for the element being joined: the pieces
-        copied, plus the whole of each received buffer a kept view holds
-        (joining into one buffer: that buffer)."""
+        """Bytes of memory held for the element being joined: the payload
+        received so far (joining into one buffer: that buffer)."""
         return self._held if self._buffer is None else len(self._buffer)
-
-    @property
-    def reserved(self) -> int:
-        """What the connection's budget counts for this element: the payload
-        announced, or the buffer it is joined into if that is larger."""
-        buffer = self._buffer
-        return self._size if buffer is None or len(buffer) < self._size else len(buffer)
 
     @property
     def filled(self) -> int:
@@ -196,13 +175,16 @@ class Reassembler:
         if self.into_buffer:
             buffer = self._buffer
             if buffer is None:
-                self._buffer = new_buffer(self._sized(self._expected, room))
+                self._buffer = buffer = new_buffer(self._sized(self._expected, room))
             elif len(buffer) < self._size:
                 # Larger than the guess: a new buffer (the old one may be
                 # viewed by reads not yet taken), what arrived copied once.
                 grown = new_buffer(self._sized(2 * len(buffer), room))
                 grown[: self._filled] = memoryview(buffer)[: self._filled]
-                self._buffer = grown
+                self._buffer = buffer = grown
+            self.reserved = len(buffer)
+        else:
+            self.reserved = self._size
 
     def trim(self) -> None:
         """Joining into one buffer: size it down to the payload announced so
@@ -213,19 +195,17 @@ class Reassembler:
                 del buffer[self._size :]
             except BufferError:
                 pass
+            self.reserved = len(buffer)
 
     def _sized(self, guess: int, room: int) -> int:
         # The buffer's size: the payload announced at least, the guess at
         # most, within the limit and the budget's room.
         return max(self._size, min(guess, self._limit, self._size + room))
 
-    def add_piece(self, piece: bytes | memoryview, room: int | None = None, at: int = -1) -> None:
+    def add_piece(self, piece: bytes | memoryview, at: int = -1) -> None:
         """Keep some payload of the current part: bytes as they are, a view
-        of a received buffer as a view if it is worth it, else a copy.
-
-        ``room``: how many bytes beyond the piece itself a view may add to
-        :attr:`buffered` (the connection's memory budget has that much left);
-        None: no bound but this reassembler's own.
+        as the ``bytes`` it views if it is all of them, else a copy (see
+        "Copies"): what is held is the payload and nothing more.
 
         Joining into one buffer, the piece is copied to its place, unless it
         is already there: a view of the buffer received at offset ``at``
@@ -241,24 +221,15 @@ class Reassembler:
             self._filled = filled + len(piece)
             into[filled : self._filled] = piece
             return
-        if type(piece) is not memoryview:
-            self._pieces.append(piece)
-            self._held += len(piece)
-            return
-        length = len(piece)
-        buffer = piece.obj
-        if length >= MIN_VIEW_SIZE and type(buffer) is bytes:
-            if buffer is self._last_buffer:
-                self._pieces.append(piece)  # the buffer is held already
-                return
-            held = self._held + len(buffer)
-            if held <= 2 * (self._size) + VIEW_SLACK and (room is None or len(buffer) - length <= room):
-                self._pieces.append(piece)
-                self._held = held
-                self._last_buffer = buffer
-                return
-        self._pieces.append(bytes(piece))
-        self._held += length
+        if isinstance(piece, memoryview):
+            received = piece.obj
+            # (In order and all of it: a contiguous view of as many bytes.)
+            if type(received) is bytes and piece.c_contiguous and piece.nbytes == len(received):
+                piece = received
+            else:
+                piece = bytes(piece)
+        self._pieces.append(piece)
+        self._held += len(piece)
 
     def finish(self) -> bytes | memoryview:
         """The element, after its last part's payload: the pieces joined
@@ -270,7 +241,7 @@ class Reassembler:
             self._expected = size
             self._buffer = None
             self._element = None
-            self._size = self._filled = 0
+            self._size = self._filled = self.reserved = 0
             if len(buffer) > size:
                 try:
                     del buffer[size:]
@@ -283,9 +254,7 @@ class Reassembler:
         pieces = self._pieces
         self._element = None
         self._pieces = []
-        self._size = 0
-        self._held = 0
-        self._last_buffer = None
+        self._size = self._held = self.reserved = 0
         if len(pieces) == 1 and type(pieces[0]) is bytes:
             return pieces[0]
         return b"".join(pieces)

@@ -38,7 +38,6 @@ from rstreams.protocol._codec import (
     encode,
     read_part_header,
 )
-from rstreams.protocol._split import MIN_VIEW_SIZE
 
 from ._wire import LIMITS, feed_reads, message_starts, normalized, split_into_reads
 
@@ -346,13 +345,29 @@ def test_a_mutable_buffer_is_copied_not_kept() -> None:
     client, opening = opened_client(1)
     client.receive_data(opening)
     client.events()
-    element = payload(1, 0, 4 * MIN_VIEW_SIZE)
+    element = payload(1, 0, 64 * 1024)
     first = bytearray(part(1, 0, element[:-10]))
     client.receive_data(first)
     assert client.events() == []
     first[:] = bytes(len(first))  # the caller reuses its buffer
     client.receive_data(part(1, 0, element[-10:], last=True))
     assert elements_of(client.events(), 1) == [element]
+
+
+def test_a_read_that_is_all_of_a_part_payload_is_kept_not_copied() -> None:
+    # It holds nothing but payload, so keeping it costs the budget nothing
+    # it did not count; a lone one is the element itself, with no join.
+    client, opening = opened_client(1)
+    client.receive_data(opening)
+    client.events()
+    element = payload(1, 0, 100 * 1024)
+    wire = part(1, 0, element, last=True)
+    header = len(wire) - len(element)
+    client.receive_data(wire[:header])
+    assert client.events() == []
+    client.receive_data(element)
+    [event] = client.events()
+    assert isinstance(event, Elements) and list(event.elements)[0] is element
 
 
 def test_a_stream_cancelled_while_its_part_arrives_gets_nothing() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -137,6 +138,43 @@ def test_a_split_element_is_received_in_its_buffer_and_handed_out_as_a_view_of_i
     # The very buffer the reads went into: no copy.
     assert got.obj is buffers[0].obj
     assert client.inbound_bytes == 0
+
+
+@pytest.mark.parametrize("parts", [16, 5])
+def test_a_read_cut_by_max_bytes_ends_at_the_next_header_and_the_next_starts_at_its_payload(parts: int) -> None:
+    # 16 parts: the header a read ends with is an onNextPart's; 5: the
+    # first read ends with the onNextLastPart's header.
+    client, opening = opened_client(1, copy=False)
+    events, error, _ = feed(client, opening + split(1, 0, payload(1, 0, parts * 65536)), [], into=True)
+    assert error is None
+    element = payload(1, 1, parts * 65536)
+    wire = split(1, 1, element)
+    header = len(part(1, 1, b"x" * 65536)) - 65536
+    client.receive_data(wire[:header])
+    assert client.events() == []
+    position = header
+    reads = 0
+    expected_reads = -(-parts // 4)  # four parts' payload a read
+    while position < len(wire):
+        buffers = client.receive_buffers(256 * 1024)
+        assert buffers, position
+        reads += 1
+        # The rest of the part, then (header, payload) places; past
+        # max_bytes, one more header with an empty place, and nothing after.
+        assert len(buffers[0]) == 65536
+        if reads < expected_reads:
+            assert len(buffers) % 2 == 1 and len(buffers[-1]) == 0 and len(buffers[-2]) == header
+        else:  # (the element's last part: a buffer for what follows)
+            assert len(buffers) % 2 == 0 and len(buffers[-1]) > header
+        size = min(len(wire) - position, sum(map(len, buffers)))
+        fill(buffers, wire[position : position + size])
+        client.buffers_received(size)
+        position += size
+        events = client.events()
+    [got] = elements_by_stream(events)[1]
+    assert got == element and got.obj is buffers[0].obj
+    # Every payload byte was read in place: each read ended at a header.
+    assert reads == expected_reads and client.inbound_bytes == 0
 
 
 def test_a_stream_cancelled_during_the_read_skips_its_part_and_the_rest_parses() -> None:

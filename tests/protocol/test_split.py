@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rstreams.protocol import RemoteProtocolError
-from rstreams.protocol._split import MIN_VIEW_SIZE, VIEW_SLACK, Reassembler
+from rstreams.protocol._split import Reassembler
 
 
 def test_parts_are_joined_at_the_last_part() -> None:
@@ -69,49 +71,102 @@ def test_exactly_the_limit_is_accepted() -> None:
     assert reassembler.add(1, b"x" * 4, last=True) == b"x" * 10
 
 
-# ---- pieces: views of received buffers, or copies --------------------------
+# ---- pieces: whole reads kept, anything else copied --------------------------
 
 
-def test_a_large_piece_of_a_received_buffer_is_kept_as_a_view() -> None:
-    received = bytes(range(256)) * 1024  # one read of 256 KiB
+def test_a_piece_that_is_a_whole_read_is_kept_without_a_copy() -> None:
+    first, second = bytes(range(256)) * 64, b"the rest"
     reassembler = Reassembler(limit=1 << 20)
-    reassembler.start_part(1, 2 * MIN_VIEW_SIZE)
-    reassembler.add_piece(memoryview(received)[10 : 10 + MIN_VIEW_SIZE])
-    reassembler.add_piece(memoryview(received)[20_000 : 20_000 + MIN_VIEW_SIZE])
-    # The whole read is held, once, for both views.
-    assert reassembler.buffered == len(received)
-    assert reassembler.size == 2 * MIN_VIEW_SIZE
-    assert reassembler.finish() == received[10 : 10 + MIN_VIEW_SIZE] + received[20_000 : 20_000 + MIN_VIEW_SIZE]
+    reassembler.start_part(1, len(first) + len(second))
+    reassembler.add_piece(memoryview(first))
+    reassembler.add_piece(memoryview(second))
+    assert reassembler.buffered == reassembler.size == len(first) + len(second)
+    assert reassembler._pieces[0] is first and reassembler._pieces[1] is second
+    assert reassembler.finish() == first + second
     assert reassembler.buffered == 0
+
+
+def test_a_lone_whole_read_is_the_element_itself() -> None:
+    received = bytes(range(256)) * 256
+    reassembler = Reassembler(limit=1 << 20)
+    reassembler.start_part(1, len(received))
+    reassembler.add_piece(memoryview(received))
+    assert reassembler.finish() is received
+
+
+def test_a_piece_of_a_larger_read_is_a_copy() -> None:
+    # A view would keep the whole read alive (other messages' bytes with
+    # it): copied, so what is held is the payload alone.
+    received = bytes(range(256)) * 1024
+    reassembler = Reassembler(limit=1 << 20)
+    reassembler.start_part(1, 2 * 16384)
+    reassembler.add_piece(memoryview(received)[10 : 10 + 16384])
+    reassembler.add_piece(memoryview(received)[20_000 : 20_000 + 16384])
+    assert reassembler.buffered == reassembler.size == 2 * 16384
+    assert all(type(piece) is bytes and len(piece) == 16384 for piece in reassembler._pieces)
+    assert reassembler.finish() == received[10 : 10 + 16384] + received[20_000 : 20_000 + 16384]
+
+
+def test_a_reversed_or_strided_view_of_a_whole_read_is_a_copy_in_its_order() -> None:
+    received = bytes(range(200))
+    for view in (memoryview(received)[::-1], memoryview(received)[::2]):
+        reassembler = Reassembler(limit=1 << 20)
+        reassembler.start_part(1, len(view))
+        reassembler.add_piece(view)
+        assert reassembler.finish() == view.tobytes()
 
 
 def test_small_pieces_and_mutable_buffers_are_copied() -> None:
     reassembler = Reassembler(limit=1 << 20)
-    reassembler.start_part(1, MIN_VIEW_SIZE - 1 + MIN_VIEW_SIZE)
-    reassembler.add_piece(memoryview(bytes(1 << 20))[: MIN_VIEW_SIZE - 1])
-    mutable = bytearray(b"m" * MIN_VIEW_SIZE)
+    reassembler.start_part(1, 16383 + 16384)
+    reassembler.add_piece(memoryview(bytes(1 << 20))[:16383])
+    mutable = bytearray(b"m" * 16384)
     reassembler.add_piece(memoryview(mutable))
-    assert reassembler.buffered == reassembler.size == 2 * MIN_VIEW_SIZE - 1
+    assert reassembler.buffered == reassembler.size == 2 * 16384 - 1
     mutable[:] = bytes(len(mutable))
-    assert reassembler.finish() == bytes(MIN_VIEW_SIZE - 1) + b"m" * MIN_VIEW_SIZE
+    assert reassembler.finish() == bytes(16383) + b"m" * 16384
 
 
-def test_a_view_that_would_hold_too_much_is_a_copy() -> None:
-    # A piece of MIN_VIEW_SIZE in a read much larger than twice the payload
-    # plus the slack: copied, so the read can go.
-    huge_read = bytes(4 * VIEW_SLACK)
-    reassembler = Reassembler(limit=1 << 30)
-    reassembler.start_part(1, MIN_VIEW_SIZE)
-    reassembler.add_piece(memoryview(huge_read)[:MIN_VIEW_SIZE])
-    assert reassembler.buffered == MIN_VIEW_SIZE
-
-
-def test_the_memory_held_stays_within_twice_the_payload_and_the_slack() -> None:
+def test_the_memory_held_is_the_payload_whatever_the_reads_around_it() -> None:
     reassembler = Reassembler(limit=1 << 30)
     for _ in range(200):
         # Each read: one piece of a part among 200 KiB of other messages.
-        received = bytes(MIN_VIEW_SIZE + 200 * 1024)
-        reassembler.start_part(1, MIN_VIEW_SIZE)
-        reassembler.add_piece(memoryview(received)[:MIN_VIEW_SIZE])
-        assert reassembler.buffered <= 2 * reassembler.size + VIEW_SLACK
-    assert len(reassembler.finish()) == 200 * MIN_VIEW_SIZE
+        received = bytes(16384 + 200 * 1024)
+        reassembler.start_part(1, 16384)
+        reassembler.add_piece(memoryview(received)[:16384])
+        assert reassembler.buffered == reassembler.size
+    assert len(reassembler.finish()) == 200 * 16384
+
+
+# ---- reserved: what the connection's budget counts ---------------------------
+
+
+@given(
+    into_buffer=st.booleans(),
+    elements=st.lists(st.lists(st.integers(0, 3000), min_size=1, max_size=6), min_size=1, max_size=5),
+    rooms=st.lists(st.integers(0, 5000), min_size=1, max_size=8),
+    trims=st.lists(st.booleans(), min_size=1, max_size=8),
+)
+def test_reserved_is_the_payload_announced_or_the_buffer(
+    into_buffer: bool, elements: list[list[int]], rooms: list[int], trims: list[bool]
+) -> None:
+    # Kept as an attribute (the connection reads it per part): it must say
+    # what the payload and the buffer say, after every step.
+    reassembler = Reassembler(limit=1 << 20, into_buffer=into_buffer)
+
+    def expected() -> int:
+        buffer = reassembler._buffer
+        return reassembler.size if buffer is None or len(buffer) < reassembler.size else len(buffer)
+
+    step = 0
+    for number, lengths in enumerate(elements):
+        for length in lengths:
+            reassembler.start_part(number, length, room=rooms[step % len(rooms)])
+            assert reassembler.reserved == expected()
+            if trims[step % len(trims)]:
+                reassembler.trim()
+                assert reassembler.reserved == expected() == reassembler.size
+            reassembler.add_piece(bytes(length))
+            step += 1
+        reassembler.finish()
+        assert reassembler.reserved == expected() == 0
