@@ -338,23 +338,17 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     # ---- output ----------------------------------------------------------------
 
-    def _take_output(self, *, prepaid: int = 0) -> int:
+    def _take_output(self) -> int:
         # Move what the machine queued to the writer; return the byte count
-        # that must be written for it to have gone out. ``prepaid``: bytes
-        # the sender already took from the budget for it.
+        # that must be written for it to have gone out.
         machine = self._machine
-        size = 0
         if machine.has_data_to_send:
             data = machine.data_to_send()
             size = len(data)
             self._outgoing.append(data)
             self._queued += size
+            self.budget.charge(size)  # counted until written (the writer gives it back)
             self._writer_lot.unpark_all()
-        # Counted until written (the writer gives it back).
-        if size > prepaid:
-            self.budget.charge(size - prepaid)
-        elif prepaid > size:
-            self.budget.give_back(prepaid - size)
         return self._queued
 
     async def _send_within_budget(self, size: int, queue: Callable[[], object]) -> None:
@@ -365,19 +359,33 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # sender. Then wait as any send does.
         prepaid = min(size, self.max_response_in_budget)
         await self.budget.take(prepaid)
-        self._queue_prepaid(prepaid, queue)
-        await self._wait_written(self._queued)
+        await self._wait_written(self._queue_prepaid(prepaid, queue))
 
-    def _queue_prepaid(self, prepaid: int, queue: Callable[[], object]) -> None:
-        # For a sender that already holds ``prepaid`` bytes of the budget for
-        # the message: they are handed over to the queued bytes. It need not
-        # wait for the writer: the budget paces it.
+    def _queue_prepaid(self, prepaid: int, queue: Callable[[], object]) -> int:
+        # The one way a sender that holds ``prepaid`` bytes of the budget
+        # for a message (room taken before building it, or the elements it
+        # is built from) hands them over: ``queue()`` has the machine build
+        # the message; then what the machine queued and keeps is counted
+        # (_hand_over), and only then are the prepaid bytes given back,
+        # exactly once, whether ``queue`` raised or not. Returns what
+        # _take_output returns. The sender need not wait for the writer:
+        # the budget paces it.
         try:
             queue()
-        except BaseException:
-            self.budget.give_back(prepaid)
-            raise
-        self._take_output(prepaid=prepaid)
+        finally:
+            target = self._hand_over(prepaid)
+        return target
+
+    def _hand_over(self, prepaid: int) -> int:
+        # What the machine was just made to queue (and keep: _output_kept)
+        # takes over from ``prepaid`` bytes the sender held for it: counted
+        # first, so that the takers the give-back wakes see it counted (never
+        # room handed out twice), then given back. Returns what _take_output
+        # returns.
+        target = self._take_output()
+        self._count_machine_input()
+        self.budget.give_back(prepaid)
+        return target
 
     async def _wait_written(self, target: int) -> None:
         # Wait until at most max_write_buffer bytes, ours included, are left

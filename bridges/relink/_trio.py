@@ -216,13 +216,17 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
 
     # ---- for the link handle ---------------------------------------------------------
 
-    def after_call(self) -> None:
-        """Take what a call on :attr:`machine` queued; arm the ack timer if acknowledgements wait."""
+    def after_call(self, *, prepaid: int = 0) -> None:
+        """Take what a call on :attr:`machine` queued; arm the ack timer if acknowledgements wait.
+
+        ``prepaid``: bytes of :attr:`budget` the caller took for the
+        messages it had the machine send: given back once what they queued,
+        and what the link keeps of them, is counted (the kit's hand-over).
+        """
         if self._machine.pending_acks and not self._ack_timer_armed and self._nursery is not None:
             self._ack_timer_armed = True
             self._nursery.start_soon(self._flush_acks_later)
-        self._take_output()
-        self._count_machine_input()  # what the link keeps of our messages
+        self._hand_over(prepaid)  # counts what the link keeps of our messages too
 
     async def _flush_acks_later(self) -> None:
         # Go's MessageAckDelay: consumed acknowledgements below the ack window

@@ -227,8 +227,8 @@ class RelinkLink:
     async def _sendable(self, channel: int, size: int) -> tuple[RelinkConnection, int]:
         # An open connection whose writer keeps up, with room in its memory
         # budget for ``size`` more bytes kept until acknowledged (taken: the
-        # caller gives them back once the link counts the message, after
-        # after_call), and that can take a message on ``channel`` now (the
+        # caller hands them over with after_call(prepaid=...) once the link
+        # counts the message), and that can take a message on ``channel`` now (the
         # channel is not closing). Returns the connection and what was taken.
         while True:
             connection = await self._open_connection()
@@ -282,8 +282,7 @@ class RelinkLink:
             if taken:
                 connection.budget.give_back(taken)
             raise
-        connection.after_call()  # the link's count of what it keeps takes over
-        connection.budget.give_back(taken)
+        connection.after_call(prepaid=taken)  # the link's count of what it keeps takes over
         return sequence
 
     async def send_batch(self, channel: int, messages: Sequence[Iterable[bytes]]) -> int:
@@ -322,12 +321,11 @@ class RelinkLink:
             if self._windows.get(channel) is window:
                 window.release(min(count - sent, window.in_flight))
             if sent:
-                connection.after_call()
-            if taken:
+                connection.after_call(prepaid=taken)
+            elif taken:
                 connection.budget.give_back(taken)
             raise
-        connection.after_call()  # the link's count of what it keeps takes over
-        connection.budget.give_back(taken)
+        connection.after_call(prepaid=taken)  # the link's count of what it keeps takes over
         return count
 
     async def close_channel(self, channel: int, *, wait: bool = True) -> None:
