@@ -387,32 +387,44 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self.budget.give_back(prepaid)
         return target
 
-    async def _wait_written(self, target: int) -> None:
+    async def _wait_written(self, target: int, *, or_ended: bool = False) -> None:
         # Wait until at most max_write_buffer bytes, ours included, are left
         # unwritten: small messages coalesce into one send_all, and a sender
         # is still paced by the transport once the bound is reached.
+        # ``or_ended``: return once the connection has ended instead.
         target -= self.config.max_write_buffer
         while self._written < target:
+            if or_ended and self._end is not None:
+                return
             if self._writer_done.is_set():
                 self._check_open()
                 raise self._lost("the transport closed before the message was written")
             await self._written_lot.park()
 
-    async def wait_writable(self) -> None:
+    async def wait_writable(self, *, or_ended: bool = False) -> None:
         """Wait until at most ``max_write_buffer`` bytes queued so far are unwritten.
 
         What a send waits for after queueing its message, for a sender that
-        queued with a ``*_nowait`` method and let go of its copy first.
+        queued with a ``*_nowait`` method and let go of its copy first: its
+        bytes went (or the end error says they may not have).
+
+        Args:
+            or_ended: return, without an error and without waiting for the
+                last words to be written, once the connection has ended: for
+                a sender that then looks for another connection (a Relink
+                link outlives its connections) rather than for its bytes.
 
         Raises:
             the connection's end error (or the bridge's lost-connection
-            error) if the transport closed before.
+            error) if the transport closed before; with ``or_ended``, only
+            the lost-connection error, for a transport closed while the
+            connection had not ended (its tasks were cancelled).
 
         Cancellation: nothing is undone (what is queued may still go out).
         Always checkpoints.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        await self._wait_written(self._queued)
+        await self._wait_written(self._queued, or_ended=or_ended)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _send_queued(self) -> None:

@@ -248,16 +248,6 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         """Bytes queued for the writer and not yet written."""
         return self._queued - self._written
 
-    async def wait_writable(self) -> None:
-        """Wait until at most ``max_write_buffer`` bytes wait for the writer (or the connection ended).
-
-        Cancellation: nothing happens. Always checkpoints.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        while self._end is None and self.write_backlog() > self.config.max_write_buffer:
-            await self._written_lot.park()
-        await trio.lowlevel.cancel_shielded_checkpoint()
-
     def drop(self, error: BaseException) -> None:
         """End this connection with ``error`` without a word (a newer one took the link over)."""
         self._finish(error)

@@ -233,7 +233,8 @@ class RelinkLink:
         while True:
             connection = await self._open_connection()
             if connection.write_backlog() > connection.config.max_write_buffer:
-                await connection.wait_writable()
+                # Ended meanwhile: not this sender's error, the next connection carries the link.
+                await connection.wait_writable(or_ended=True)
                 continue
             taken = min(size, connection.max_response_in_budget)
             try:
