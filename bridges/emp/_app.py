@@ -147,8 +147,11 @@ class EmpAppServer(EmpServer):
     async def _serve_connection(self, connection: EmpConnection) -> None:
         # A response larger than the budget can hold is an error response,
         # never a wait for room that cannot come.
-        max_response_bytes = min(self.max_response_bytes, connection.max_response_in_budget)
-        build = partial(_build_response, max_response_bytes=max_response_bytes, budget=connection.budget)
+        build = partial(
+            _build_response,
+            max_response_bytes=connection.response_limit(self.max_response_bytes),
+            budget=connection.budget,
+        )
 
         async def respond_to(request: EmpRequest) -> None:
             # Queued, and counted as queued output, before the elements' room

@@ -211,9 +211,11 @@ class EpoxyAppServer(EpoxyServer):
             async with trio.open_nursery() as nursery:
                 # A response larger than the budget can hold is an error
                 # response, never a wait for room that cannot come.
-                max_response_bytes = min(self.max_response_bytes, connection.max_response_in_budget)
                 publishers = Publishers(
-                    session, max_response_bytes=max_response_bytes, nursery=nursery, budget=connection.budget
+                    session,
+                    max_response_bytes=connection.response_limit(self.max_response_bytes),
+                    nursery=nursery,
+                    budget=connection.budget,
                 )
                 try:
                     await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)

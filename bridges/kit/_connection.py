@@ -275,6 +275,17 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         room = max(limit - self.config.max_read_ahead - self.config.receive_size, limit // 2)
         return room // COLLECT_COPIES
 
+    def response_limit(self, max_bytes: int) -> int:
+        """``max_bytes`` cut to :attr:`max_response_in_budget`: what one response or message may take room for.
+
+        An app server's cap on a response (its ``max_response_bytes``, or
+        less where the budget is smaller), and the room a sender takes for a
+        message of ``max_bytes`` (a larger message takes what fits and
+        counts the rest once queued). Either way, never a wait for room
+        that cannot come.
+        """
+        return min(max_bytes, self.max_response_in_budget)
+
     @property
     def buffered_bytes(self) -> int:
         """Bytes read and not yet taken by the application."""
@@ -357,7 +368,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # order with the other takers, so that what a connection sends is
         # paced by what the peer reads, not only by max_write_buffer per
         # sender. Then wait as any send does.
-        prepaid = min(size, self.max_response_in_budget)
+        prepaid = self.response_limit(size)
         await self.budget.take(prepaid)
         await self._wait_written(self._queue_prepaid(prepaid, queue))
 

@@ -236,7 +236,7 @@ class RelinkLink:
                 # Ended meanwhile: not this sender's error, the next connection carries the link.
                 await connection.wait_writable(or_ended=True)
                 continue
-            taken = min(size, connection.max_response_in_budget)
+            taken = connection.response_limit(size)
             try:
                 await connection.budget.take(taken)
             except Exception:
