@@ -74,7 +74,8 @@ What a subclass provides (the contract)
   the application outside the kit's queues (Relink's channels, which
   outlive a connection), counted against the budget;
 * ``_memory_budget_exceeded(message)``: queue the protocol's error for a
-  peer over the budget and return the error to end with.
+  peer over the budget and return the error to end with. Abstract: every
+  protocol says it its own way, and there is no error the kit could send.
 
 The machine must offer ``receive_data(data)``, ``events()`` (raising a
 subclass of ``rstreams.RemoteProtocolError`` for a peer's violation, after
@@ -84,6 +85,7 @@ queueing whatever the protocol says then), ``has_data_to_send`` and
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -93,13 +95,11 @@ import trio
 from rstreams.protocol import RemoteProtocolError
 from rstreams.support import describe_error
 
-from bridges import BridgeError
-
 from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
 from ._config import LinkSettings
 
-__all__ = ["BridgeConnection", "SansIOMachine", "copy_error", "MemoryBudgetExceeded", "MEMORY_BUDGET_EXCEEDED"]
+__all__ = ["BridgeConnection", "SansIOMachine", "copy_error", "MEMORY_BUDGET_EXCEEDED"]
 
 #: How every "memory budget exceeded" message starts, whichever protocol carries it.
 MEMORY_BUDGET_EXCEEDED = "memory budget exceeded"
@@ -120,11 +120,6 @@ class SansIOMachine(Protocol):
     def has_data_to_send(self) -> bool: ...
 
     def data_to_send(self) -> bytes: ...
-
-
-class MemoryBudgetExceeded(BridgeError):
-    """The peer made the connection hold more than its memory budget (the kit's default error;
-    each bridge ends with its protocol's own error instead)."""
 
 
 MachineT = TypeVar("MachineT", bound=SansIOMachine)
@@ -235,8 +230,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _output_kept(self) -> int:
         return 0
 
-    def _memory_budget_exceeded(self, message: str) -> BaseException:
-        return MemoryBudgetExceeded(message)
+    @abstractmethod
+    def _memory_budget_exceeded(self, message: str) -> BaseException: ...
 
     # ---- state --------------------------------------------------------------
 

@@ -210,6 +210,10 @@ class LineConnection(BridgeConnection[LineMachine, LinkSettings]):
         self._machine.send_line("ERR timeout")
         return LineTimeout(f"no hello within {self.config.handshake_timeout} s")
 
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        self._machine.send_line(f"ERR {message}")
+        return LineProtocolError(message)
+
     async def take(self) -> str:
         return await self.data.take()
 
