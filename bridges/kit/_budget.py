@@ -100,11 +100,6 @@ class MemoryBudget:
         return max(self.limit - self._used, 0)
 
     @property
-    def exhausted(self) -> bool:
-        """True while nothing more fits."""
-        return self._used >= self.limit
-
-    @property
     def room(self) -> int:
         """What is left once the waiting takers are served: where a reader may read into.
 
@@ -176,7 +171,11 @@ class MemoryBudget:
         # _wake counted our bytes before rescheduling us, or close() failed us.
 
     def charge(self, size: int) -> None:
-        """Count ``size`` bytes already held, room or not (the caller checks :attr:`exhausted`)."""
+        """Count ``size`` bytes already held, room or not (:attr:`used` may pass :attr:`limit`).
+
+        The caller decides what that means (the connection: a peer whose
+        input alone passes the limit ends with "memory budget exceeded").
+        """
         self._check_size(size)
         self._used += size
 
