@@ -408,9 +408,6 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self._check_open()
         conversation_id = request.conversation_id if isinstance(request, Request) else request
         self._machine.send_error_response(conversation_id, error)
-        await self._sent_answer()
-
-    async def _sent_answer(self) -> None:
         target = self._take_output()
         self._end_if_answered()
         await self._wait_written(target)
