@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import outcome
 import trio
 
+from ._errors import copy_error
+
 __all__ = ["MemoryBudget", "BudgetStatistics"]
 
 
@@ -131,7 +133,7 @@ class MemoryBudget:
         """
         self._check_size(size)
         if self._error is not None:
-            raise _copy(self._error)
+            raise copy_error(self._error)
         if size > self.limit:
             raise ValueError(f"{size} bytes can never fit a budget of {self.limit}")
         if self._waiters or self._used + size > self.limit:
@@ -197,7 +199,7 @@ class MemoryBudget:
         while self._waiters:
             waiter = self._waiters.popleft()
             self._waiting_bytes -= waiter.size
-            trio.lowlevel.reschedule(waiter.task, outcome.Error(_copy(error)))
+            trio.lowlevel.reschedule(waiter.task, outcome.Error(copy_error(error)))
 
     def _wake(self) -> None:
         # In order: the head first; stop at the first that does not fit.
@@ -207,11 +209,3 @@ class MemoryBudget:
             self._waiting_bytes -= waiter.size
             self._used += waiter.size
             trio.lowlevel.reschedule(waiter.task)
-
-
-def _copy(error: BaseException) -> BaseException:
-    # Each waiter raises its own copy (one object raised in several tasks
-    # would collect all their tracebacks).
-    from ._connection import copy_error
-
-    return copy_error(error)

@@ -98,8 +98,9 @@ from rstreams.support import describe_error
 from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
 from ._config import LinkSettings
+from ._errors import copy_error
 
-__all__ = ["BridgeConnection", "SansIOMachine", "copy_error", "MEMORY_BUDGET_EXCEEDED"]
+__all__ = ["BridgeConnection", "SansIOMachine", "MEMORY_BUDGET_EXCEEDED"]
 
 #: How every "memory budget exceeded" message starts, whichever protocol carries it.
 MEMORY_BUDGET_EXCEEDED = "memory budget exceeded"
@@ -124,21 +125,6 @@ class SansIOMachine(Protocol):
 
 MachineT = TypeVar("MachineT", bound=SansIOMachine)
 SettingsT = TypeVar("SettingsT", bound=LinkSettings)
-
-
-def copy_error(error: BaseException) -> BaseException:
-    """A copy of ``error`` to raise in one more task.
-
-    Each waiter raises its own copy of why the connection ended: one
-    exception object raised in several tasks would collect all their
-    tracebacks. (``copy.copy`` would call ``__init__``, whose signatures
-    differ.)
-    """
-    clone = type(error).__new__(type(error))
-    clone.args = error.args
-    clone.__dict__.update(error.__dict__)
-    clone.__cause__ = error.__cause__
-    return clone
 
 
 class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
