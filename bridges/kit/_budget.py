@@ -27,6 +27,8 @@ There are two ways to count, because there are two kinds of bytes:
 Waiters are served in order (first come, first served): a large take is
 not starved by a stream of small ones. Giving bytes back wakes only the
 waiters that now fit, so a write costs O(1) wake-ups, not one per waiter.
+(Why :class:`~bridges.kit.SendWindow`, which also takes, gives back and
+waits, is not a budget of messages: its module docstring.)
 """
 
 from __future__ import annotations

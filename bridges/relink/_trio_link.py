@@ -211,7 +211,7 @@ class RelinkLink:
         if window is None:
             window = self._windows[channel] = SendWindow(self.settings.send_window)
             if self._error is not None:
-                window.close(copy_error(self._error))
+                window.close(self._error)
         return window
 
     async def _open_connection(self) -> RelinkConnection:
@@ -511,7 +511,7 @@ class RelinkLink:
         for channel in outgoing:
             window = self._windows.pop(channel, None)
             if window is not None:
-                window.close(copy_error(error))
+                window.close(error)
             waiter = self._close_waiters.get(channel)
             if waiter is not None:
                 waiter.set()
@@ -536,7 +536,7 @@ class RelinkLink:
         for inbound in self._accepted:
             inbound._finish(copy_error(error))
         for window in self._windows.values():
-            window.close(copy_error(error))
+            window.close(error)
         for waiter in self._close_waiters.values():
             waiter.set()
         self._ended.set()

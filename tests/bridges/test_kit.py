@@ -800,6 +800,8 @@ async def test_send_window_close_wakes_waiters_with_the_error() -> None:
             assert not errors
             window.close(LineLost("gone"))
         assert [error.args for error in errors] == [("gone",), ("gone",)]
+        # A copy each: one object raised in two tasks would collect both tracebacks.
+        assert errors[0] is not errors[1]
         window.release(1)
         with pytest.raises(LineLost):
             window.acquire_nowait()
