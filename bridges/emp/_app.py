@@ -147,20 +147,22 @@ class EmpAppServer(EmpServer):
     async def _serve_connection(self, connection: EmpConnection) -> None:
         # A response larger than the budget can hold is an error response,
         # never a wait for room that cannot come.
-        max_response_bytes = min(self.max_response_bytes, connection.max_response_in_budget)
-        build = partial(_build_response, max_response_bytes=max_response_bytes, budget=connection.budget)
+        build = partial(
+            _build_response,
+            max_response_bytes=connection.response_limit(self.max_response_bytes),
+            budget=connection.budget,
+        )
 
         async def respond_to(request: EmpRequest) -> None:
             # Queued, and counted as queued output, before the elements' room
-            # is given back; and this task keeps no copy of the response
-            # while it waits to be written: it does not wait (the budget
-            # paces the next requests instead).
+            # is given back (respond_nowait hands it over); and this task
+            # keeps no copy of the response while it waits to be written: it
+            # does not wait (the budget paces the next requests instead).
             response, held = await build(session, request.body)
             try:
-                connection.respond_nowait(request, response)
+                connection.respond_nowait(request, response, prepaid=held)
             finally:
                 del response
-                connection.budget.give_back(held)
 
         async with open_app_session(self.app, max_connection_memory=connection.budget.limit) as session:
             async with trio.open_nursery() as nursery:

@@ -237,7 +237,14 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         self.respond_nowait(request, body, compression=compression)
         await self._send_queued()
 
-    def respond_nowait(self, request: EmpRequest, body: bytes, *, compression: CompressionScheme | None | bool = True) -> None:
+    def respond_nowait(
+        self,
+        request: EmpRequest,
+        body: bytes,
+        *,
+        compression: CompressionScheme | None | bool = True,
+        prepaid: int = 0,
+    ) -> None:
         """Queue the response to ``request`` for the writer and return at once.
 
         For a server whose responses are paced by the connection's memory
@@ -245,15 +252,23 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         :attr:`budget` until they are written, and while it is exhausted the
         reader reads no further requests.
 
+        ``prepaid``: bytes of :attr:`budget` the caller holds for this
+        response (the elements it was built from): handed over to the
+        queued bytes, given back once they are counted (or at once if
+        nothing is queued: this raises), so exactly once either way.
+
         Raises:
             LocalProtocolError: the request was already answered.
             EmpClosed and the other end errors: the connection has ended.
         """
-        self._check_open()
         scheme = request.compression if compression is True else compression
         assert scheme is None or isinstance(scheme, CompressionScheme)
-        self._machine.send_response(request.request_id, body, compression=scheme)
-        self._take_output()
+
+        def queue() -> None:
+            self._check_open()
+            self._machine.send_response(request.request_id, body, compression=scheme)
+
+        self._queue_prepaid(prepaid, queue)
 
     async def start_call(self, body: bytes, *, compression: CompressionScheme | None = None) -> PendingCall:
         """Send a request; return the :class:`PendingCall` that awaits its response.

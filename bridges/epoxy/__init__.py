@@ -92,6 +92,7 @@ from ._service import (
     dispatch_event,
     dispatch_request,
     event,
+    hold_for_response,
     method,
     serve_services,
     service,
@@ -188,6 +189,7 @@ __all__ = [
     "serve_services",
     "dispatch_request",
     "dispatch_event",
+    "hold_for_response",
     "DEFAULT_MAX_CONCURRENCY",
     # the mapping onto rstreams
     "event_publisher",

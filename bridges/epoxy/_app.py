@@ -55,7 +55,7 @@ from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, collect_elemen
 from . import bond
 from ._errors import EpoxyError
 from ._serve import EpoxyServer
-from ._service import DEFAULT_MAX_CONCURRENCY, ServiceError, event, method, serve_services, service
+from ._service import DEFAULT_MAX_CONCURRENCY, ServiceError, event, hold_for_response, method, serve_services, service
 from ._settings import DEFAULT_SETTINGS, AcceptFunction, EpoxySettings
 from ._structs import ErrorCode
 from ._trio import EpoxyConnection
@@ -113,9 +113,10 @@ class Publishers:
             every ``Publish`` is a publishing stream of its own (slower).
         budget: the connection's memory budget: each ``Subscribe`` takes
             room for its largest response from it before collecting (and
-            waits for it), and gives the elements' bytes back once the
-            marshalled response is queued (in the same step as the return),
-            where the queued bytes take over.
+            waits for it), and hands the elements' bytes over to the
+            response (:func:`hold_for_response`): :func:`serve_services`
+            gives them back once the marshalled response is queued, where
+            the queued bytes take over.
 
     Publishing: the first ``Publish`` to a topic opens one publishing stream
     into it (:func:`rstreams.publish_to_topic` fed from a channel without a
@@ -152,11 +153,12 @@ class Publishers:
         except SubscriptionError as exc:
             raise ServiceError(ErrorCode.INTERNAL_SERVER_ERROR, str(exc)) from None
         if self._budget is not None:
-            # serve_services marshals and queues the response (counting it
-            # as queued output) before this task next checkpoints; the
-            # elements' bytes are given back just after that, so that the
-            # response is never counted nowhere, nor room handed out twice.
-            trio.lowlevel.current_trio_token().run_sync_soon(_give_back, self._budget, sum(map(len, elements)))
+            # The elements' bytes count until the response built from them is
+            # queued (and counted as queued output), then are given back
+            # once: serve_services hands them over.
+            size = sum(map(len, elements))
+            if not hold_for_response(self._budget, size):
+                self._budget.give_back(size)  # not answered by serve_services
         return Elements(elements=elements)
 
     @event
@@ -209,9 +211,11 @@ class EpoxyAppServer(EpoxyServer):
             async with trio.open_nursery() as nursery:
                 # A response larger than the budget can hold is an error
                 # response, never a wait for room that cannot come.
-                max_response_bytes = min(self.max_response_bytes, connection.max_response_in_budget)
                 publishers = Publishers(
-                    session, max_response_bytes=max_response_bytes, nursery=nursery, budget=connection.budget
+                    session,
+                    max_response_bytes=connection.response_limit(self.max_response_bytes),
+                    nursery=nursery,
+                    budget=connection.budget,
                 )
                 try:
                     await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)
@@ -222,7 +226,3 @@ class EpoxyAppServer(EpoxyServer):
                 finally:
                     await publishers.aclose()
 
-
-def _give_back(budget: MemoryBudget, size: int) -> None:
-    # A run_sync_soon callback must never raise (it would end the run).
-    budget.give_back(min(size, budget.used))

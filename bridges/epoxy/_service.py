@@ -45,12 +45,13 @@ import inspect
 import logging
 import typing
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
 
-from ..kit import RequestSlots
+from ..kit import MemoryBudget, RequestSlots
 from . import bond
 from ._errors import EpoxyError
 from ._events import Event, Request
@@ -70,6 +71,7 @@ __all__ = [
     "serve_services",
     "dispatch_request",
     "dispatch_event",
+    "hold_for_response",
     "ServiceProxy",
     "DEFAULT_MAX_CONCURRENCY",
 ]
@@ -364,6 +366,54 @@ async def dispatch_event(table: ServiceTable, message: Event) -> None:
         logger.exception("Epoxy event method %s failed", full_name)
 
 
+class _Held:
+    # What the method answering one request holds of a memory budget for its response.
+    __slots__ = ("budget", "size")
+
+    def __init__(self) -> None:
+        self.budget: MemoryBudget | None = None
+        self.size = 0
+
+    def take(self, budget: MemoryBudget) -> int:
+        # The bytes held of ``budget``, now the caller's to hand over or give
+        # back; bytes held of another budget are given back to it here.
+        held, size, self.budget, self.size = self.budget, self.size, None, 0
+        if held is None or held is budget:
+            return size
+        held.give_back(size)
+        return 0
+
+
+#: Set by serve_services in each task that answers a request.
+_held_for_response: ContextVar[_Held | None] = ContextVar("_held_for_response", default=None)
+
+
+def hold_for_response(budget: MemoryBudget, size: int) -> bool:
+    """Hand ``size`` bytes of ``budget`` that the running method holds over to its response.
+
+    For a request-response method run by :func:`serve_services` whose
+    response is built from bytes it took from the connection's memory
+    budget (``Publishers.Subscribe``'s elements): call it just before
+    returning. The bytes are given back exactly once: when the marshalled
+    response is queued, counted as queued output by then
+    (:meth:`EpoxyConnection.respond_nowait`'s ``prepaid``), or when the
+    request is answered otherwise (an error response, the connection's end,
+    cancellation). Bytes of a budget other than the connection's are given
+    back once the response is queued.
+
+    Returns:
+        False if the method was not called by :func:`serve_services` (or
+        holds bytes of another budget already): nothing was handed over,
+        and the caller gives the bytes back itself.
+    """
+    held = _held_for_response.get()
+    if held is None or (held.budget is not None and held.budget is not budget):
+        return False
+    held.budget = budget
+    held.size += size
+    return True
+
+
 async def serve_services(
     connection: EpoxyConnection,
     services: Iterable[object] | ServiceTable,
@@ -392,19 +442,25 @@ async def serve_services(
     ends: list[EpoxyError] = []
 
     async def answer(request: Request) -> None:
+        held = _Held()  # what the method hands over to its response (hold_for_response)
+        _held_for_response.set(held)
         try:
             outcome = await dispatch_request(table, request)
+            prepaid = held.take(connection.budget)
             if isinstance(outcome, Error):
+                connection.budget.give_back(prepaid)  # the error is not built from them
                 await connection.respond_error(request, outcome)
             else:
-                # Queued (and counted against the connection's budget), then
-                # let go of: a response waiting to be written is held once.
-                connection.respond_nowait(request, outcome)
+                # Queued (and counted against the connection's budget, taking
+                # over from what the method held for it), then let go of: a
+                # response waiting to be written is held once.
+                connection.respond_nowait(request, outcome, prepaid=prepaid)
                 del outcome
                 await connection.wait_writable()
         except EpoxyError:
             pass  # the connection ended: the loop below sees why
         finally:
+            connection.budget.give_back(held.take(connection.budget))  # cancelled before
             slots.release()
 
     async def run_events() -> None:

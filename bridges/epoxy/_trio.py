@@ -375,7 +375,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self.respond_nowait(request, payload)
         await self._wait_written(self._queued)
 
-    def respond_nowait(self, request: Request | int, payload: Payload) -> None:
+    def respond_nowait(self, request: Request | int, payload: Payload, *, prepaid: int = 0) -> None:
         """Queue the response to ``request`` for the writer and return at once.
 
         The queued bytes count against :attr:`budget` until written (and
@@ -383,12 +383,20 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         lets go of ``payload`` before it waits (:meth:`wait_written`), so
         that a response waiting to be written is held once, not twice.
 
+        ``prepaid``: bytes of :attr:`budget` the caller holds for this
+        response (what it was built from): handed over to the queued bytes,
+        given back once they are counted (or at once if this raises), so
+        exactly once either way.
+
         Raises as :meth:`respond`.
         """
-        self._check_open()
         conversation_id = request.conversation_id if isinstance(request, Request) else request
-        self._machine.send_response(conversation_id, payload)
-        self._take_output()
+
+        def queue() -> None:
+            self._check_open()
+            self._machine.send_response(conversation_id, payload)
+
+        self._queue_prepaid(prepaid, queue)
         self._end_if_answered()
 
     async def respond_error(self, request: Request | int, error: Error) -> None:
@@ -400,9 +408,6 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self._check_open()
         conversation_id = request.conversation_id if isinstance(request, Request) else request
         self._machine.send_error_response(conversation_id, error)
-        await self._sent_answer()
-
-    async def _sent_answer(self) -> None:
         target = self._take_output()
         self._end_if_answered()
         await self._wait_written(target)

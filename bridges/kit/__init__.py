@@ -39,7 +39,8 @@ from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, pace_calls
 from ._client import BridgePeer, open_bridge_peer
 from ._config import KiB, LinkSettings, MiB
-from ._connection import MEMORY_BUDGET_EXCEEDED, BridgeConnection, MemoryBudgetExceeded, SansIOMachine, copy_error
+from ._connection import MEMORY_BUDGET_EXCEEDED, BridgeConnection, SansIOMachine
+from ._errors import copy_error
 from ._hooks import LazyCli
 from bridges import BridgeError
 from ._inbound import ITEM_COST, InboundQueue
@@ -66,7 +67,6 @@ __all__ = [
     "ListenerService",
     "MEMORY_BUDGET_EXCEEDED",
     "MemoryBudget",
-    "MemoryBudgetExceeded",
     "MiB",
     "PendingCall",
     "RequestSlots",

@@ -27,6 +27,8 @@ There are two ways to count, because there are two kinds of bytes:
 Waiters are served in order (first come, first served): a large take is
 not starved by a stream of small ones. Giving bytes back wakes only the
 waiters that now fit, so a write costs O(1) wake-ups, not one per waiter.
+(Why :class:`~bridges.kit.SendWindow`, which also takes, gives back and
+waits, is not a budget of messages: its module docstring.)
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 
 import outcome
 import trio
+
+from ._errors import copy_error
 
 __all__ = ["MemoryBudget", "BudgetStatistics"]
 
@@ -100,11 +104,6 @@ class MemoryBudget:
         return max(self.limit - self._used, 0)
 
     @property
-    def exhausted(self) -> bool:
-        """True while nothing more fits."""
-        return self._used >= self.limit
-
-    @property
     def room(self) -> int:
         """What is left once the waiting takers are served: where a reader may read into.
 
@@ -136,7 +135,7 @@ class MemoryBudget:
         """
         self._check_size(size)
         if self._error is not None:
-            raise _copy(self._error)
+            raise copy_error(self._error)
         if size > self.limit:
             raise ValueError(f"{size} bytes can never fit a budget of {self.limit}")
         if self._waiters or self._used + size > self.limit:
@@ -176,7 +175,11 @@ class MemoryBudget:
         # _wake counted our bytes before rescheduling us, or close() failed us.
 
     def charge(self, size: int) -> None:
-        """Count ``size`` bytes already held, room or not (the caller checks :attr:`exhausted`)."""
+        """Count ``size`` bytes already held, room or not (:attr:`used` may pass :attr:`limit`).
+
+        The caller decides what that means (the connection: a peer whose
+        input alone passes the limit ends with "memory budget exceeded").
+        """
         self._check_size(size)
         self._used += size
 
@@ -198,7 +201,7 @@ class MemoryBudget:
         while self._waiters:
             waiter = self._waiters.popleft()
             self._waiting_bytes -= waiter.size
-            trio.lowlevel.reschedule(waiter.task, outcome.Error(_copy(error)))
+            trio.lowlevel.reschedule(waiter.task, outcome.Error(copy_error(error)))
 
     def _wake(self) -> None:
         # In order: the head first; stop at the first that does not fit.
@@ -208,11 +211,3 @@ class MemoryBudget:
             self._waiting_bytes -= waiter.size
             self._used += waiter.size
             trio.lowlevel.reschedule(waiter.task)
-
-
-def _copy(error: BaseException) -> BaseException:
-    # Each waiter raises its own copy (one object raised in several tasks
-    # would collect all their tracebacks).
-    from ._connection import copy_error
-
-    return copy_error(error)

@@ -26,7 +26,7 @@ import trio
 
 from rstreams import Sink
 
-from ._connection import copy_error
+from ._errors import copy_error
 from ._inbound import ITEM_COST
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ import trio
 from rstreams import SessionClosed
 from rstreams.support import FeedPeer, StreamFeed, caller_sees_its_own_exception
 
-from ._connection import BridgeConnection, copy_error
+from ._connection import BridgeConnection
+from ._errors import copy_error
 
 __all__ = ["BridgePeer", "open_bridge_peer"]
 

@@ -74,7 +74,8 @@ What a subclass provides (the contract)
   the application outside the kit's queues (Relink's channels, which
   outlive a connection), counted against the budget;
 * ``_memory_budget_exceeded(message)``: queue the protocol's error for a
-  peer over the budget and return the error to end with.
+  peer over the budget and return the error to end with. Abstract: every
+  protocol says it its own way, and there is no error the kit could send.
 
 The machine must offer ``receive_data(data)``, ``events()`` (raising a
 subclass of ``rstreams.RemoteProtocolError`` for a peer's violation, after
@@ -84,6 +85,7 @@ queueing whatever the protocol says then), ``has_data_to_send`` and
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -93,13 +95,12 @@ import trio
 from rstreams.protocol import RemoteProtocolError
 from rstreams.support import describe_error
 
-from bridges import BridgeError
-
 from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
 from ._config import LinkSettings
+from ._errors import copy_error
 
-__all__ = ["BridgeConnection", "SansIOMachine", "copy_error", "MemoryBudgetExceeded", "MEMORY_BUDGET_EXCEEDED"]
+__all__ = ["BridgeConnection", "SansIOMachine", "MEMORY_BUDGET_EXCEEDED"]
 
 #: How every "memory budget exceeded" message starts, whichever protocol carries it.
 MEMORY_BUDGET_EXCEEDED = "memory budget exceeded"
@@ -122,28 +123,8 @@ class SansIOMachine(Protocol):
     def data_to_send(self) -> bytes: ...
 
 
-class MemoryBudgetExceeded(BridgeError):
-    """The peer made the connection hold more than its memory budget (the kit's default error;
-    each bridge ends with its protocol's own error instead)."""
-
-
 MachineT = TypeVar("MachineT", bound=SansIOMachine)
 SettingsT = TypeVar("SettingsT", bound=LinkSettings)
-
-
-def copy_error(error: BaseException) -> BaseException:
-    """A copy of ``error`` to raise in one more task.
-
-    Each waiter raises its own copy of why the connection ended: one
-    exception object raised in several tasks would collect all their
-    tracebacks. (``copy.copy`` would call ``__init__``, whose signatures
-    differ.)
-    """
-    clone = type(error).__new__(type(error))
-    clone.args = error.args
-    clone.__dict__.update(error.__dict__)
-    clone.__cause__ = error.__cause__
-    return clone
 
 
 class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
@@ -235,8 +216,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _output_kept(self) -> int:
         return 0
 
-    def _memory_budget_exceeded(self, message: str) -> BaseException:
-        return MemoryBudgetExceeded(message)
+    @abstractmethod
+    def _memory_budget_exceeded(self, message: str) -> BaseException: ...
 
     # ---- state --------------------------------------------------------------
 
@@ -274,6 +255,17 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         limit = self.budget.limit
         room = max(limit - self.config.max_read_ahead - self.config.receive_size, limit // 2)
         return room // COLLECT_COPIES
+
+    def response_limit(self, max_bytes: int) -> int:
+        """``max_bytes`` cut to :attr:`max_response_in_budget`: what one response or message may take room for.
+
+        An app server's cap on a response (its ``max_response_bytes``, or
+        less where the budget is smaller), and the room a sender takes for a
+        message of ``max_bytes`` (a larger message takes what fits and
+        counts the rest once queued). Either way, never a wait for room
+        that cannot come.
+        """
+        return min(max_bytes, self.max_response_in_budget)
 
     @property
     def buffered_bytes(self) -> int:
@@ -338,23 +330,17 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
 
     # ---- output ----------------------------------------------------------------
 
-    def _take_output(self, *, prepaid: int = 0) -> int:
+    def _take_output(self) -> int:
         # Move what the machine queued to the writer; return the byte count
-        # that must be written for it to have gone out. ``prepaid``: bytes
-        # the sender already took from the budget for it.
+        # that must be written for it to have gone out.
         machine = self._machine
-        size = 0
         if machine.has_data_to_send:
             data = machine.data_to_send()
             size = len(data)
             self._outgoing.append(data)
             self._queued += size
+            self.budget.charge(size)  # counted until written (the writer gives it back)
             self._writer_lot.unpark_all()
-        # Counted until written (the writer gives it back).
-        if size > prepaid:
-            self.budget.charge(size - prepaid)
-        elif prepaid > size:
-            self.budget.give_back(prepaid - size)
         return self._queued
 
     async def _send_within_budget(self, size: int, queue: Callable[[], object]) -> None:
@@ -363,48 +349,74 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # order with the other takers, so that what a connection sends is
         # paced by what the peer reads, not only by max_write_buffer per
         # sender. Then wait as any send does.
-        prepaid = min(size, self.max_response_in_budget)
+        prepaid = self.response_limit(size)
         await self.budget.take(prepaid)
-        self._queue_prepaid(prepaid, queue)
-        await self._wait_written(self._queued)
+        await self._wait_written(self._queue_prepaid(prepaid, queue))
 
-    def _queue_prepaid(self, prepaid: int, queue: Callable[[], object]) -> None:
-        # For a sender that already holds ``prepaid`` bytes of the budget for
-        # the message: they are handed over to the queued bytes. It need not
-        # wait for the writer: the budget paces it.
+    def _queue_prepaid(self, prepaid: int, queue: Callable[[], object]) -> int:
+        # The one way a sender that holds ``prepaid`` bytes of the budget
+        # for a message (room taken before building it, or the elements it
+        # is built from) hands them over: ``queue()`` has the machine build
+        # the message; then what the machine queued and keeps is counted
+        # (_hand_over), and only then are the prepaid bytes given back,
+        # exactly once, whether ``queue`` raised or not. Returns what
+        # _take_output returns. The sender need not wait for the writer:
+        # the budget paces it.
         try:
             queue()
-        except BaseException:
-            self.budget.give_back(prepaid)
-            raise
-        self._take_output(prepaid=prepaid)
+        finally:
+            target = self._hand_over(prepaid)
+        return target
 
-    async def _wait_written(self, target: int) -> None:
+    def _hand_over(self, prepaid: int) -> int:
+        # What the machine was just made to queue (and keep: _output_kept)
+        # takes over from ``prepaid`` bytes the sender held for it: counted
+        # first, so that the takers the give-back wakes see it counted (never
+        # room handed out twice), then given back. Returns what _take_output
+        # returns.
+        target = self._take_output()
+        self._count_machine_input()
+        self.budget.give_back(prepaid)
+        return target
+
+    async def _wait_written(self, target: int, *, or_ended: bool = False) -> None:
         # Wait until at most max_write_buffer bytes, ours included, are left
         # unwritten: small messages coalesce into one send_all, and a sender
         # is still paced by the transport once the bound is reached.
+        # ``or_ended``: return once the connection has ended instead.
         target -= self.config.max_write_buffer
         while self._written < target:
+            if or_ended and self._end is not None:
+                return
             if self._writer_done.is_set():
                 self._check_open()
                 raise self._lost("the transport closed before the message was written")
             await self._written_lot.park()
 
-    async def wait_writable(self) -> None:
+    async def wait_writable(self, *, or_ended: bool = False) -> None:
         """Wait until at most ``max_write_buffer`` bytes queued so far are unwritten.
 
         What a send waits for after queueing its message, for a sender that
-        queued with a ``*_nowait`` method and let go of its copy first.
+        queued with a ``*_nowait`` method and let go of its copy first: its
+        bytes went (or the end error says they may not have).
+
+        Args:
+            or_ended: return, without an error and without waiting for the
+                last words to be written, once the connection has ended: for
+                a sender that then looks for another connection (a Relink
+                link outlives its connections) rather than for its bytes.
 
         Raises:
             the connection's end error (or the bridge's lost-connection
-            error) if the transport closed before.
+            error) if the transport closed before; with ``or_ended``, only
+            the lost-connection error, for a transport closed while the
+            connection had not ended (its tasks were cancelled).
 
         Cancellation: nothing is undone (what is queued may still go out).
         Always checkpoints.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        await self._wait_written(self._queued)
+        await self._wait_written(self._queued, or_ended=or_ended)
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _send_queued(self) -> None:

@@ -1,16 +1,20 @@
-"""The base of every error a bridge raises."""
+"""What every waiter of the kit raises once a connection has ended: a fresh copy of why."""
 
 from __future__ import annotations
 
-from rstreams.protocol import RStreamsError
-
-__all__ = ["BridgeError"]
+__all__ = ["copy_error"]
 
 
-class BridgeError(RStreamsError):
-    """Base class of every error raised by a bridge to another protocol.
+def copy_error(error: BaseException) -> BaseException:
+    """A copy of ``error`` to raise in one more task.
 
-    Protocol errors of a bridge also subclass rstreams' own
-    ``LocalProtocolError`` / ``RemoteProtocolError``, so code that handles
-    "whose fault" does not need to know which protocol is underneath.
+    Each waiter raises its own copy of why the connection ended: one
+    exception object raised in several tasks would collect all their
+    tracebacks. (``copy.copy`` would call ``__init__``, whose signatures
+    differ.)
     """
+    clone = type(error).__new__(type(error))
+    clone.args = error.args
+    clone.__dict__.update(error.__dict__)
+    clone.__cause__ = error.__cause__
+    return clone

@@ -6,11 +6,31 @@ messages in flight, and each acknowledgement frees room, exactly as a
 Reactive Streams ``request(n)`` would. :class:`SendWindow` is that
 arithmetic plus the waiting; the protocol machine decides what an
 acknowledgement is worth.
+
+It is not a :class:`~bridges.kit.MemoryBudget` counting messages, though
+both take, give back and wait for room; they differ where it matters:
+
+* the budget serves its takers in order and refuses a take while anyone
+  waits (``take_nowait``), so that a large response is not starved by small
+  ones; a window's waiters all look again at each acknowledgement, and a
+  sender that has its room may take the rest of the window at once
+  (Relink's ``send_batch``: ``acquire()``, then ``acquire_nowait`` for as
+  many as are ``available``), which the budget's order would refuse while
+  another send waits;
+* the budget counts bytes already in memory past its limit (``charge``), and
+  keeps room for its waiters ahead of the reader (``room``); a window never
+  passes its size, and a resumed link empties it (``reset``).
+
+What they share is a count and an end error, raised as a fresh copy in
+each waiter (:func:`~bridges.kit.copy_error`); a common base would not be
+shorter than the two.
 """
 
 from __future__ import annotations
 
 import trio
+
+from ._errors import copy_error
 
 __all__ = ["SendWindow"]
 
@@ -48,7 +68,7 @@ class SendWindow:
             The error given to :meth:`close`, once closed.
         """
         if self._error is not None:
-            raise self._error
+            raise copy_error(self._error)
         if n > self.available:
             raise trio.WouldBlock
         self._in_flight += n
@@ -84,6 +104,6 @@ class SendWindow:
         self._lot.unpark_all()
 
     def close(self, error: BaseException) -> None:
-        """Make every waiter, and every later acquire, raise ``error``."""
+        """Make every waiter, and every later acquire, raise ``error`` (a copy of it, each)."""
         self._error = error
         self._lot.unpark_all()

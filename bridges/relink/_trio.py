@@ -216,13 +216,17 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
 
     # ---- for the link handle ---------------------------------------------------------
 
-    def after_call(self) -> None:
-        """Take what a call on :attr:`machine` queued; arm the ack timer if acknowledgements wait."""
+    def after_call(self, *, prepaid: int = 0) -> None:
+        """Take what a call on :attr:`machine` queued; arm the ack timer if acknowledgements wait.
+
+        ``prepaid``: bytes of :attr:`budget` the caller took for the
+        messages it had the machine send: given back once what they queued,
+        and what the link keeps of them, is counted (the kit's hand-over).
+        """
         if self._machine.pending_acks and not self._ack_timer_armed and self._nursery is not None:
             self._ack_timer_armed = True
             self._nursery.start_soon(self._flush_acks_later)
-        self._take_output()
-        self._count_machine_input()  # what the link keeps of our messages
+        self._hand_over(prepaid)  # counts what the link keeps of our messages too
 
     async def _flush_acks_later(self) -> None:
         # Go's MessageAckDelay: consumed acknowledgements below the ack window
@@ -243,16 +247,6 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
     def write_backlog(self) -> int:
         """Bytes queued for the writer and not yet written."""
         return self._queued - self._written
-
-    async def wait_writable(self) -> None:
-        """Wait until at most ``max_write_buffer`` bytes wait for the writer (or the connection ended).
-
-        Cancellation: nothing happens. Always checkpoints.
-        """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        while self._end is None and self.write_backlog() > self.config.max_write_buffer:
-            await self._written_lot.park()
-        await trio.lowlevel.cancel_shielded_checkpoint()
 
     def drop(self, error: BaseException) -> None:
         """End this connection with ``error`` without a word (a newer one took the link over)."""

@@ -211,7 +211,7 @@ class RelinkLink:
         if window is None:
             window = self._windows[channel] = SendWindow(self.settings.send_window)
             if self._error is not None:
-                window.close(copy_error(self._error))
+                window.close(self._error)
         return window
 
     async def _open_connection(self) -> RelinkConnection:
@@ -227,15 +227,16 @@ class RelinkLink:
     async def _sendable(self, channel: int, size: int) -> tuple[RelinkConnection, int]:
         # An open connection whose writer keeps up, with room in its memory
         # budget for ``size`` more bytes kept until acknowledged (taken: the
-        # caller gives them back once the link counts the message, after
-        # after_call), and that can take a message on ``channel`` now (the
+        # caller hands them over with after_call(prepaid=...) once the link
+        # counts the message), and that can take a message on ``channel`` now (the
         # channel is not closing). Returns the connection and what was taken.
         while True:
             connection = await self._open_connection()
             if connection.write_backlog() > connection.config.max_write_buffer:
-                await connection.wait_writable()
+                # Ended meanwhile: not this sender's error, the next connection carries the link.
+                await connection.wait_writable(or_ended=True)
                 continue
-            taken = min(size, connection.max_response_in_budget)
+            taken = connection.response_limit(size)
             try:
                 await connection.budget.take(taken)
             except Exception:
@@ -282,8 +283,7 @@ class RelinkLink:
             if taken:
                 connection.budget.give_back(taken)
             raise
-        connection.after_call()  # the link's count of what it keeps takes over
-        connection.budget.give_back(taken)
+        connection.after_call(prepaid=taken)  # the link's count of what it keeps takes over
         return sequence
 
     async def send_batch(self, channel: int, messages: Sequence[Iterable[bytes]]) -> int:
@@ -322,12 +322,11 @@ class RelinkLink:
             if self._windows.get(channel) is window:
                 window.release(min(count - sent, window.in_flight))
             if sent:
-                connection.after_call()
-            if taken:
+                connection.after_call(prepaid=taken)
+            elif taken:
                 connection.budget.give_back(taken)
             raise
-        connection.after_call()  # the link's count of what it keeps takes over
-        connection.budget.give_back(taken)
+        connection.after_call(prepaid=taken)  # the link's count of what it keeps takes over
         return count
 
     async def close_channel(self, channel: int, *, wait: bool = True) -> None:
@@ -512,7 +511,7 @@ class RelinkLink:
         for channel in outgoing:
             window = self._windows.pop(channel, None)
             if window is not None:
-                window.close(copy_error(error))
+                window.close(error)
             waiter = self._close_waiters.get(channel)
             if waiter is not None:
                 waiter.set()
@@ -537,7 +536,7 @@ class RelinkLink:
         for inbound in self._accepted:
             inbound._finish(copy_error(error))
         for window in self._windows.values():
-            window.close(copy_error(error))
+            window.close(error)
         for waiter in self._close_waiters.values():
             waiter.set()
         self._ended.set()

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from bridges.epoxy import (
+    EpoxyConnection,
     Error,
     ErrorCode,
     ErrorResponse,
@@ -30,12 +31,15 @@ from bridges.epoxy import (
     dispatch_event,
     dispatch_request,
     event,
+    hold_for_response,
     method,
     open_epoxy_connection,
     serve_epoxy,
     service,
     service_info,
+    serve_services,
 )
+from bridges.kit import MemoryBudget
 from examples.epoxy_calc import Calc, Operation, Params, Result
 from rstreams.support import listener_port
 
@@ -215,6 +219,60 @@ async def test_the_proxy_calls_methods_and_sends_events(nursery: trio.Nursery) -
             with pytest.raises(TypeError, match="takes a Note"):
                 await proxy.Count(Params())
             assert await ServiceProxy(connection, Calc()).Calculate(Params(x=6, y=7, operation=Operation.Mul)) == Result(z=42)
+
+
+@service("test.Held")
+class Held:
+    """Answers with what it took room for in the connection's budget, handed over to the response."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+
+    @method
+    async def Echo(self, note: Note) -> Note:  # noqa: N802
+        size = len(note.text)
+        await self.budget.take(size)
+        assert hold_for_response(self.budget, size)
+        assert not hold_for_response(MemoryBudget(10), 1)  # one budget per response
+        if note.text.startswith("type"):
+            return Result(z=1)  # type: ignore[return-value]  # an error response instead
+        if note.text.startswith("fail"):
+            raise ValueError("it failed")
+        return Note(text=note.text)
+
+
+async def test_held_bytes_are_handed_over_to_the_response_exactly_once(nursery: trio.Nursery) -> None:
+    # hold_for_response: the bytes a method took for its response are given
+    # back once the response is queued (as Publishers.Subscribe's elements),
+    # or once the request is answered otherwise (an error), never twice:
+    # with nothing left to write, the server's budget is back to nothing.
+    budgets: list[MemoryBudget] = []
+
+    async def handler(connection: EpoxyConnection) -> None:
+        budgets.append(connection.budget)
+        await serve_services(connection, [Held(connection.budget)])
+
+    assert not hold_for_response(MemoryBudget(10), 1)  # not within serve_services
+    [listener] = await nursery.start(partial(serve_epoxy, "127.0.0.1", 0, handler=handler))
+    with trio.fail_after(10):
+        async with open_epoxy_connection("127.0.0.1", listener_port(listener)) as connection:
+            proxy = ServiceProxy(connection, Held)
+            texts = ["x" * 100_000, "type" * 1000, "fail" * 1000, "y" * 3]
+            async with trio.open_nursery() as calls:
+                for text in texts:
+                    calls.start_soon(_echo, proxy, text)
+            [budget] = budgets
+            while budget.used:  # the last response may still be being written
+                await trio.sleep(0.01)
+            assert budget.statistics().waiting == 0
+
+
+async def _echo(proxy: ServiceProxy, text: str) -> None:
+    if text.startswith(("type", "fail")):
+        with pytest.raises(ErrorResponse):
+            await proxy.Echo(Note(text=text))
+    else:
+        assert await proxy.Echo(Note(text=text)) == Note(text=text)
 
 
 def test_serve_epoxy_takes_services_or_a_handler() -> None:

@@ -210,6 +210,10 @@ class LineConnection(BridgeConnection[LineMachine, LinkSettings]):
         self._machine.send_line("ERR timeout")
         return LineTimeout(f"no hello within {self.config.handshake_timeout} s")
 
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        self._machine.send_line(f"ERR {message}")
+        return LineProtocolError(message)
+
     async def take(self) -> str:
         return await self.data.take()
 
@@ -470,6 +474,38 @@ async def test_a_send_waits_past_max_write_buffer() -> None:
                 await sent.wait()
                 assert connection.bytes_sent == 39
                 nursery.start_soon(peer.receive_until_eof)  # takes our BYE
+
+
+async def test_wait_writable_or_ended_returns_once_the_connection_ended() -> None:
+    # A sender on a link that outlives its connections (Relink) looks for the
+    # next connection once this one has ended: or_ended returns then, neither
+    # waiting for the last words nor raising. Any other waiter waits for its
+    # bytes, and gets the end error once they cannot go.
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    connection = LineConnection(ours, settings(max_write_buffer=0, close_timeout=0.2))
+    results: list[tuple[bool, object]] = []
+
+    async def wait(or_ended: bool) -> None:
+        try:
+            await connection.wait_writable(or_ended=or_ended)
+        except LineLost as exc:
+            results.append((or_ended, exc.args))
+        else:
+            results.append((or_ended, "returned"))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(theirs.send_all, b"HELLO\n")
+            async with open_connection(connection):
+                # Our HELLO is queued and stays unwritten: the peer reads nothing.
+                nursery.start_soon(wait, True)
+                nursery.start_soon(wait, False)
+                await trio.testing.wait_all_tasks_blocked()
+                assert results == []
+                connection._finish(LineLost("gone"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert results == [(True, "returned")]
+        assert results == [(True, "returned"), (False, ("gone",))]
 
 
 # ---- keepalive (MockClock) ------------------------------------------------------------
@@ -764,6 +800,8 @@ async def test_send_window_close_wakes_waiters_with_the_error() -> None:
             assert not errors
             window.close(LineLost("gone"))
         assert [error.args for error in errors] == [("gone",), ("gone",)]
+        # A copy each: one object raised in two tasks would collect both tracebacks.
+        assert errors[0] is not errors[1]
         window.release(1)
         with pytest.raises(LineLost):
             window.acquire_nowait()

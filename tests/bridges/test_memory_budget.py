@@ -146,7 +146,7 @@ def test_budget_refuses_what_can_never_fit_and_fails_waiters_when_closed() -> No
         with pytest.raises(ValueError):
             await budget.take(11)
         budget.charge(10)
-        assert budget.exhausted and budget.available == 0
+        assert budget.used == budget.limit and budget.available == 0 and budget.room == 0
         failed: list[BaseException] = []
 
         async def wait() -> None:
