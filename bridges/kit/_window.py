@@ -90,6 +90,25 @@ class SendWindow:
             break
         await trio.lowlevel.cancel_shielded_checkpoint()
 
+    async def wait_room(self) -> None:
+        """Wait until at least one message may be sent, taking nothing.
+
+        For a sender that must not take other resources (memory for the
+        message) while the window is full: it waits here first, and then
+        :meth:`acquire` finds room at once if nothing else sent meanwhile.
+
+        Raises:
+            The error given to :meth:`close`, once closed.
+
+        Cancellation: nothing happens. Always checkpoints.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self.available:
+            if self._error is not None:
+                raise copy_error(self._error)
+            await self._lot.park()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+
     def release(self, n: int = 1) -> None:
         """``n`` messages were acknowledged (never more than are in flight)."""
         if not 0 <= n <= self._in_flight:

@@ -170,6 +170,13 @@ class RelinkAppServer(RelinkServer):
         largest = 0
         batches = BatchesWithinBudget(elements, in_hand, max_bytes=in_hand.limit)
         while True:
+            # Only what the channel's window takes now is asked for, once it
+            # takes anything: a batch holds its room in in_hand (shared by
+            # the link's channels) until the link has it, so it must never
+            # wait there for a peer that stopped consuming this channel
+            # while the other channels wait for that room. (This task is
+            # the channel's only sender: the window's room only grows.)
+            count = min(count, await link.wait_window(channel_id))
             elements.request(count)
             asked = count
             while asked:

@@ -286,6 +286,17 @@ class RelinkLink:
         connection.after_call(prepaid=taken)  # the link's count of what it keeps takes over
         return sequence
 
+    async def wait_window(self, channel: int) -> int:
+        """Wait until ``channel``'s window takes a message; how many it takes now (taking none).
+
+        For a sender to wait on before it takes memory for its messages: a
+        channel whose peer stops consuming then holds none. Raises as
+        :meth:`send` once the link ended. Cancellation: nothing happens.
+        """
+        window = self._window(channel)
+        await window.wait_room()
+        return window.available
+
     async def send_batch(self, channel: int, messages: Sequence[Iterable[bytes]]) -> int:
         """Send the first messages of ``messages`` that the window takes now; how many (at least one).
 

@@ -752,6 +752,30 @@ def test_send_window_needs_a_positive_int(size: object) -> None:
         SendWindow(size)  # type: ignore[arg-type]
 
 
+async def test_send_window_wait_room_waits_for_one_and_takes_nothing() -> None:
+    window = SendWindow(2)
+    window.acquire_nowait(2)
+    roomy = trio.Event()
+
+    async def wait_room() -> None:
+        await window.wait_room()
+        roomy.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_room)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not roomy.is_set()
+            window.release(1)
+            await roomy.wait()
+        assert window.in_flight == 1  # nothing taken
+        await window.wait_room()  # room now: returns at once
+        window.acquire_nowait()
+        window.close(RuntimeError("ended"))
+        with pytest.raises(RuntimeError, match="ended"):
+            await window.wait_room()
+
+
 async def test_send_window_acquire_waits_for_release() -> None:
     window = SendWindow(3)
     window.acquire_nowait(3)

@@ -408,3 +408,25 @@ async def test_channels_to_idle_publishers_do_not_hold_back_a_live_one(nursery: 
             # And a second idle channel's first ask goes out beside the first's.
             await link.send(2, [b"idle?n=2"])
             assert await idle_asked.receive() == "idle?n=2"
+
+
+async def test_channels_whose_peer_stopped_consuming_do_not_hold_back_the_others(nursery: trio.Nursery) -> None:
+    # Elements count in the link's half for elements in hand (shared by its
+    # channels) from the app session until the link has them. A channel
+    # whose window is full (its peer consumes nothing) must not wait there
+    # with a batch counted: four such channels took the whole half (4 MiB of
+    # an 8 MiB budget, 1 MiB elements, a window of one message), and a fifth
+    # channel's first element, and the live channel's behind it, waited for
+    # good though the connection's budget had room.
+    settings = RelinkSettings(
+        reconnect_delay=0.01, reconnect_max_delay=0.05, shutdown_timeout=1.0, send_window=1, max_connection_memory=8 * 1024 * 1024
+    )
+    _, port = await start(nursery, settings)
+    with trio.fail_after(20):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            for channel in range(1, 6):
+                await link.send(channel, [b"blob?count=1000&size=1048576"])  # never read
+            await trio.sleep(0.5)  # (their first elements go out and fill their windows)
+            # (A window of one message: each element waits for the last one's ack.)
+            await link.send(9, [b"range?count=3"])
+            assert await everything(link, 9) == [element(n) for n in range(3)]
