@@ -21,7 +21,7 @@ from ._version import __version__
 if _TYPE_CHECKING:
     from ._auth import Authenticate, Authorize, PeerInfo, Principal, static_token
     from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
-    from ._config import STREAM_MEMORY_COST, SessionConfig
+    from ._config import STREAM_MEMORY_COST, ConnectionMemoryTooSmall, SessionConfig
     from ._connect import connect, open_local_session, open_session
     from ._errors import (
         HandshakeError,
@@ -85,6 +85,7 @@ __all__ = [
     "SessionBroken",
     "SessionClosed",
     "SessionConfig",
+    "ConnectionMemoryTooSmall",
     "SessionStatistics",
     "Sink",
     "SinkStatistics",
@@ -135,6 +136,7 @@ _LAZY_NAMES: dict[str, str] = {
     "MsgpackCodec": "._codecs",
     "RawCodec": "._codecs",
     "SessionConfig": "._config",
+    "ConnectionMemoryTooSmall": "._config",
     "connect": "._connect",
     "open_local_session": "._connect",
     "open_session": "._connect",

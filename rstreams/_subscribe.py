@@ -632,6 +632,8 @@ class Subscription(_OneWaiter):
         Raises:
             PublisherError, SessionClosed: the stream failed, after the
                 elements received (as iterating does).
+            trio.BusyResourceError: another task is iterating this
+                subscription.
             ValueError: ``max_elements`` is not positive.
 
         Cancellation: nothing is taken. Always checkpoints.
@@ -647,6 +649,9 @@ class Subscription(_OneWaiter):
             try:
                 await self._wait_for_elements()
             except StopAsyncIteration:
+                # (Ended with nothing buffered: _wait_for_elements did not
+                # yield, and the docstring promises a checkpoint.)
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 return 0, 0
         return self._next_batch_size(max_elements, max_bytes)
 

@@ -399,7 +399,8 @@ def hold_for_response(budget: MemoryBudget, size: int) -> bool:
     (:meth:`EpoxyConnection.respond_nowait`'s ``prepaid``), or when the
     request is answered otherwise (an error response, the connection's end,
     cancellation). Bytes of a budget other than the connection's are given
-    back once the response is queued.
+    back to it as soon as the method has returned, before the response is
+    queued (only the connection's own budget counts the response).
 
     Returns:
         False if the method was not called by :func:`serve_services` (or

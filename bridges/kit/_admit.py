@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rstreams import Subscription
+from rstreams.protocol import ElementBatch
 
 from ._budget import MemoryBudget
 
@@ -87,7 +88,8 @@ class BatchesWithinBudget:
         # The batch is what was counted (nothing else takes from the
         # subscription); the rest of an element larger than max_bytes
         # is already in memory.
-        arrived = sum(map(len, batch))
+        # (A packed batch knows its size; summing it would slice every element.)
+        arrived = batch.nbytes if isinstance(batch, ElementBatch) else sum(map(len, batch))
         if arrived > room:
             self.budget.charge(arrived - room)
         else:

@@ -248,6 +248,12 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         """Bytes queued for the writer and not yet written."""
         return self._queued - self._written
 
+    async def wait_writable(self, *, or_ended: bool = True) -> None:
+        """As the kit's, but by default returning once the connection has
+        ended (``or_ended``), as this method always did here: a link's
+        sender then looks for the next connection."""
+        await super().wait_writable(or_ended=or_ended)
+
     def drop(self, error: BaseException) -> None:
         """End this connection with ``error`` without a word (a newer one took the link over)."""
         self._finish(error)

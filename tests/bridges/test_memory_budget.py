@@ -438,7 +438,8 @@ def test_micromsg2_subscriptions_that_never_acknowledge_cost_their_budget_and_th
     # Each subscription asks its publisher for one element before it knows
     # how large its elements are. Counting each element only once it came
     # (room taken after the fact) let 4 clients x 64 subscriptions to 1 MiB
-    # elements grow an 8 MiB-budget server by 274 MiB; now room is taken
+    # elements grow an 8 MiB-budget server by hundreds of MiB (the figures
+    # are in docs/bridges/micromsg2.md); now room is taken
     # before an element leaves the app session, so each connection holds at
     # most its budget in the broker and the app session's own budget (the
     # same size) of elements not yet taken: twice the budget.

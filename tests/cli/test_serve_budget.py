@@ -16,7 +16,7 @@ import rstreams
 import rstreams.cli._serve
 import rstreams.protocol
 from rstreams.cli import build_parser, main
-from rstreams._config import ConnectionMemoryTooSmall, SessionConfig
+from rstreams import ConnectionMemoryTooSmall, SessionConfig
 from rstreams.cli._common import parse_size
 from rstreams.support import ServeContext, registered_bridges
 
