@@ -426,7 +426,8 @@ async def test_channels_whose_peer_stopped_consuming_do_not_hold_back_the_others
         async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
             for channel in range(1, 6):
                 await link.send(channel, [b"blob?count=1000&size=1048576"])  # never read
-            await trio.sleep(0.5)  # (their first elements go out and fill their windows)
+            while link.held_bytes < 5 * 1024 * 1024:  # their first elements came: their windows are full
+                await trio.sleep(0.01)
             # (A window of one message: each element waits for the last one's ack.)
             await link.send(9, [b"range?count=3"])
             assert await everything(link, 9) == [element(n) for n in range(3)]
