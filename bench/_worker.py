@@ -20,6 +20,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _proc import rss_bytes  # noqa: E402
+
 URL = "tcp://127.0.0.1:{port}"
 WS_URL = "ws://127.0.0.1:{port}/"
 
@@ -132,13 +134,6 @@ async def rstreams_idle_memory(port: int, n: int) -> dict[str, Any]:
     return {"bytes_per_subscription": (after - before - 8 * n) / n, "n": n}
 
 
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 async def rstreams_slow_subscribers(port: int, server_pid: int, n: int, connections: int, seconds: float) -> dict[str, Any]:
     import trio
 
@@ -163,7 +158,7 @@ async def rstreams_slow_subscribers(port: int, server_pid: int, n: int, connecti
             for index in range(n):
                 nursery.start_soon(slow, sessions[index % connections])
             while time.perf_counter() - start < seconds:
-                samples.append((time.perf_counter() - start, _rss(server_pid)))
+                samples.append((time.perf_counter() - start, rss_bytes(server_pid)))
                 await trio.sleep(0.25)
             nursery.cancel_scope.cancel()
         outer.cancel_scope.cancel()

@@ -26,11 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from typing import Any
+
+from _proc import cpu_seconds, free_port
 
 parser = argparse.ArgumentParser()
 parser.add_argument("root")
@@ -48,10 +49,7 @@ os.chdir(root)
 import rstreams  # noqa: E402  (from ROOT)
 import trio  # noqa: E402
 
-probe = socket.socket()
-probe.bind(("127.0.0.1", 0))
-port = probe.getsockname()[1]
-probe.close()
+port = free_port()
 argv = [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", os.path.join(root, "bench")]
 argv += ["--tcp", f"127.0.0.1:{port}"]
 if args.server_poll is not None:
@@ -59,11 +57,6 @@ if args.server_poll is not None:
 server = subprocess.Popen(
     argv, env=dict(os.environ, PYTHONPATH=root), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
 )
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def switches(pid: int) -> tuple[int, int]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+from _proc import cpu_seconds, free_port
 
 root, mode, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 prefetch = int(sys.argv[5]) if len(sys.argv) > 5 else None
@@ -30,10 +31,7 @@ os.chdir(root)
 import rstreams  # noqa: E402  (from ROOT)
 import trio  # noqa: E402
 
-probe = socket.socket()
-probe.bind(("127.0.0.1", 0))
-port = probe.getsockname()[1]
-probe.close()
+port = free_port()
 server = subprocess.Popen(
     [sys.executable, "-m", "rstreams", "serve", "examples.demo:app", "--tcp", f"127.0.0.1:{port}"],
     env=dict(os.environ, PYTHONPATH=root),
@@ -41,11 +39,6 @@ server = subprocess.Popen(
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
 )
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def main() -> None:

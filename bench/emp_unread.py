@@ -27,6 +27,7 @@ import msgpack
 
 from typing import Any
 
+from _proc import rss_bytes
 from bridges.emp import Connection, Data, Hello
 from bridges.epoxy import PUBLISHERS_SERVICE, ConfigReceived, Response, Role, SubscribeRequest
 from bridges.epoxy import Connection as EpoxyMachine
@@ -48,14 +49,6 @@ async def main():
         print(listeners[0].socket.getsockname()[1], flush=True)
 trio.run(main)
 """
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def open_client(port: int, protocol: str) -> tuple[socket.socket, Any]:
@@ -114,7 +107,7 @@ def main() -> None:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         time.sleep(0.5)
-        before = rss(server.pid)
+        before = rss_bytes(server.pid)
         clients = [open_client(port, args.protocol) for _ in range(args.connections)]
         sent = 0
         for sock, machine in clients:
@@ -126,7 +119,7 @@ def main() -> None:
         peak = before
         end = time.monotonic() + args.settle
         while time.monotonic() < end:
-            peak = max(peak, rss(server.pid))
+            peak = max(peak, rss_bytes(server.pid))
             time.sleep(0.1)
         print(f"server VmRSS before: {before / 2**20:.1f} MiB; highest while {args.connections} clients x "
               f"{args.requests} requests ({sent} bytes sent) did not read: {peak / 2**20:.1f} MiB "

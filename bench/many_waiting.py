@@ -23,8 +23,6 @@ bound counts wake-ups instead (tests/runtime/test_waiting_publishers.py).
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,20 +34,10 @@ import msgpack
 import trio
 
 import rstreams
+from _proc import cpu_seconds, free_port
 from rstreams.protocol import MessageDecoder, OnNext, OnNextPacked, Subscribed
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def waiting_streams(port: int, n: int, block: int, report: dict[str, Any]) -> None:

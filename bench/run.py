@@ -59,6 +59,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from _proc import free_port
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BENCH_VENV = HERE / ".venv"
@@ -174,12 +176,6 @@ class Server:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_nats(binary: str) -> Server:
