@@ -6,6 +6,7 @@ wire is cut into reads and fed, and how events are compared across paths.
 from __future__ import annotations
 
 import msgpack
+from hypothesis import strategies as st
 
 from rstreams.protocol import Connection, Elements, Event, ProtocolLimits, RemoteProtocolError
 
@@ -72,3 +73,9 @@ def message_starts(wire: bytes) -> list[int]:
     for _ in unpacker:
         starts.append(unpacker.tell())
     return starts[:-1]
+
+
+def read_sizes(max_size: int) -> st.SearchStrategy[list[int]]:
+    """How a peer's bytes are cut into reads: tiny reads (headers cut
+    anywhere) mixed with reads larger than a part or a default read."""
+    return st.lists(st.one_of(st.integers(1, 40), st.integers(1, 300 * 1024)), max_size=max_size)

@@ -39,7 +39,7 @@ from rstreams.protocol._codec import (
     read_part_header,
 )
 
-from ._wire import LIMITS, feed_reads, message_starts, normalized, split_into_reads
+from ._wire import LIMITS, feed_reads, message_starts, normalized, read_sizes, split_into_reads
 
 
 @contextmanager
@@ -166,7 +166,7 @@ def split_traffic(draw: st.DrawFn) -> tuple[bytes, int, dict[int, list[bytes]]]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     traffic=split_traffic(),
-    reads=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 300 * 1024)), max_size=40),
+    reads=read_sizes(40),
 )
 def test_split_elements_arrive_as_through_the_unpacker(
     traffic: tuple[bytes, int, dict[int, list[bytes]]], reads: list[int]
@@ -197,7 +197,7 @@ def test_split_elements_arrive_as_through_the_unpacker(
         min_size=1,
         max_size=3,
     ),
-    reads=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 300 * 1024)), max_size=20),
+    reads=read_sizes(20),
     message_per_read=st.booleans(),
 )
 def test_damaged_traffic_fails_as_through_the_unpacker(

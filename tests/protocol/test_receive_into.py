@@ -32,7 +32,7 @@ from rstreams.protocol import (
 )
 from rstreams.protocol._codec import encode
 
-from ._wire import message_starts, normalized
+from ._wire import message_starts, normalized, read_sizes
 from .test_part_reader import payload, split_traffic
 
 LIMITS = ProtocolLimits(max_message_size=1 << 20, max_element_size=4 << 20, split_threshold=64 * 1024)
@@ -281,7 +281,7 @@ def test_an_element_larger_than_the_limit_is_refused_either_way() -> None:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     traffic=split_traffic(),
-    reads=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 300 * 1024)), max_size=40),
+    reads=read_sizes(40),
 )
 def test_split_elements_arrive_as_with_receive_data(
     traffic: tuple[bytes, int, dict[int, list[bytes]]], reads: list[int]
@@ -329,7 +329,7 @@ def test_a_stream_of_split_elements_in_any_reads(sizes: list[int], part_size: in
         min_size=1,
         max_size=3,
     ),
-    reads=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 300 * 1024)), max_size=20),
+    reads=read_sizes(20),
 )
 def test_damaged_traffic_fails_as_with_receive_data(
     traffic: tuple[bytes, int, dict[int, list[bytes]]], flips: list[tuple[int, int, int]], reads: list[int]
