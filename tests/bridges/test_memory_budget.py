@@ -17,11 +17,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +236,34 @@ def _readable(sock: socket.socket) -> int:
     return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
 
 
+@contextlib.contextmanager
+def _budget_server(bridge: str) -> Iterator[tuple[int, int]]:
+    """The ``bridge``'s app server at ``BUDGET`` in its own process: (pid, port)."""
+    server = subprocess.Popen([sys.executable, "-c", SERVER, bridge, str(BUDGET)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert server.stdout is not None
+        yield server.pid, int(server.stdout.readline())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _peak_once_stuck(pid: int, socks: list[socket.socket], before: int) -> int:
+    """The server's highest RSS until every one of ``socks`` (which read
+    nothing) has its receive buffer full, and a while after: from then on
+    the server can only hold what its budgets let it."""
+    peak = before
+    give_up = time.monotonic() + 60
+    while not all(_readable(sock) >= 32 * 1024 for sock in socks):
+        assert time.monotonic() < give_up, "the server never wrote to the attackers"
+        peak = max(peak, _rss(pid))
+        time.sleep(0.05)
+    for _ in range(40):  # and look a while longer
+        peak = max(peak, _rss(pid))
+        time.sleep(0.05)
+    return peak
+
+
 class _RawClient:
     """A blocking client over a sans-I/O machine: it asks, and reads only when told."""
 
@@ -326,33 +356,20 @@ class _EpoxyClient(_RawClient):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("bridge, client", [("emp", _EmpClient), ("epoxy", _EpoxyClient)])
 def test_clients_that_do_not_read_cost_at_most_their_budget(bridge: str, client: type[_RawClient]) -> None:
-    command = [sys.executable, "-c", SERVER, bridge, str(BUDGET)]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
+    with _budget_server(bridge) as (pid, port):
         # The well-behaved client is connected (and served once) before the
         # attack, so the baseline includes what serving one client costs.
         good = client(port)
         good.ask("range?count=3", 1)
         assert good.read(1) == [[bytes(8), (1).to_bytes(8, "big"), (2).to_bytes(8, "big")]]
-        before = _rss(server.pid)
+        before = _rss(pid)
 
         attackers = [client(port) for _ in range(ATTACKERS)]
         for attacker in attackers:
             attacker.ask(BLOB, REQUESTS)
         # Wait until every attacker's socket is full of responses it does
         # not read: from then on the server can only build within budgets.
-        peak = before
-        give_up = time.monotonic() + 60
-        while not all(_readable(attacker.sock) >= 32 * 1024 for attacker in attackers):
-            assert time.monotonic() < give_up, "the server never wrote to the attackers"
-            peak = max(peak, _rss(server.pid))
-            time.sleep(0.05)
-        for _ in range(40):  # and look a while longer
-            peak = max(peak, _rss(server.pid))
-            time.sleep(0.05)
-        growth = peak - before
+        growth = _peak_once_stuck(pid, [attacker.sock for attacker in attackers], before) - before
         assert growth <= ATTACKERS * BUDGET + CONSTANT, f"the server grew by {growth / MiB:.1f} MiB"
 
         # Meanwhile the well-behaved client is served.
@@ -365,9 +382,6 @@ def test_clients_that_do_not_read_cost_at_most_their_budget(bridge: str, client:
             assert all(isinstance(response, list) and sum(map(len, response)) == 2 * MiB for response in responses)
             attacker.sock.close()
         good.sock.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.timeout(120)
@@ -382,11 +396,8 @@ def test_relink_connector_that_reads_and_never_consumes_costs_its_budget() -> No
     from bridges.relink import Role as RelinkRole
 
     channels = 8
-    server = subprocess.Popen([sys.executable, "-c", SERVER, "relink", str(BUDGET)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        before = _rss(server.pid)
+    with _budget_server("relink") as (pid, port):
+        before = _rss(pid)
         attackers = []
         for _ in range(ATTACKERS):
             sock = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -417,8 +428,8 @@ def test_relink_connector_that_reads_and_never_consumes_costs_its_budget() -> No
                     continue
                 assert data, "the server closed the connection"
                 received += len(data)
-                peak = max(peak, _rss(server.pid))
-        peak = max(peak, _rss(server.pid))
+                peak = max(peak, _rss(pid))
+        peak = max(peak, _rss(pid))
         growth = peak - before
         # Per connection: its budget, and one 1 MiB element per subscription,
         # asked for before its size is known: it waits in the app session
@@ -428,9 +439,6 @@ def test_relink_connector_that_reads_and_never_consumes_costs_its_budget() -> No
         assert growth <= ATTACKERS * (BUDGET + channels * MiB) + CONSTANT, f"grew by {growth / MiB:.1f} MiB after {received} bytes"
         for sock in attackers:
             sock.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.timeout(120)
@@ -448,11 +456,8 @@ def test_micromsg2_subscriptions_that_never_acknowledge_cost_their_budget_and_th
     from bridges.micromsg2 import Role as MicroMsg2Role
 
     subscriptions = 64
-    server = subprocess.Popen([sys.executable, "-c", SERVER, "micromsg2", str(BUDGET)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
-        before = _rss(server.pid)
+    with _budget_server("micromsg2") as (pid, port):
+        before = _rss(pid)
         attackers = []
         for _ in range(ATTACKERS):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -473,16 +478,7 @@ def test_micromsg2_subscriptions_that_never_acknowledge_cost_their_budget_and_th
             attackers.append((sock, machine))
         # Neither read nor acknowledge: once every attacker's socket is full,
         # the server can only hold what its budgets let it.
-        peak = before
-        give_up = time.monotonic() + 60
-        while not all(_readable(sock) >= 32 * 1024 for sock, _ in attackers):
-            assert time.monotonic() < give_up, "the server never wrote to the attackers"
-            peak = max(peak, _rss(server.pid))
-            time.sleep(0.05)
-        for _ in range(40):  # and look a while longer
-            peak = max(peak, _rss(server.pid))
-            time.sleep(0.05)
-        growth = peak - before
+        growth = _peak_once_stuck(pid, [sock for sock, _ in attackers], before) - before
         assert growth <= ATTACKERS * 2 * BUDGET + CONSTANT, f"the server grew by {growth / MiB:.1f} MiB"
 
         # Held, not stuck: an attacker that reads and acknowledges gets more.
@@ -499,9 +495,6 @@ def test_micromsg2_subscriptions_that_never_acknowledge_cost_their_budget_and_th
                 sock.sendall(machine.data_to_send())
         for sock, _ in attackers:
             sock.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 # ---- a peer whose input passes the budget ---------------------------------------
