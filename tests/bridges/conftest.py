@@ -72,3 +72,21 @@ def raw_pair() -> Callable[..., tuple[trio.abc.Stream, RawPeer]]:
 
 async def connect_raw(port: int, framing: Framing = Framing.SIZE_INCLUDES_FIELD) -> RawPeer:
     return RawPeer(await trio.open_tcp_stream("127.0.0.1", port), framing)
+
+
+def add_idle_publisher(app: object, name: str = "idle") -> trio.MemoryReceiveChannel[str]:
+    """Add to ``app`` (an ``rstreams.Router``) a publisher that never sends:
+    the channel returned gets its subscribe's name once the server has first
+    asked it for an element (its demand came), so a test knows the ask is out."""
+    import rstreams
+
+    assert isinstance(app, rstreams.Router)
+    asks, asked = trio.open_memory_channel[str](64)
+
+    @app.publisher(name)
+    async def idle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        await sink.wait_demand()
+        asks.send_nowait(request.name)
+        await trio.sleep_forever()
+
+    return asked

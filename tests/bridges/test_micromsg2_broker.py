@@ -17,6 +17,7 @@ from functools import partial
 import pytest
 import trio
 import trio.testing
+from conftest import add_idle_publisher
 from micromsg2_raw import PUBSUB, RawClient
 
 import examples.demo
@@ -86,15 +87,7 @@ async def served(nursery: trio.Nursery) -> AsyncIterator[Served]:
         await sink.send(BIG)
 
     counted: list[int] = []
-    idle_asks, idle_asked = trio.open_memory_channel[str](64)
-
-    @app.publisher("idle")
-    async def idle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-        # Says when the broker first asked it for an element, and never sends one.
-        await sink.wait_demand()
-        idle_asks.send_nowait(request.name)
-        await trio.sleep_forever()
-
+    idle_asked = add_idle_publisher(app)
 
     @app.publisher("count")
     async def count(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:

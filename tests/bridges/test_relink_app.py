@@ -12,6 +12,7 @@ from functools import partial
 
 import pytest
 import trio
+from conftest import add_idle_publisher
 from relink_proxy import CuttingProxy
 
 import examples.demo
@@ -388,15 +389,7 @@ async def test_channels_to_idle_publishers_do_not_hold_back_a_live_one(nursery: 
     route = examples.demo.app.resolve("range")
     assert route is not None
     app.add("range", route)
-    idle_asks, idle_asked = trio.open_memory_channel[str](64)
-
-    @app.publisher("idle")
-    async def idle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-        # Says when the server first asked it for an element, and never sends one.
-        await sink.wait_demand()
-        idle_asks.send_nowait(request.name)
-        await trio.sleep_forever()
-
+    idle_asked = add_idle_publisher(app)
     server = RelinkAppServer(app, settings=FAST)
     listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
     with trio.fail_after(10):
