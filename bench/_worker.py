@@ -92,19 +92,24 @@ async def rstreams_round_trips(port: int, total: int, concurrency: int, mode: st
 async def rstreams_latency(port: int, rate: float, count: int) -> dict[str, Any]:
     import rstreams
 
+    async with rstreams.open_session(URL.format(port=port)) as session:
+        return await stamp_latencies(session, rate, count)
+
+
+async def stamp_latencies(session: Any, rate: float, count: int) -> dict[str, Any]:
+    """Read ``stamps`` from ``session`` (``async for``, prefetch 256): each
+    element's latency in µs, and the span from the first stamp to the last
+    arrival, over which the rate the stream held is (elements - 1) / span_s."""
     latencies: list[float] = []
     first_stamp = last = 0
     clock = time.perf_counter_ns
-    async with rstreams.open_session(URL.format(port=port)) as session:
-        async with session.subscribe(f"stamps?rate={rate}&count={count}", prefetch=256) as subscription:
-            async for element in subscription:
-                last = clock()
-                stamp = int.from_bytes(element, "big")
-                if not latencies:
-                    first_stamp = stamp
-                latencies.append((last - stamp) / 1000.0)
-    # From the first element's stamp to the last element's arrival: the rate
-    # the stream held is (elements - 1) / span_s.
+    async with session.subscribe(f"stamps?rate={rate}&count={count}", prefetch=256) as subscription:
+        async for element in subscription:
+            last = clock()
+            stamp = int.from_bytes(element, "big")
+            if not latencies:
+                first_stamp = stamp
+            latencies.append((last - stamp) / 1000.0)
     return {"latencies_us": latencies, "span_s": (last - first_stamp) / 1e9}
 
 

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from _proc import cpu_seconds, free_port
+from _worker import stamp_latencies
 
 parser = argparse.ArgumentParser()
 parser.add_argument("root")
@@ -88,23 +89,15 @@ async def main() -> None:
                 await session.fetch("range?count=1", 1)
             out["rt_s"] = round(count / (time.perf_counter() - start))
         else:
-            latencies: list[float] = []
-            clock = time.perf_counter_ns
-            first = last = 0
-            async with session.subscribe(f"stamps?rate=10000&count={count}", prefetch=256) as subscription:
-                async for element in subscription:
-                    last = clock()
-                    stamp = int.from_bytes(element, "big")
-                    if not latencies:
-                        first = stamp
-                    latencies.append((last - stamp) / 1000.0)
+            read = await stamp_latencies(session, 10000, count)
+            latencies = read["latencies_us"]
             ordered = sorted(latencies)
 
             def at(q: float) -> int:
                 return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
             out.update(p50=at(0.5), p99=at(0.99), p999=at(0.999), max=round(ordered[-1]))
-            out["rate"] = round((len(latencies) - 1) / ((last - first) / 1e9))
+            out["rate"] = round((len(latencies) - 1) / read["span_s"])
             if args.dump:
                 with open(args.dump, "w") as file:
                     json.dump(latencies, file)
