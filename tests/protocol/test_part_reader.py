@@ -333,7 +333,7 @@ def test_a_large_element_holds_its_payload_only_until_its_join() -> None:
         assert sub.reassembler is not None
         # The memory held is the payload received so far (copied out of the
         # reads, which a connection's memory budget could not count once
-        # per stream: see Connection._add_piece), never more than announced.
+        # per stream: see _split, "Copies"), never more than announced.
         assert 0 < sub.reassembler.buffered <= sub.reassembler.size
         assert client.inbound_bytes >= sub.reassembler.size
     client.receive_data(reads[-1])
