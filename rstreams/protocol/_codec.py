@@ -487,23 +487,39 @@ def read_part_header(data: bytes | memoryview, max_message_size: int) -> PartHea
     ``max_message_size``). None means "let the Unpacker decide", which is
     also how such a part's error is found.
     """
-    available = len(data)
-    if not available or data[0] != FIXARRAY_4:
-        return None
-    if available < 2:
-        return INCOMPLETE_PART_HEADER
-    code = data[1]
-    if code not in _PART_CODES:
-        return None
-    fields = read_ids_and_bin(data, 2, 2)
+    fields = read_message_header(data, FIXARRAY_4, _PART_CODES, 2, max_message_size)
     if fields is None:
         return None
     if fields is INCOMPLETE_FIELDS:
         return INCOMPLETE_PART_HEADER
+    subscriber, element = fields.ids
+    return PartHeader(fields.end, data[1] == LAST_PART_CODE, subscriber, element, fields.size)
+
+
+def read_message_header(
+    data: bytes | memoryview, fixarray: int, codes: tuple[int, ...], id_count: int, max_message_size: int
+) -> HeaderFields | None:
+    """The header fields of a message ``[code, Id x id_count, bin]`` at the
+    start of ``data``: its first byte ``fixarray``, its code one of
+    ``codes``. What the onNext run reader and the part reader share.
+
+    Returns the fields; :data:`INCOMPLETE_FIELDS` if ``data`` is a prefix of
+    such a header; None for anything else, a message over
+    ``max_message_size`` included (the Unpacker decides on those).
+    """
+    available = len(data)
+    if not available or data[0] != fixarray:
+        return None
+    if available < 2:
+        return INCOMPLETE_FIELDS
+    if data[1] not in codes:
+        return None
+    fields = read_ids_and_bin(data, 2, id_count)
+    if fields is None or fields is INCOMPLETE_FIELDS:
+        return fields
     if fields.end + fields.size > max_message_size:
         return None
-    subscriber, element = fields.ids
-    return PartHeader(fields.end, code == LAST_PART_CODE, subscriber, element, fields.size)
+    return fields
 
 
 class HeaderFields(NamedTuple):

@@ -30,7 +30,7 @@ import re
 import struct
 from typing import NamedTuple
 
-from ._codec import INCOMPLETE_FIELDS, read_ids_and_bin
+from ._codec import INCOMPLETE_FIELDS, read_message_header
 from ._messages import MessageType
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
 #: The first two bytes of an onNext (and the first of a few other messages).
 FIXARRAY_3 = 0x93
 ON_NEXT_CODE = int(MessageType.ON_NEXT)
+_ON_NEXT_CODES = (ON_NEXT_CODE,)
 #: The longest header read: fixarray, code, a uint64 Id and a bin32 header.
 MAX_ON_NEXT_HEADER_SIZE = 1 + 1 + 9 + 5
 
@@ -73,21 +74,12 @@ def read_on_next_header(data: bytes | memoryview, max_message_size: int) -> OnNe
     an element that is not bin, a message over ``max_message_size``), which
     the Unpacker decides on.
     """
-    available = len(data)
-    if not available or data[0] != FIXARRAY_3:
-        return None
-    if available < 2:
-        return INCOMPLETE_ON_NEXT_HEADER
-    if data[1] != ON_NEXT_CODE:
-        return None
-    fields = read_ids_and_bin(data, 2, 1)
+    fields = read_message_header(data, FIXARRAY_3, _ON_NEXT_CODES, 1, max_message_size)
     if fields is None:
         return None
     if fields is INCOMPLETE_FIELDS:
         return INCOMPLETE_ON_NEXT_HEADER
     end = fields.end
-    if end + fields.size > max_message_size:
-        return None
     return OnNextHeader(bytes(data[:end]), fields.ids[0], fields.size, end + fields.size)
 
 
