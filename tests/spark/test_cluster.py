@@ -122,7 +122,10 @@ class Cluster:
                     state = json.load(response)
                 if sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") >= workers:
                     return
-            except OSError:
+            except (OSError, ValueError):
+                # Not up yet, or up and answering with a page rather than
+                # the JSON (seen once in CI: an HTML page at /json/ while
+                # the master started): ask again until the deadline.
                 pass
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
                 raise RuntimeError(f"the cluster did not report {workers} alive workers; logs in {self.logs}")
