@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._auth import Authenticate, Authorize
+from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control
 from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
 
 __all__ = [
@@ -92,6 +93,13 @@ class SessionConfig:
             only; 0 turns it off). Spends up to that much CPU per read to
             save waking a sleeping core, which on loopback or a fast LAN is
             a third or more of a round trip (see ``_direct_socket``).
+        loopback_congestion_control: the TCP congestion control of a
+            connection whose peer is on this machine's loopback (Linux), if
+            the host's differs: default ``"reno"``, which does not pace. A
+            host that uses BBR paces loopback to the rate the peer last
+            read at, which halved the throughput of large elements here;
+            connections to other addresses keep the host's choice. None
+            keeps the host's choice everywhere. See ``rstreams/_loopback.py``.
         idle_timeout: seconds after which a session whose peer sent nothing
             (keepalive pings and pongs aside) and that has no stream open
             either way is closed, with goodbye ``idle timeout: ...``; None
@@ -137,6 +145,7 @@ class SessionConfig:
     max_unsent_control: int = 4096 * KiB
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
     busy_poll: float = 200e-6
+    loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
     idle_timeout: float | None = None
     keepalive_interval: float | None = 30.0
     keepalive_timeout: float = 30.0
@@ -164,6 +173,7 @@ class SessionConfig:
                     f"limits.{name} ({value} bytes) must fit in the inbound half of max_connection_memory"
                     f" ({self.max_connection_memory} bytes, half {half}): raise the budget or lower the limit"
                 )
+        check_congestion_control(self.loopback_congestion_control)
         if self.authorize is not None and self.authenticate is None:
             raise ValueError("authorize needs authenticate (it is given the principal authenticate returned)")
 

@@ -59,6 +59,7 @@ from ._errors import (
 )
 from ._groups import caller_sees_its_own_exception
 from ._logs import peer_address, transport_name
+from ._loopback import unpace_loopback
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
 from ._subscribe import HeldElements, StreamReceiver, Subscription, _Fetch
@@ -217,6 +218,7 @@ class Session(Peer):
         # nothing in hand; what the socket did not take waits in _unsent, and
         # the writer sends it before anything else.
         direct = self._direct = direct_socket(stream)
+        unpace_loopback(stream, config.loopback_congestion_control)
         self._send_now = direct.send_now if direct is not None else None
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
         # Busy polling (see _direct_socket): the reader polls before it

@@ -13,6 +13,7 @@ modules.
 from ._accept import serve_listeners
 from ._errors import describe_error
 from ._groups import caller_sees_its_own_exception
+from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control, unpace_loopback
 from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
 from ._peer import DEFAULT_PREFETCH, FeedPeer, Peer, StreamFeed
 from ._registry import (
@@ -37,6 +38,7 @@ __all__ = [
     "BridgeService",
     "PublishFunction",
     "BridgeURL",
+    "DEFAULT_LOOPBACK_CONGESTION_CONTROL",
     "DEFAULT_MEMORY_BUFFER",
     "DEFAULT_PREFETCH",
     "ENTRY_POINT_GROUP",
@@ -49,6 +51,7 @@ __all__ = [
     "StreamFeed",
     "UnsupportedScheme",
     "caller_sees_its_own_exception",
+    "check_congestion_control",
     "describe_error",
     "find_scheme",
     "known_schemes",
@@ -60,6 +63,7 @@ __all__ = [
     "register_bridge",
     "registered_bridges",
     "serve_listeners",
+    "unpace_loopback",
     "url_is_secure",
     "url_scheme",
     "with_tls",

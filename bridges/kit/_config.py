@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
+from rstreams.support import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control
 
 __all__ = ["LinkSettings", "KiB", "MiB"]
 
@@ -46,6 +47,10 @@ class LinkSettings:
             protocol's error, "memory budget exceeded". Default
             ``rstreams.protocol.DEFAULT_CONNECTION_MEMORY`` (64 MiB), the
             same as every rstreams connection's.
+        loopback_congestion_control: the TCP congestion control of a
+            connection whose peer is on this machine's loopback, as
+            ``rstreams.SessionConfig``'s (default ``"reno"``, which does not
+            pace; None keeps the host's choice).
     """
 
     handshake_timeout: float = 10.0
@@ -57,6 +62,7 @@ class LinkSettings:
     max_write_buffer: int = 64 * KiB
     close_timeout: float = 1.0
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
+    loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
 
     def __post_init__(self) -> None:
         for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
@@ -68,3 +74,4 @@ class LinkSettings:
             raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
         if type(self.max_connection_memory) is not int or self.max_connection_memory <= 0:
             raise ValueError(f"max_connection_memory must be a positive int, got {self.max_connection_memory!r}")
+        check_congestion_control(self.loopback_congestion_control)

@@ -93,7 +93,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from rstreams.protocol import RemoteProtocolError
-from rstreams.support import describe_error
+from rstreams.support import describe_error, unpace_loopback
 
 from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
@@ -138,6 +138,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def __init__(self, stream: trio.abc.Stream, machine: MachineT, config: SettingsT) -> None:
         self.stream = stream
         self.config = config
+        unpace_loopback(stream, config.loopback_congestion_control)
         self._machine = machine
         self._cancel_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None

@@ -13,6 +13,7 @@ on 127.0.0.1 for the server. Timeouts run on trio's MockClock.
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -1259,3 +1260,34 @@ async def test_batches_within_budget_cancelled_take_nothing() -> None:
                 budget.give_back(100)
                 assert [u32(i) for i in range(3)] == list(await batches.__anext__())
                 assert budget.used == 12
+
+
+# ---- loopback congestion control --------------------------------------------
+
+
+def _congestion_control(stream: trio.SocketStream) -> bytes:
+    return stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0]
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_CONGESTION"), reason="no TCP_CONGESTION on this platform")
+@pytest.mark.parametrize("setting", ["reno", None])
+async def test_bridge_connections_over_loopback_get_the_configured_congestion_control(setting: str | None) -> None:
+    """As rstreams sessions (tests/runtime/test_loopback.py): Reno by
+    default over loopback, the host's own choice with None."""
+    with socket.socket() as probe:
+        host_default = probe.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0]
+    with trio.fail_after(10):
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        client = await trio.open_tcp_stream("127.0.0.1", rstreams.listener_port(listeners[0]))
+        server = await listeners[0].accept()
+        try:
+            LineConnection(client, settings(loopback_congestion_control=setting))
+            LineConnection(server, settings(loopback_congestion_control=setting))
+            expected = host_default if setting is None else b"reno"
+            assert _congestion_control(client) == expected
+            assert _congestion_control(server) == expected
+        finally:
+            for resource in (client, server, listeners[0]):
+                await resource.aclose()
+    with pytest.raises(ValueError, match="loopback_congestion_control"):
+        settings(loopback_congestion_control="not a name")
