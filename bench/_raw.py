@@ -15,8 +15,9 @@ Two halves, neither of which imports rstreams:
   subscribe to ``range`` or ``blob`` (the demo's publishers, same
   parameters) by writing the same wire messages the demo's publishers
   produce: onNext batched 256 per ``send_all`` (16 for elements over
-  1 KiB), onNextPacked with up to 16,384 elements per message, 64 KiB parts
-  with one ``send_all`` each. A short ``range`` (at most 16 elements) is
+  1 KiB), onNextPacked with up to 16,384 elements per message, elements
+  over 64 KiB in 256 KiB parts (two halves up to 256 KiB), one ``send_all``
+  each, as rstreams' ``ProtocolLimits`` split them. A short ``range`` (at most 16 elements) is
   answered whole, and the answers to the subscribes of one read share one
   ``send_all``: the round-trip ceiling.
 
@@ -37,7 +38,8 @@ import msgpack
 UNBOUNDED = 2**63 - 1
 HELLO, SUBSCRIBE, SUBSCRIBED, ON_NEXT, ON_COMPLETE, ON_ERROR = 0, 1, 4, 5, 6, 7
 ON_NEXT_PACKED, ON_NEXT_PART, ON_NEXT_LAST_PART, GOODBYE = 8, 9, 10, 11
-SPLIT = 64 * 1024
+SPLIT = 64 * 1024  # elements larger than this are split ...
+PART = 256 * 1024  # ... into parts of this, as ProtocolLimits' defaults
 PACKED_PER_MESSAGE = 16384
 READ_SIZE = 256 * 1024
 
@@ -164,10 +166,11 @@ def _blob_messages(subscriber: int, count: int, size: int) -> Iterator[bytes]:
     if size > SPLIT:
         for i in range(count):
             element = memoryview(pattern)[i % 256 : i % 256 + size]
-            for offset in range(0, size, SPLIT):
-                last = offset + SPLIT >= size
+            part = PART if size > PART else size - size // 2
+            for offset in range(0, size, part):
+                last = offset + part >= size
                 code = ON_NEXT_LAST_PART if last else ON_NEXT_PART
-                yield packer.pack((code, subscriber, i, element[offset : offset + SPLIT]))
+                yield packer.pack((code, subscriber, i, element[offset : offset + part]))
         return
     distinct = [pattern[offset : offset + size] for offset in range(256)]
     per_send = 16 if size > 1024 else 256

@@ -359,7 +359,7 @@ def make_cases(scale: float, websocket: bool = False) -> list[Case]:
             issue19="1 KiB, `batches()` (prefetch 4096)", goal_pyzmq=2.0,
         ),
         throughput_case(
-            "mib", "1 MiB elements (split in 64 KiB parts)", "MB/s", "blob?count={count}&size=1048576",
+            "mib", "1 MiB elements (split in 256 KiB parts)", "MB/s", "blob?count={count}&size=1048576",
             {"rstreams": n(600), "pyzmq": n(800), "nats": n(300), "probe": n(800), "rsocket": n(400), "raw": n(800)},
             16, 1 << 20, goal=1800, goal_rsocket=1.1, goal_raw=0.7,
             issue19="1 MiB, `batches()` (prefetch 16; pyzmq `copy=False`)", goal_pyzmq=1.0,
@@ -890,7 +890,7 @@ def write_report(cases: list[Case], extra: dict[str, Any], out: Path) -> None:
         "demand window; request-response for the round trips; 256 KiB reads (its default of 1 KiB",
         "would cap it far lower). Raw ceiling: a minimal trio server writing the same wire",
         "messages (onNext 256 per `send_all`, 16 above 1 KiB; onNextPacked 16,384 per message;",
-        "64 KiB parts, one `send_all` each), read by a plain socket and `msgpack.Unpacker`.",
+        "256 KiB parts above 64 KiB, one `send_all` each), read by a plain socket and `msgpack.Unpacker`.",
         "*Probe*: that raw consumer reading from the rstreams server.",
         "",
         "### Throughput and round trips",

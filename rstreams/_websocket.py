@@ -84,7 +84,7 @@ MAX_OUTGOING_MESSAGE = 256 * KiB
 # The largest header the scheduler writes in front of a split part
 # (fixarray, code, two uint64 Ids, bin32 length) is 25 bytes; 64 is margin.
 _PART_HEADER_BOUND = 64
-# The smallest write size worth having, for when a huge split_threshold
+# The smallest write size worth having, for when a huge part_size
 # leaves no room under the bound (each part then goes alone, over it).
 _MIN_WRITE_SIZE = 16 * KiB
 # The response to a refused client handshake: how much of the body to read
@@ -99,17 +99,22 @@ CLOSE_MESSAGE_TOO_BIG = 1009
 
 
 def websocket_config(config: SessionConfig) -> SessionConfig:
-    """``config`` with the write size that keeps each WebSocket message ≤ 256 KiB.
+    """``config`` with the part and write sizes that keep each WebSocket message ≤ 256 KiB.
 
     ``data_to_send(write_size)`` may end one message past ``write_size``; the
-    largest such message is a split part (``split_threshold`` + header), so
-    the write size is the bound minus that (192 KiB - 64 with the defaults).
+    largest such message is a split part (``part_size`` + header), so the
+    write size is the bound minus that. Parts are therefore no larger than
+    ``split_threshold`` here (64 KiB by default, not plain TCP's 256 KiB),
+    which leaves a write size of 192 KiB - 64 with the defaults.
     """
-    room = MAX_OUTGOING_MESSAGE - config.limits.split_threshold - _PART_HEADER_BOUND
+    limits = config.limits
+    if limits.part_size > limits.split_threshold:
+        limits = dataclasses.replace(limits, part_size=limits.split_threshold)
+    room = MAX_OUTGOING_MESSAGE - limits.part_size - _PART_HEADER_BOUND
     write_size = min(config.write_size, max(room, _MIN_WRITE_SIZE))
-    if write_size == config.write_size:
+    if write_size == config.write_size and limits is config.limits:
         return config
-    return dataclasses.replace(config, write_size=write_size)
+    return dataclasses.replace(config, write_size=write_size, limits=limits)
 
 
 def split_whole_messages(data: bytes | bytearray, bound: int) -> list[memoryview]:

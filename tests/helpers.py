@@ -61,6 +61,7 @@ SMALL_LIMITS = ProtocolLimits(
     max_string_size=256,
     max_extensions=8,
     split_threshold=1024,
+    part_size=1024,
     max_remembered_ids=16,
 )
 

@@ -371,7 +371,11 @@ class Connection:
         self._finished_publications: OrderedDict[int, None] = OrderedDict()
         # A quarter of the budget: what our peer holds of our unfinished split
         # elements stays within its inbound half if its budget is half ours.
-        self._outbound = Outbound(limits.split_threshold, max_splitting=max(max_connection_memory // 4, limits.split_threshold))
+        self._outbound = Outbound(
+            limits.split_threshold,
+            max_splitting=max(max_connection_memory // 4, limits.split_threshold),
+            part_size=min(limits.part_size, limits.max_message_size - 64),
+        )
         # Plain ints (an Extension member is one, but Hello wants exact ints).
         # The bearer extension rides in our hello exactly when we have a token.
         self._extensions = tuple(index(extension) for extension in extensions if extension != Extension.BEARER)

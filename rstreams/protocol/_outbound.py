@@ -17,7 +17,11 @@ without sockets:
    starve the others.
 4. **Split large elements.** An element larger than ``split_threshold`` goes
    out as onNextPart ... onNextLastPart, one part per visit, so other streams
-   interleave between its parts (wire-v0 rule 8). The receiver holds the
+   interleave between its parts (wire-v0 rule 8). Its parts carry
+   ``part_size`` bytes each (the last one the rest; an element no larger
+   than that goes in two halves): each part costs both sides a header and
+   its bookkeeping, so parts larger than the threshold at which splitting
+   starts pay (see ``ProtocolLimits.part_size``). The receiver holds the
    parts of every element begun and not finished, against its memory
    budget: so a new split element begins only while the elements being
    split on the connection add up to at most ``max_splitting`` bytes with
@@ -104,6 +108,7 @@ class Publication:
         "queued_bytes",
         "splitting",
         "split_offset",
+        "split_part",
         "split_id",
         "next_element_id",
         "terminal",
@@ -126,6 +131,7 @@ class Publication:
         self.queued_bytes = 0
         self.splitting: memoryview | None = None  # the element being split
         self.split_offset = 0
+        self.split_part = 0  # the payload of each of its parts but the last
         self.split_id = 0
         self.next_element_id = 0
         self.terminal: bytes | None = None  # onComplete/onError, after the queue
@@ -179,8 +185,10 @@ class Publication:
 class Outbound:
     """The outgoing side of a connection: control buffer plus the data ring."""
 
-    def __init__(self, split_threshold: int, max_splitting: int | None = None) -> None:
+    def __init__(self, split_threshold: int, max_splitting: int | None = None, part_size: int | None = None) -> None:
         self.split_threshold = split_threshold
+        # The payload of a part (see 4.); the threshold's own size by default.
+        self.part_size = split_threshold if part_size is None else part_size
         # Sizes of the elements being split, all streams together (see 4.).
         self.max_splitting = max_splitting
         self.splitting_bytes = 0
@@ -404,9 +412,15 @@ class Outbound:
                     return
 
     def _start_split(self, pub: Publication, element: memoryview) -> None:
-        self.splitting_bytes += len(element)
+        size = len(element)
+        self.splitting_bytes += size
         pub.splitting = element
         pub.split_offset = 0
+        # Parts of part_size, the last one the rest; an element no larger
+        # than that goes in two halves, since a split element has at least
+        # one onNextPart before its onNextLastPart (the draft's wording).
+        part = self.part_size
+        pub.split_part = part if size > part else size - size // 2
         pub.split_id = pub.next_element_id
         pub.next_element_id += 1
 
@@ -416,7 +430,7 @@ class Outbound:
         element = pub.splitting
         assert element is not None
         offset = pub.split_offset
-        end = offset + self.split_threshold
+        end = offset + pub.split_part
         if end >= len(element):
             code = MessageType.ON_NEXT_LAST_PART
             end = len(element)

@@ -16,6 +16,7 @@ def test_defaults() -> None:
         max_string_size=64 * 1024,
         max_extensions=64,
         split_threshold=64 * 1024,
+        part_size=256 * 1024,
         max_remembered_ids=65536,
     )
 

@@ -20,6 +20,7 @@ from rstreams.protocol import (
     OnNextLastPart,
     OnNextPacked,
     OnNextPart,
+    ProtocolLimits,
     Request,
     Subscribe,
     Subscribed,
@@ -114,6 +115,51 @@ def test_split_parts_have_the_size_of_the_split_threshold(small_pair: Connection
     ]
     # Each split element has its own element Id within the stream.
     assert messages[0].element == messages[3].element != messages[4].element == messages[5].element
+
+
+def _part_sizes(limits: ProtocolLimits, *sizes: int) -> list[tuple[type, int]]:
+    pair = ConnectionPair(limits)
+    pair.open()
+    subscriber = pair.open_stream(pair.client, initial_demand=len(sizes))
+    pair.server.send_elements(subscriber, [bytes([index]) * size for index, size in enumerate(sizes)])
+    messages = decode(pair.drain(pair.server), limits)
+    return [(type(m), len(m.element if isinstance(m, OnNext) else m.data)) for m in messages]
+
+
+def test_parts_carry_part_size_and_small_split_elements_go_in_two_halves() -> None:
+    limits = ProtocolLimits(split_threshold=1024, part_size=4096)
+    assert _part_sizes(limits, 1024, 1025, 4096, 4097, 10000) == [
+        (OnNext, 1024),  # not above the threshold: whole
+        (OnNextPart, 513),  # above it, but no larger than a part: halves
+        (OnNextLastPart, 512),
+        (OnNextPart, 2048),
+        (OnNextLastPart, 2048),
+        (OnNextPart, 4096),  # larger than a part: parts of part_size, then the rest
+        (OnNextLastPart, 1),
+        (OnNextPart, 4096),
+        (OnNextPart, 4096),
+        (OnNextLastPart, 1808),
+    ]
+
+
+def test_the_default_parts_are_256_kib() -> None:
+    assert _part_sizes(ProtocolLimits(), 1 << 20, 100 * _KiB) == [
+        (OnNextPart, 256 * _KiB),
+        (OnNextPart, 256 * _KiB),
+        (OnNextPart, 256 * _KiB),
+        (OnNextLastPart, 256 * _KiB),
+        (OnNextPart, 50 * _KiB),
+        (OnNextLastPart, 50 * _KiB),
+    ]
+
+
+def test_parts_stay_within_the_message_size() -> None:
+    # A part_size beyond what a message may carry is cut to fit (with room
+    # for the header), so that the peer with the same limits accepts it.
+    limits = ProtocolLimits(max_message_size=4096, max_element_size=65536, split_threshold=1024, part_size=1 << 20)
+    sizes = _part_sizes(limits, 20000)
+    assert [size for _, size in sizes] == [4032] * 4 + [20000 - 4 * 4032]
+    assert [kind for kind, _ in sizes] == [OnNextPart] * 4 + [OnNextLastPart]
 
 
 def test_each_visit_writes_one_part_of_a_split_element(small_pair: ConnectionPair) -> None:
@@ -313,7 +359,7 @@ def test_larger_gathered_writes_carry_the_same_bytes(streams: list[list[int]], m
         views = sum(len(b) for b in buffers if isinstance(b, memoryview) and isinstance(b.obj, bytes))
         copied = sum(map(len, buffers)) - views
         assert copied <= max_bytes + (1 << 20) + 64
-        assert views <= factor * max_bytes + 64 * _KiB
+        assert views <= factor * max_bytes + ProtocolLimits().part_size
         written += b"".join(buffers)
     gathering.client.receive_data(written)
     events = gathering.client.events()

@@ -24,7 +24,7 @@ UNBOUNDED = 2**63 - 1
 SESSION_HELLO = Hello(extensions=(int(Extension.KEEPALIVE),))
 
 #: Split elements above 1 KiB so that splitting shows up with small elements.
-SMALL_SPLIT_CONFIG = rstreams.SessionConfig(limits=rstreams.ProtocolLimits(split_threshold=1024))
+SMALL_SPLIT_CONFIG = rstreams.SessionConfig(limits=rstreams.ProtocolLimits(split_threshold=1024, part_size=1024))
 
 
 def u32(value: int) -> bytes:

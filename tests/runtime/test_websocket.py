@@ -249,9 +249,13 @@ async def test_a_message_over_the_size_limit_is_a_protocol_error() -> None:
 
 def test_websocket_write_size_leaves_room_for_one_split_part() -> None:
     config = websocket_config(rstreams.SessionConfig())
-    assert config.write_size + 64 * KiB + 64 <= MAX_OUTGOING_MESSAGE
+    # Parts of split_threshold (64 KiB), not plain TCP's 256 KiB, so that a
+    # write that ends with one stays within the message bound.
+    assert config.limits.part_size == config.limits.split_threshold == 64 * KiB
+    assert config.write_size + config.limits.part_size + 64 <= MAX_OUTGOING_MESSAGE
     assert config.write_size >= 128 * KiB
-    small = rstreams.SessionConfig(write_size=8 * KiB)
+    assert rstreams.SessionConfig().limits.part_size == 256 * KiB  # plain TCP's own is untouched
+    small = rstreams.SessionConfig(write_size=8 * KiB, limits=rstreams.ProtocolLimits(part_size=64 * KiB))
     assert websocket_config(small) is small
 
 
