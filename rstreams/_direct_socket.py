@@ -146,15 +146,20 @@ class DirectSocket:
         except OSError:
             return 0
 
-    async def send_buffers(self, buffers: list[bytearray | memoryview]) -> None:
+    async def send_buffers(self, buffers: list[bytearray | memoryview]) -> bool:
         """As ``trio.SocketStream.send_all`` on the buffers joined, without
         joining them: ``trio.BrokenResourceError`` if the connection broke,
         ``trio.ClosedResourceError`` if the socket was closed. Always
         checkpoints; if cancelled, part of the data may have been written
-        (as with ``send_all``, the stream is then unusable)."""
+        (as with ``send_all``, the stream is then unusable).
+
+        Returns whether the socket was full on the way (the write waited
+        for room): the writer then waits for room before it collects its
+        next write, rather than after a write the kernel took whole."""
         await trio.lowlevel.checkpoint_if_cancelled()
         pending = buffers
         first = 0  # buffers before this index are written
+        waited = False
         while first < len(pending):
             fd = self._socket.fileno()
             if fd < 0:
@@ -162,6 +167,7 @@ class DirectSocket:
             try:
                 sent = os.writev(fd, pending[first : first + _MAX_BUFFERS])
             except BlockingIOError:
+                waited = True
                 await trio.lowlevel.wait_writable(self._socket)
                 continue
             except OSError as exc:
@@ -170,6 +176,7 @@ class DirectSocket:
                 raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
             first = written_through(pending, first, sent)
         await trio.lowlevel.cancel_shielded_checkpoint()
+        return waited
 
     async def receive_into(self, buffers: list[memoryview | bytearray]) -> int:
         """As ``receive_some``, into ``buffers`` (filled in order, by one

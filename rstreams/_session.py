@@ -614,12 +614,14 @@ class Session(Peer):
                         self._writer_parked = False
                     self._writer_wakeup = trio.Event()
                 if bulk:
-                    # The last write was a full one: the socket buffer is
-                    # likely full, so wait until it drains before choosing
-                    # what to send (trio's advice for protocols that decide
-                    # late). After a small write, collect at once: there the
+                    # The socket buffer is likely full, so wait until it
+                    # drains before choosing what to send (trio's advice for
+                    # protocols that decide late): control queued meanwhile
+                    # then goes first. Otherwise collect at once: there the
                     # wait (an epoll registration and a scheduling pass)
-                    # costs more than it could coalesce.
+                    # costs more than it could coalesce. Plain TCP knows
+                    # (the last write found the socket full); other
+                    # transports guess from a write of full size.
                     await stream.wait_send_all_might_not_block()
                 # Whatever woke us is collected now, so a wake-up from here on
                 # means new data.
@@ -635,10 +637,12 @@ class Session(Peer):
                         continue
                     size = sum(map(len, buffers))
                     self._writer_held = size  # (non-zero while a write is under way)
-                    await direct.send_buffers(buffers)
+                    # A write the kernel took whole left room for more: on
+                    # a fast reader, waiting for EPOLLOUT after every full
+                    # write cost the sender 10% more CPU per MiB.
+                    bulk = await direct.send_buffers(buffers)
                     self._written()
                     self._bytes_out += size
-                    bulk = size >= write_size
                     continue
                 else:
                     data = self._collect()

@@ -563,10 +563,61 @@ async def test_send_buffers_writes_the_list_in_order_through_partial_writes() ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_slowly)
-            await _direct(ours).send_buffers(list(buffers))
+            # It says that it met a full socket: the writer then waits for
+            # room before it collects its next write.
+            assert await _direct(ours).send_buffers(list(buffers)) is True
         assert bytes(received) == expected
         await ours.aclose()
         await theirs.aclose()
+
+
+async def test_send_buffers_says_when_the_socket_took_everything_at_once() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        assert await _direct(ours).send_buffers([bytearray(b"ab"), memoryview(b"cd")]) is False
+        assert await theirs.receive_some(10) == b"abcd"
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_the_writer_waits_for_room_only_after_a_write_that_met_a_full_socket() -> None:
+    # Whole writes (a reader that keeps up) are followed by the next write
+    # at once; a write that found the socket full, by a wait for room first.
+    waits: dict[int, list[str]] = {}  # per socket: what its writer did, in order
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            server = rstreams.Server(rstreams.Router({"large": _large}))
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+            port = listeners[0].socket.getsockname()[1]
+            real_send, real_wait = DirectSocket.send_buffers, trio.SocketStream.wait_send_all_might_not_block
+
+            async def sending(self: DirectSocket, buffers: list[bytearray | memoryview]) -> bool:
+                waited = await real_send(self, buffers)
+                waits.setdefault(id(self._socket), []).append("full" if waited else "whole")
+                return waited
+
+            async def waiting(self: trio.SocketStream) -> None:
+                waits.setdefault(id(self.socket), []).append("wait")
+                await real_wait(self)
+
+            DirectSocket.send_buffers = sending  # type: ignore[method-assign]
+            trio.SocketStream.wait_send_all_might_not_block = waiting  # type: ignore[method-assign]
+            try:
+                async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                    got = await client.fetch("large?count=6&size=1048576", 6)
+                    assert got == [_pattern(index, 1 << 20) for index in range(6)]
+            finally:
+                DirectSocket.send_buffers = real_send  # type: ignore[method-assign]
+                trio.SocketStream.wait_send_all_might_not_block = real_wait  # type: ignore[method-assign]
+            nursery.cancel_scope.cancel()
+    assert any(events.count("whole") + events.count("full") >= 6 for events in waits.values()), waits
+    for events in waits.values():
+        # The writer's first wait is its one at the session's start; after
+        # that, each wait follows a write that met a full socket.
+        assert events[0] == "wait", events
+        for before, event in zip(events[1:], events[2:]):
+            if event == "wait":
+                assert before == "full", events
 
 
 async def test_send_buffers_raises_what_send_all_raises() -> None:
