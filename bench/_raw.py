@@ -17,9 +17,11 @@ Two halves, neither of which imports rstreams:
   produce: onNext batched 256 per ``send_all`` (16 for elements over
   1 KiB), onNextPacked with up to 16,384 elements per message, elements
   over 64 KiB in 256 KiB parts (two halves up to 256 KiB), one ``send_all``
-  each, as rstreams' ``ProtocolLimits`` split them. A short ``range`` (at most 16 elements) is
-  answered whole, and the answers to the subscribes of one read share one
-  ``send_all``: the round-trip ceiling.
+  each, as rstreams' ``ProtocolLimits`` split them. A short ``range`` (at
+  most 16 elements) is answered whole, and the answers to the subscribes of
+  one read share one ``send_all``: the round-trip ceiling.
+
+Both ends use Reno, as rstreams' loopback connections do (``_unpaced``).
 
 Run the server with ``python bench/_raw.py PORT``; it prints its port.
 """
@@ -55,6 +57,7 @@ def consume(host: str, port: int, name: str) -> dict[str, float]:
     """
     packer = msgpack.Packer(use_bin_type=True)
     with socket.create_connection((host, port)) as sock:
+        _unpaced(sock)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         unpacker = msgpack.Unpacker(raw=False, use_list=False, max_buffer_size=64 * 1024 * 1024)
         start = time.perf_counter()
@@ -96,6 +99,7 @@ def round_trips(host: str, port: int, total: int, concurrency: int) -> dict[str,
     """
     packer = msgpack.Packer(use_bin_type=True)
     with socket.create_connection((host, port)) as sock:
+        _unpaced(sock)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         unpacker = msgpack.Unpacker(raw=False, use_list=False)
         next_id = 1
@@ -203,9 +207,19 @@ def _answer(packer: msgpack.Packer, subscriber: int, name: str) -> tuple[bool, I
     return short, messages()
 
 
+def _unpaced(sock: object) -> None:
+    """Reno, as rstreams gives its loopback connections (``rstreams/_loopback.py``):
+    under a host's BBR, pacing would hold the ceiling below what rstreams gets."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        pass  # not Linux, or the kernel says no: the host's choice
+
+
 async def _serve_one(stream) -> None:  # type: ignore[no-untyped-def]
     import trio
 
+    _unpaced(stream.socket)
     packer = msgpack.Packer(use_bin_type=True)
     unpacker = msgpack.Unpacker(raw=False, use_list=False)
     try:
