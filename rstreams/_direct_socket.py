@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -155,7 +156,7 @@ class DirectSocket:
 
         Returns whether the socket was full on the way (the write waited
         for room): the writer then waits for room before it collects its
-        next write, rather than after a write the kernel took whole."""
+        next write (see ``has_room`` for the other case)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         pending = buffers
         first = 0  # buffers before this index are written
@@ -177,6 +178,17 @@ class DirectSocket:
             first = written_through(pending, first, sent)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return waited
+
+    def has_room(self) -> bool:
+        """Whether the socket would take more now (``POLLOUT``, without
+        waiting): one ``poll`` call, no epoll registration and no pass of
+        the run loop. True for a closed socket (the next write says why)."""
+        fd = self._socket.fileno()
+        if fd < 0:
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return bool(poller.poll(0))
 
     async def receive_into(self, buffers: list[memoryview | bytearray]) -> int:
         """As ``receive_some``, into ``buffers`` (filled in order, by one

@@ -32,6 +32,7 @@ before goodbye, and the wait for the peer's goodbye all have timeouts.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -176,8 +177,17 @@ class Session(Peer):
         # a request-response peer sends tens of thousands of times a second.
         self._log_streams = logger.isEnabledFor(logging.DEBUG)
         extensions = (Extension.KEEPALIVE,) if config.keepalive_interval is not None else ()
+        # Plain TCP: reads and writes straight on the socket (_direct_socket).
+        direct = self._direct = direct_socket(stream)
+        limits = config.limits
+        if direct is None and limits.part_size > limits.split_threshold:
+            # Parts of part_size only where writes gather them uncopied:
+            # the copying path (TLS, WebSocket, memory streams) counts one
+            # part per round-robin visit against a quantum of split_threshold,
+            # so larger parts there would give a split stream the larger share.
+            limits = dataclasses.replace(limits, part_size=limits.split_threshold)
         self._conn = Connection(
-            limits=config.limits,
+            limits=limits,
             extensions=extensions,
             token=config.token,
             max_connection_memory=config.max_connection_memory,
@@ -213,11 +223,9 @@ class Session(Peer):
         self._room_waiters: set[PublicationHandle] = set()
         self._writer_wakeup = trio.Event()
         self._writer_idle: trio.Event | None = None
-        # Plain TCP: reads and writes straight on the socket (_direct_socket).
-        # Sending without the writer happens only while it is parked with
-        # nothing in hand; what the socket did not take waits in _unsent, and
-        # the writer sends it before anything else.
-        direct = self._direct = direct_socket(stream)
+        # Sending without the writer (_direct_socket) happens only while it
+        # is parked with nothing in hand; what the socket did not take waits
+        # in _unsent, and the writer sends it before anything else.
         unpace_loopback(stream, config.loopback_congestion_control)
         self._send_now = direct.send_now if direct is not None else None
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
@@ -637,10 +645,15 @@ class Session(Peer):
                         continue
                     size = sum(map(len, buffers))
                     self._writer_held = size  # (non-zero while a write is under way)
-                    # A write the kernel took whole left room for more: on
-                    # a fast reader, waiting for EPOLLOUT after every full
-                    # write cost the sender 10% more CPU per MiB.
+                    # A write that met a full socket, or a full-size one
+                    # that left it without room (one poll call says),
+                    # makes the writer wait before collecting the next.
+                    # Waiting after every full-size write, most of which
+                    # the kernel took whole with room to spare, cost the
+                    # sender a tenth more CPU per element.
                     bulk = await direct.send_buffers(buffers)
+                    if not bulk and size >= write_size:
+                        bulk = not direct.has_room()
                     self._written()
                     self._bytes_out += size
                     continue

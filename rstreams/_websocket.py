@@ -19,8 +19,9 @@ Sending. Each ``send_all`` is one WebSocket message. The session's writer
 hands over whole protocol messages (``Connection.data_to_send``), about
 ``write_size`` bytes, possibly past it by one message. So a WebSocket
 session writes with :func:`websocket_config`'s smaller ``write_size``: the
-write size plus the largest message the scheduler ends a batch with (one
-split part: ``split_threshold`` plus its header) stays within
+write size plus the largest message the scheduler ends a batch with (a
+split part or an unsplit element, at most ``split_threshold`` here, plus
+its header) stays within
 :data:`MAX_OUTGOING_MESSAGE` (256 KiB). Anything larger that still reaches
 ``send_all`` (a burst of control messages, which are taken whole) is cut at
 protocol message boundaries into several WebSocket messages.
@@ -110,7 +111,9 @@ def websocket_config(config: SessionConfig) -> SessionConfig:
     limits = config.limits
     if limits.part_size > limits.split_threshold:
         limits = dataclasses.replace(limits, part_size=limits.split_threshold)
-    room = MAX_OUTGOING_MESSAGE - limits.part_size - _PART_HEADER_BOUND
+    # An unsplit element may be as large as the threshold, a part as large
+    # as part_size: a batch may end with either.
+    room = MAX_OUTGOING_MESSAGE - max(limits.part_size, limits.split_threshold) - _PART_HEADER_BOUND
     write_size = min(config.write_size, max(room, _MIN_WRITE_SIZE))
     if write_size == config.write_size and limits is config.limits:
         return config

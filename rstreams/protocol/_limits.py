@@ -47,7 +47,11 @@ class ProtocolLimits:
             than in 64 KiB parts), and another stream's message waits for
             at most one part (about 0.1 ms on loopback, 2 ms at 1 Gbit/s).
             Parts never exceed ``max_message_size`` less a header (a larger
-            setting is cut to fit).
+            setting is cut to fit). A peer must accept messages of a part
+            and its header (256 KiB + 64 bytes from a default rstreams
+            sender; 64 KiB + 64 over TLS and WebSocket, where parts are
+            ``split_threshold`` bytes): one whose ``max_message_size`` is
+            smaller needs the sender's ``part_size`` lowered to fit.
         max_remembered_ids: how many cancelled or finished stream Ids are
             remembered so that late messages for them are recognised (and
             dropped) rather than taken for unknown Ids. Default 65536.

@@ -20,9 +20,10 @@ piece is therefore kept without a copy only where it holds nothing but
 payload: a view of the whole of an immutable ``bytes`` read (kept as that
 ``bytes``, and a lone one is the element itself, with no join). Any other
 piece is copied, a ``bytearray`` always (it could change under a view).
-Reads are larger than parts (256 KiB against 64 KiB by default), so in
-practice a piece is copied, and a joined element costs two copies of its
-payload, the piece's and the join's; :attr:`Reassembler.buffered`, the
+Reads are no smaller than parts (256 KiB each by default on plain TCP;
+64 KiB parts over TLS and WebSocket), so in practice a piece is copied,
+and a joined element costs two copies of its payload, the piece's and the
+join's; :attr:`Reassembler.buffered`, the
 memory held, is the payload received so far. ``copy=False`` on plain TCP
 (below) is the path with no copy.
 

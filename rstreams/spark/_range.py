@@ -33,8 +33,8 @@ from ._rows import row_decoder
 __all__ = ["ARROW_BATCH_ROWS", "RANGE_PACK", "RANGE_PREFETCH", "RangeBlocks", "read_range", "range_batches", "read_range_blocking"]
 
 #: Elements per block (``pack``), and so rows per RecordBatch of a raw
-#: read: ~800 KB of 100-byte elements (the protocol splits it into 64 KiB
-#: parts and joins them again, at C speed).
+#: read: ~800 KB of 100-byte elements (the protocol splits it into parts,
+#: 256 KiB each on plain TCP, and joins them again, at C speed).
 RANGE_PACK = 8192
 #: Blocks a range subscription keeps requested ahead of the task.
 RANGE_PREFETCH = 8

@@ -580,7 +580,24 @@ async def test_send_buffers_says_when_the_socket_took_everything_at_once() -> No
         await theirs.aclose()
 
 
-async def test_the_writer_waits_for_room_only_after_a_write_that_met_a_full_socket() -> None:
+async def test_has_room_says_whether_the_socket_takes_more_now() -> None:
+    with trio.fail_after(10):
+        ours, theirs = await _socket_stream_pair()
+        ours.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        direct = _direct(ours)
+        assert direct.has_room()
+        while direct.send_now(b"x" * 4096):
+            pass
+        assert not direct.has_room()
+        while not direct.has_room():
+            await theirs.receive_some(1 << 20)
+        assert direct.has_room()
+        await ours.aclose()
+        assert direct.has_room()  # closed: the next write says why
+        await theirs.aclose()
+
+
+async def test_the_writer_waits_for_room_only_when_the_socket_has_none() -> None:
     # Whole writes (a reader that keeps up) are followed by the next write
     # at once; a write that found the socket full, by a wait for room first.
     waits: dict[int, list[str]] = {}  # per socket: what its writer did, in order
@@ -590,17 +607,24 @@ async def test_the_writer_waits_for_room_only_after_a_write_that_met_a_full_sock
             listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
             port = listeners[0].socket.getsockname()[1]
             real_send, real_wait = DirectSocket.send_buffers, trio.SocketStream.wait_send_all_might_not_block
+            real_room = DirectSocket.has_room
 
             async def sending(self: DirectSocket, buffers: list[bytearray | memoryview]) -> bool:
                 waited = await real_send(self, buffers)
                 waits.setdefault(id(self._socket), []).append("full" if waited else "whole")
                 return waited
 
+            def room(self: DirectSocket) -> bool:
+                answer = real_room(self)
+                waits.setdefault(id(self._socket), []).append("room" if answer else "no room")
+                return answer
+
             async def waiting(self: trio.SocketStream) -> None:
                 waits.setdefault(id(self.socket), []).append("wait")
                 await real_wait(self)
 
             DirectSocket.send_buffers = sending  # type: ignore[method-assign]
+            DirectSocket.has_room = room  # type: ignore[method-assign]
             trio.SocketStream.wait_send_all_might_not_block = waiting  # type: ignore[method-assign]
             try:
                 async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
@@ -608,16 +632,18 @@ async def test_the_writer_waits_for_room_only_after_a_write_that_met_a_full_sock
                     assert got == [_pattern(index, 1 << 20) for index in range(6)]
             finally:
                 DirectSocket.send_buffers = real_send  # type: ignore[method-assign]
+                DirectSocket.has_room = real_room  # type: ignore[method-assign]
                 trio.SocketStream.wait_send_all_might_not_block = real_wait  # type: ignore[method-assign]
             nursery.cancel_scope.cancel()
     assert any(events.count("whole") + events.count("full") >= 6 for events in waits.values()), waits
     for events in waits.values():
         # The writer's first wait is its one at the session's start; after
-        # that, each wait follows a write that met a full socket.
+        # that, each wait follows a write that met a full socket, or a
+        # full-size one after which the socket had no room.
         assert events[0] == "wait", events
         for before, event in zip(events[1:], events[2:]):
             if event == "wait":
-                assert before == "full", events
+                assert before in ("full", "no room"), events
 
 
 async def test_send_buffers_raises_what_send_all_raises() -> None:
@@ -671,6 +697,26 @@ async def test_large_elements_over_tcp_go_out_as_gathered_writes() -> None:
             nursery.cancel_scope.cancel()
     # At least the 1 MiB elements' parts went uncopied.
     assert sum(gathered) >= 5 * ((1 << 20) // rstreams.ProtocolLimits().part_size)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+async def test_elements_around_the_part_size_arrive_whole_over_tcp(copy: bool) -> None:
+    # With the default limits: split in two halves (up to 256 KiB), in
+    # 256 KiB parts and a short last one (one byte, just above), and the
+    # receiving side's guess of the next part's size wrong at each change.
+    part = rstreams.ProtocolLimits().part_size
+    sizes = [65537, 100_000, part, part + 1, part + 2, 300_000, 2 * part, (1 << 20) + 1, 65536, 8]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            server = rstreams.Server(rstreams.Router({"large": _large}))
+            listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+            port = listeners[0].socket.getsockname()[1]
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as client:
+                for size in sizes:
+                    async with client.subscribe(f"large?count=3&size={size}", prefetch=2, copy=copy) as subscription:
+                        got = [bytes(element) async for element in subscription]
+                    assert got == [_pattern(index, size) for index in range(3)], size
+            nursery.cancel_scope.cancel()
 
 
 @settings(deadline=None, max_examples=200)

@@ -120,11 +120,13 @@ def test_none_and_names_are_accepted() -> None:
 async def test_sessions_over_loopback_use_reno_on_both_sides() -> None:
     app = rstreams.Router()
     app.add("range", range_publisher)
+    other = _host_allows_another()
+    if other is None and _host_default() == b"reno":
+        pytest.skip("this host allows only Reno, its default: nothing would tell the change apart")
     with trio.fail_after(10):
         async with _tcp_pair() as (client_stream, server_stream):
             # Start from something else where the host allows it, so that the
             # change is seen even on a host whose default is Reno already.
-            other = _host_allows_another()
             if other is not None:
                 for stream in (client_stream, server_stream):
                     _choose(stream.socket, other)

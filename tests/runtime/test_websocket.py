@@ -257,6 +257,10 @@ def test_websocket_write_size_leaves_room_for_one_split_part() -> None:
     assert rstreams.SessionConfig().limits.part_size == 256 * KiB  # plain TCP's own is untouched
     small = rstreams.SessionConfig(write_size=8 * KiB, limits=rstreams.ProtocolLimits(part_size=64 * KiB))
     assert websocket_config(small) is small
+    # Parts smaller than the threshold: an unsplit element of up to the
+    # threshold may end a batch, so the room is counted from the larger.
+    fine = websocket_config(rstreams.SessionConfig(limits=rstreams.ProtocolLimits(part_size=16 * KiB)))
+    assert fine.write_size + 64 * KiB + 64 <= MAX_OUTGOING_MESSAGE
 
 
 @pytest.mark.parametrize("sizes", [[10] * 100_000, [200 * KiB, 200 * KiB, 1], [300 * KiB], [1, 300 * KiB, 1]])
