@@ -36,7 +36,7 @@ import time
 
 import trio
 
-__all__ = ["logger", "JsonFormatter", "peer_address", "transport_name", "RECORD_FIELDS"]
+__all__ = ["logger", "JsonFormatter", "innermost_stream", "peer_address", "transport_name", "RECORD_FIELDS"]
 
 logger = logging.getLogger("rstreams")
 
@@ -45,8 +45,9 @@ logger = logging.getLogger("rstreams")
 RECORD_FIELDS = ("event", "peer", "transport", "reason", "origin", "stream", "publisher")
 
 
-def _unwrap(stream: object) -> object:
-    # The transport under a WebSocket or TLS stream, down to the socket.
+def innermost_stream(stream: object) -> object:
+    """The transport under a WebSocket or TLS stream, down to the socket
+    stream (``stream`` itself when it wraps nothing)."""
     for _ in range(4):  # WebSocket over TLS over TCP is the deepest we build
         inner = getattr(stream, "transport", None) or getattr(stream, "transport_stream", None)
         if inner is None:
@@ -61,7 +62,7 @@ def peer_address(stream: object) -> str:
     ``"-"`` for a stream without a socket (memory streams, pipes) or one
     already closed.
     """
-    inner = _unwrap(stream)
+    inner = innermost_stream(stream)
     if not isinstance(inner, trio.SocketStream):
         return "-"
     try:

@@ -32,6 +32,8 @@ import socket
 
 import trio
 
+from ._logs import innermost_stream
+
 __all__ = ["DEFAULT_LOOPBACK_CONGESTION_CONTROL", "check_congestion_control", "is_loopback_address", "unpace_loopback"]
 
 #: The congestion control rstreams gives TCP connections over loopback.
@@ -43,12 +45,12 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % (_NAME_MAX - 1), re.ASCII)
 _TCP_CONGESTION: int | None = getattr(socket, "TCP_CONGESTION", None)
 
 
-def check_congestion_control(name: object, setting: str = "loopback_congestion_control") -> None:
+def check_congestion_control(name: object) -> None:
     """Raise ValueError unless ``name`` could name a congestion control (as
     the kernel's do: letters, digits, ``_``, ``-`` and ``.``, at most 15) or
     is None."""
     if name is not None and not (type(name) is str and _NAME.fullmatch(name)):
-        raise ValueError(f"{setting} must be a congestion control's name, such as 'reno', or None; got {name!r}")
+        raise ValueError(f"loopback_congestion_control must be a congestion control's name, such as 'reno', or None; got {name!r}")
 
 
 def is_loopback_address(host: str) -> bool:
@@ -63,18 +65,6 @@ def is_loopback_address(host: str) -> bool:
     return address.is_loopback
 
 
-def _socket_of(stream: object) -> trio.socket.SocketType | None:
-    # The TCP socket under a WebSocket or TLS stream.
-    for _ in range(4):  # WebSocket over TLS over TCP is the deepest we build
-        if isinstance(stream, trio.SocketStream):
-            return stream.socket
-        inner = getattr(stream, "transport", None) or getattr(stream, "transport_stream", None)
-        if inner is None:
-            return None
-        stream = inner
-    return None
-
-
 def unpace_loopback(stream: object, algorithm: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL) -> bool:
     """Give ``stream``'s TCP socket the congestion control ``algorithm`` if
     its peer is on loopback (see the module docstring); return whether it
@@ -83,9 +73,10 @@ def unpace_loopback(stream: object, algorithm: str | None = DEFAULT_LOOPBACK_CON
     kernel that refuses: nothing changes, and no error."""
     if algorithm is None or _TCP_CONGESTION is None:
         return False
-    sock = _socket_of(stream)
-    if sock is None:
+    inner = innermost_stream(stream)
+    if not isinstance(inner, trio.SocketStream):
         return False
+    sock = inner.socket
     try:
         if sock.family not in (socket.AF_INET, socket.AF_INET6):
             return False

@@ -108,7 +108,6 @@ class Publication:
         "queued_bytes",
         "splitting",
         "split_offset",
-        "split_part",
         "split_id",
         "next_element_id",
         "terminal",
@@ -131,7 +130,6 @@ class Publication:
         self.queued_bytes = 0
         self.splitting: memoryview | None = None  # the element being split
         self.split_offset = 0
-        self.split_part = 0  # the payload of each of its parts but the last
         self.split_id = 0
         self.next_element_id = 0
         self.terminal: bytes | None = None  # onComplete/onError, after the queue
@@ -412,15 +410,9 @@ class Outbound:
                     return
 
     def _start_split(self, pub: Publication, element: memoryview) -> None:
-        size = len(element)
-        self.splitting_bytes += size
+        self.splitting_bytes += len(element)
         pub.splitting = element
         pub.split_offset = 0
-        # Parts of part_size, the last one the rest; an element no larger
-        # than that goes in two halves, since a split element has at least
-        # one onNextPart before its onNextLastPart (the draft's wording).
-        part = self.part_size
-        pub.split_part = part if size > part else size - size // 2
         pub.split_id = pub.next_element_id
         pub.next_element_id += 1
 
@@ -430,12 +422,17 @@ class Outbound:
         element = pub.splitting
         assert element is not None
         offset = pub.split_offset
-        end = offset + pub.split_part
-        if end >= len(element):
+        size = len(element)
+        # Parts of part_size, the last one the rest; an element no larger
+        # than that goes in two halves, since a split element has at least
+        # one onNextPart before its onNextLastPart (the draft's wording).
+        part = self.part_size
+        end = offset + (part if size > part else size - size // 2)
+        if end >= size:
             code = MessageType.ON_NEXT_LAST_PART
-            end = len(element)
+            end = size
             pub.splitting = None
-            self.splitting_bytes -= len(element)
+            self.splitting_bytes -= size
         else:
             code = MessageType.ON_NEXT_PART
             pub.split_offset = end
