@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -43,6 +44,11 @@ from rstreams.protocol import (
 )
 
 __all__ = [
+    "TCP_CONGESTION",
+    "congestion_control",
+    "choose_congestion_control",
+    "host_congestion_control",
+    "another_allowed_congestion_control",
     "SMALL_LIMITS",
     "ConnectionPair",
     "GoldenVector",
@@ -212,3 +218,39 @@ def load_golden_vectors(path: Path = VECTORS_PATH) -> list[GoldenVector]:
             )
         )
     return vectors
+
+
+# ---- TCP congestion control (the loopback tests of rstreams and the kit) ----
+
+#: Linux's socket option, None where the platform has none.
+TCP_CONGESTION: int | None = getattr(socket, "TCP_CONGESTION", None)
+
+
+def congestion_control(sock: socket.socket) -> bytes:
+    """The congestion control ``sock`` uses (a socket or a trio socket)."""
+    assert TCP_CONGESTION is not None
+    return sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0", 1)[0]
+
+
+def choose_congestion_control(sock: socket.socket, name: bytes) -> None:
+    assert TCP_CONGESTION is not None
+    sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, name)
+
+
+def host_congestion_control() -> bytes:
+    """What a new socket gets: the host's default."""
+    with socket.socket() as probe:
+        return congestion_control(probe)
+
+
+def another_allowed_congestion_control() -> bytes | None:
+    """A congestion control other than Reno that this process may choose, or
+    None: a test starts from it so that a switch to Reno can be seen even on
+    a host whose default is Reno."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as allowed:
+            names = allowed.read().split()
+    except OSError:
+        return None
+    others = [name for name in names if name != "reno"]
+    return others[0].encode() if others else None

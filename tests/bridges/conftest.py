@@ -20,6 +20,10 @@ from bridges.emp import Decoder, EmpLimits, Framing, Message, encode
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# tests/helpers.py, shared with the runtime's tests (appended: it must not
+# come before the real ``bridges`` package).
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))
 
 
 class RawPeer:

@@ -24,37 +24,17 @@ from rstreams.support import check_congestion_control, unpace_loopback
 
 from rstreams._loopback import is_loopback_address
 
+from helpers import (
+    TCP_CONGESTION,
+    another_allowed_congestion_control,
+    choose_congestion_control,
+    congestion_control,
+    host_congestion_control,
+)
+
 from ._support import range_publisher, u32
 
-TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", None)
 needs_congestion_option = pytest.mark.skipif(TCP_CONGESTION is None, reason="no TCP_CONGESTION on this platform")
-
-
-def _congestion_control(sock: trio.socket.SocketType) -> bytes:
-    assert TCP_CONGESTION is not None
-    return sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0", 1)[0]
-
-
-def _choose(sock: trio.socket.SocketType, name: bytes) -> None:
-    assert TCP_CONGESTION is not None
-    sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, name)
-
-
-def _host_default() -> bytes:
-    with socket.socket() as probe:
-        assert TCP_CONGESTION is not None
-        return probe.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0", 1)[0]
-
-
-def _host_allows_another() -> bytes | None:
-    """A congestion control other than Reno that this process may choose, or None."""
-    try:
-        with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as allowed:
-            names = allowed.read().split()
-    except OSError:
-        return None
-    others = [name for name in names if name != "reno"]
-    return others[0].encode() if others else None
 
 
 @asynccontextmanager
@@ -120,8 +100,8 @@ def test_none_and_names_are_accepted() -> None:
 async def test_sessions_over_loopback_use_reno_on_both_sides() -> None:
     app = rstreams.Router()
     app.add("range", range_publisher)
-    other = _host_allows_another()
-    if other is None and _host_default() == b"reno":
+    other = another_allowed_congestion_control()
+    if other is None and host_congestion_control() == b"reno":
         pytest.skip("this host allows only Reno, its default: nothing would tell the change apart")
     with trio.fail_after(10):
         async with _tcp_pair() as (client_stream, server_stream):
@@ -129,11 +109,11 @@ async def test_sessions_over_loopback_use_reno_on_both_sides() -> None:
             # change is seen even on a host whose default is Reno already.
             if other is not None:
                 for stream in (client_stream, server_stream):
-                    _choose(stream.socket, other)
+                    choose_congestion_control(stream.socket, other)
             async with rstreams.open_stream_session(server_stream, app=app):
                 async with rstreams.open_stream_session(client_stream) as client:
-                    assert _congestion_control(client_stream.socket) == b"reno"
-                    assert _congestion_control(server_stream.socket) == b"reno"
+                    assert congestion_control(client_stream.socket) == b"reno"
+                    assert congestion_control(server_stream.socket) == b"reno"
                     async with client.subscribe("range?count=3") as subscription:
                         assert [element async for element in subscription] == [u32(0), u32(1), u32(2)]
 
@@ -145,21 +125,21 @@ async def test_none_keeps_the_hosts_choice() -> None:
         async with _tcp_pair() as (client_stream, server_stream):
             async with rstreams.open_stream_session(server_stream, app=rstreams.Router(), config=config):
                 async with rstreams.open_stream_session(client_stream, config=config):
-                    assert _congestion_control(client_stream.socket) == _host_default()
-                    assert _congestion_control(server_stream.socket) == _host_default()
+                    assert congestion_control(client_stream.socket) == host_congestion_control()
+                    assert congestion_control(server_stream.socket) == host_congestion_control()
 
 
 @needs_congestion_option
 async def test_unpace_loopback_reaches_the_socket_under_tls_and_reports_a_change() -> None:
     with trio.fail_after(10):
         async with _tcp_pair() as (client_stream, _server_stream):
-            other = _host_allows_another()
+            other = another_allowed_congestion_control()
             if other is not None:
-                _choose(client_stream.socket, other)
-            before = _congestion_control(client_stream.socket)
+                choose_congestion_control(client_stream.socket, other)
+            before = congestion_control(client_stream.socket)
             wrapped = trio.SSLStream(client_stream, ssl.create_default_context(), server_hostname="localhost")
             assert unpace_loopback(wrapped) is (before != b"reno")
-            assert _congestion_control(client_stream.socket) == b"reno"
+            assert congestion_control(client_stream.socket) == b"reno"
             assert unpace_loopback(wrapped) is False  # already Reno: nothing to do
 
 
@@ -167,9 +147,9 @@ async def test_unpace_loopback_reaches_the_socket_under_tls_and_reports_a_change
 async def test_a_name_the_kernel_does_not_know_changes_nothing_and_raises_nothing() -> None:
     with trio.fail_after(10):
         async with _tcp_pair() as (client_stream, _server_stream):
-            before = _congestion_control(client_stream.socket)
+            before = congestion_control(client_stream.socket)
             assert unpace_loopback(client_stream, "no-such-cc") is False
-            assert _congestion_control(client_stream.socket) == before
+            assert congestion_control(client_stream.socket) == before
 
 
 async def test_streams_without_a_tcp_socket_are_left_alone() -> None:
