@@ -23,9 +23,9 @@ piece is copied, a ``bytearray`` always (it could change under a view).
 Reads are no smaller than parts (256 KiB each by default on plain TCP;
 64 KiB parts over TLS and WebSocket), so in practice a piece is copied,
 and a joined element costs two copies of its payload, the piece's and the
-join's; :attr:`Reassembler.buffered`, the
-memory held, is the payload received so far. ``copy=False`` on plain TCP
-(below) is the path with no copy.
+join's; :attr:`Reassembler.buffered`, the memory held, is the payload
+received so far. ``copy=False`` on plain TCP (below) is the path with no
+copy.
 
 Into one buffer
 ---------------
