@@ -1,12 +1,13 @@
-"""A/B sequential ``fetch`` round trips or the 10,000 el/s latency stream
-between checkouts, with CPU per operation and context switches on both sides.
+"""A/B sequential or concurrent ``fetch`` round trips, or the 10,000 el/s latency
+stream, between checkouts, with CPU per operation and context switches on both sides.
 
-    python bench/ab_latency.py ROOT rt|lat [--n N] [--server-poll S] [--client-poll S] [--dump FILE]
+    python bench/ab_latency.py ROOT rt|rt64|lat [--n N] [--server-poll S] [--client-poll S] [--dump FILE]
 
 Starts ``rstreams serve _bench_app:app`` from the checkout at ROOT (a copy of
 another commit's ``rstreams``, ``examples`` and ``bench/_bench_app.py``, say)
 and runs, with ROOT's rstreams: ``rt``, N ``session.fetch("range?count=1",
-1)`` one after another (the ``rt_seq`` row); ``lat``, ``stamps?rate=10000``
+1)`` one after another (the ``rt_seq`` row); ``rt64``, the same from 64
+tasks at once (the ``rt_64`` row); ``lat``, ``stamps?rate=10000``
 read with ``async for`` at prefetch 256 (the ``latency`` row), N elements.
 Prints one JSON line: the rate (or the percentiles, in µs, and the rate
 held), CPU per operation (µs; the client's from ``process_time``, the
@@ -36,14 +37,14 @@ from _worker import stamp_latencies
 
 parser = argparse.ArgumentParser()
 parser.add_argument("root")
-parser.add_argument("case", choices=["rt", "lat"])
+parser.add_argument("case", choices=["rt", "rt64", "lat"])
 parser.add_argument("--n", type=int, default=None)
 parser.add_argument("--server-poll", type=float, default=None)
 parser.add_argument("--client-poll", type=float, default=None)
 parser.add_argument("--dump", default=None)
 args = parser.parse_args()
 root = os.path.abspath(args.root)
-count = args.n or (4000 if args.case == "rt" else 20000)
+count = args.n or {"rt": 4000, "rt64": 20000}.get(args.case, 20000)
 sys.path.insert(0, root)
 os.chdir(root)
 
@@ -87,6 +88,16 @@ async def main() -> None:
         if args.case == "rt":
             for _ in range(count):
                 await session.fetch("range?count=1", 1)
+            out["rt_s"] = round(count / (time.perf_counter() - start))
+        elif args.case == "rt64":
+
+            async def worker(n: int) -> None:
+                for _ in range(n):
+                    await session.fetch("range?count=1", 1)
+
+            async with trio.open_nursery() as nursery:
+                for index in range(64):
+                    nursery.start_soon(worker, count // 64 + (1 if index < count % 64 else 0))
             out["rt_s"] = round(count / (time.perf_counter() - start))
         else:
             read = await stamp_latencies(session, 10000, count)
