@@ -3,7 +3,9 @@
 Every throughput and round-trip case subscribes to the demo's own ``range``
 and ``blob`` (so the numbers are those of ``rstreams serve examples.demo:app``);
 ``stamps`` exists only for the latency case, which needs elements published
-at a steady rate and stamped with the time they were handed to the sink.
+at a steady rate and stamped with the time they were handed to the sink;
+``each``, for ``bench/ab_publish.py``, publishes the way most publishers are
+written: ``await sink.send`` per element, in a loop.
 
 Served by the benchmark as ``rstreams serve _bench_app:app --app-dir bench``.
 """
@@ -41,5 +43,16 @@ async def stamps(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Non
         await sink.send(time.perf_counter_ns().to_bytes(8, "big"))
 
 
+async def each(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``count`` elements of ``size`` bytes (8 by default), one ``await
+    sink.send`` each, with nothing else in the loop."""
+    count = request.int_param("count", 10_000, minimum=0)
+    size = request.int_param("size", 8, minimum=0, maximum=demo.MAX_BLOB_SIZE)
+    element = bytes(size)
+    for _ in range(count):
+        await sink.send(element)
+
+
 app = rstreams.Router({path: demo.app.resolve(path) for path in demo.app.paths})  # type: ignore[misc]
 app.add("stamps", stamps, element_size=8)
+app.add("each", each)

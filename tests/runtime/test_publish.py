@@ -138,6 +138,126 @@ async def test_send_many_checkpoints_once_per_batch_not_per_element(as_iterator:
     assert 1 <= steps <= 5, steps
 
 
+class FakeClock:
+    """Stands in for ``perf_counter`` in ``rstreams._publish``: each call
+    moves it ``tick`` seconds on, and ``jump`` moves it by hand, so that
+    the runs of ``send`` (which read real time) are decided the same way
+    on any machine."""
+
+    def __init__(self, tick: float) -> None:
+        self.now = 1000.0
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def jump(self, seconds: float) -> None:
+        self.now += seconds
+
+
+async def _publisher_steps(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, count: int, pause: float = 0.0) -> int:
+    """Steps the publisher task takes to ``send`` ``count`` elements in a
+    loop (all demand granted up front), moving the clock by ``pause``
+    between sends; the elements must all arrive, in order."""
+    monkeypatch.setattr("rstreams._publish.perf_counter", clock)
+    counter = StepCounter("publisher loop")
+    done = trio.Event()
+
+    async def loop(sink: rstreams.Sink) -> None:
+        await sink.wait_demand()
+        counter.steps = 0
+        for i in range(count):
+            if pause:
+                clock.jump(pause)
+            await sink.send(u32(i))
+        done.set()
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"loop": loop})) as (client, _):
+            trio.lowlevel.add_instrument(counter)
+            try:
+                async with client.subscribe("loop", prefetch=0) as stream:
+                    stream.request(UNBOUNDED)
+                    await done.wait()
+                    steps = counter.steps
+                    assert [from_u32(raw) for raw in await collect(stream)] == list(range(count))
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+    return steps
+
+
+async def test_sends_in_a_tight_loop_yield_once_per_run_of_send_run_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rstreams._publish import SEND_RUN_LENGTH
+
+    count = 3000
+    # 0.1 µs a clock reading: every send follows the last within the gap,
+    # and SEND_RUN_LENGTH of them take far less than SEND_RUN_SECONDS.
+    steps = await _publisher_steps(monkeypatch, FakeClock(1e-7), count)
+    # A schedule point per send would mean about `count` steps.
+    assert count // SEND_RUN_LENGTH <= steps <= count // SEND_RUN_LENGTH + 5, steps
+
+
+async def test_a_run_of_send_ends_after_send_run_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rstreams._publish import SEND_RUN_GAP, SEND_RUN_LENGTH, SEND_RUN_SECONDS
+
+    count = 3000
+    tick = SEND_RUN_GAP / 4  # within the gap, but a run reaches SEND_RUN_SECONDS first
+    steps = await _publisher_steps(monkeypatch, FakeClock(tick), count)
+    # Two clock readings a send that goes on, so a run lasts about this many.
+    per_run = SEND_RUN_SECONDS / (2 * tick)
+    assert per_run < SEND_RUN_LENGTH
+    assert count / (per_run + 2) <= steps <= count / (per_run - 2) + 5, steps
+
+
+async def test_a_send_after_a_pause_yields_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rstreams._publish import SEND_RUN_GAP
+
+    count = 300
+    # The publisher spends longer than the gap between sends (as one paced
+    # by a timer, or waiting for anything, does): each send is its own
+    # schedule point, so its element goes out at once.
+    steps = await _publisher_steps(monkeypatch, FakeClock(1e-7), count, pause=2 * SEND_RUN_GAP)
+    assert steps >= count, steps
+
+
+async def test_runs_of_send_with_demand_in_small_steps_deliver_everything_in_order(
+    monkeypatch: pytest.MonkeyPatch, connect
+) -> None:
+    # Runs that end by waiting for demand (a schedule point of their own,
+    # from which the next run starts) lose and reorder nothing.
+    monkeypatch.setattr("rstreams._publish.perf_counter", FakeClock(1e-7))
+
+    async def loop(sink: rstreams.Sink) -> None:
+        for i in range(2000):
+            await sink.send(u32(i))
+
+    with trio.fail_after(10):
+        async with connect(rstreams.Router({"loop": loop})) as (client, _):
+            for prefetch in (1, 7, 300):
+                async with client.subscribe("loop", prefetch=prefetch) as stream:
+                    assert [from_u32(raw) for raw in await collect(stream)] == list(range(2000))
+
+
+async def test_send_is_a_cancel_point_within_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rstreams._publish.perf_counter", FakeClock(1e-7))
+    reached: list[int] = []
+
+    async def loop(sink: rstreams.Sink) -> None:
+        with trio.CancelScope() as scope:
+            for i in range(100):
+                if i == 10:
+                    scope.cancel()  # in the middle of a run: the next send raises
+                await sink.send(u32(i))
+                reached.append(i)
+
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"loop": loop})) as (client, _):
+            async with client.subscribe("loop", prefetch=1000) as stream:
+                assert [from_u32(raw) for raw in await collect(stream)] == list(range(10))
+    assert reached == list(range(10))
+
+
 async def test_send_many_with_demand_in_steps_sends_everything_in_order(connect) -> None:
     async def many(sink: rstreams.Sink) -> None:
         await sink.send_many(u32(i) for i in range(5000))
