@@ -1590,6 +1590,16 @@ class Connection:
                 lengths = sorted(set(map(len, elements)))
                 raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
             nbytes = len(chunk)
+        elif count == 1:
+            # One element (a publisher's send): no sets, and it joins the
+            # publication's last chunk when it can (Outbound.enqueue_one).
+            element = elements[0]
+            if type(element) is not bytes and not is_bytes_view(element):
+                raise LocalProtocolError(f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}")
+            if not publication.demand.take(1):
+                raise LocalProtocolError(f"1 elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}")
+            self._outbound.enqueue_one(publication, element, len(element))
+            return
         else:
             if set(map(type, elements)) != _ONLY_BYTES:  # (the usual case, found at C speed)
                 for element in elements:

@@ -224,6 +224,24 @@ class Outbound:
         self.data_bytes += nbytes
         self.schedule(publication)
 
+    def enqueue_one(self, publication: Publication, element: QueuedElement, nbytes: int) -> None:
+        """As :meth:`enqueue`, for one element of a variable-size stream: it
+        joins the publication's last chunk when that holds elements of its
+        size, so that a loop of single sends queues one chunk, which the
+        scheduler writes with one join, instead of a chunk per element. (The
+        chunks are the connection's own lists; the scheduler reads a chunk's
+        length afresh on each visit, so one may grow while it is queued.)"""
+        chunks = publication.chunks
+        last = chunks[-1] if chunks else None
+        if type(last) is SameSizeElements and len(last[-1]) == nbytes:
+            last.append(element)
+        else:
+            chunks.append(SameSizeElements((element,)))
+        publication.queued_count += 1
+        publication.queued_bytes += nbytes
+        self.data_bytes += nbytes
+        self.schedule(publication)
+
     def drop(self, publication: Publication) -> int:
         """Discard what a publication has queued; return the elements dropped."""
         self.data_bytes -= publication.pending_bytes

@@ -374,3 +374,48 @@ def test_buffers_to_send_then_data_to_send_keeps_the_byte_budget(pair: Connectio
     first = pair.server.buffers_to_send(128 * _KiB)
     assert sum(map(len, first)) >= 128 * _KiB
     assert len(pair.server.data_to_send(128 * _KiB)) >= 128 * _KiB
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 7, 100, 300, 2000]), min_size=1, max_size=40),
+    max_bytes=st.sampled_from([64, 500, 4096, 1 << 20]),
+    written_between=st.sets(st.integers(min_value=0, max_value=39)),
+)
+def test_single_sends_write_what_one_send_of_the_same_elements_writes(
+    sizes: list[int], max_bytes: int, written_between: set[int]
+) -> None:
+    # One send_elements per element (what Sink.send does), each joining the
+    # publication's last chunk while the size stays the same, with writes
+    # taken in the middle (a chunk being written may still grow): the
+    # elements on the wire, in order, are those of one call with them all.
+    # (Sizes above SMALL_LIMITS' split threshold go out in parts.)
+    elements = [bytes([index % 256]) * size for index, size in enumerate(sizes)]
+
+    def received(single: bool) -> list[bytes]:
+        pair = ConnectionPair(SMALL_LIMITS)
+        pair.open()
+        subscriber = pair.open_stream(pair.client, initial_demand=len(elements))
+        got: list[bytes] = []
+        if single:
+            for index, element in enumerate(elements):
+                pair.server.send_elements(subscriber, [element])
+                if index in written_between:
+                    got += elements_of(pair.send(pair.server, max_bytes), subscriber)
+        else:
+            pair.server.send_elements(subscriber, elements)
+        while pair.server.has_data_to_send:
+            got += elements_of(pair.send(pair.server, max_bytes), subscriber)
+        return got
+
+    assert received(single=True) == received(single=False) == elements
+
+
+def test_single_sends_of_one_size_share_a_chunk(pair: ConnectionPair) -> None:
+    subscriber = pair.open_stream(pair.client, initial_demand=10)
+    for size in (3, 3, 3, 5, 5, 3):
+        pair.server.send_elements(subscriber, [b"x" * size])
+    publication = pair.server._publications[subscriber]
+    assert [len(chunk) for chunk in publication.chunks] == [3, 2, 1]
+    assert publication.queued_count == 6 and publication.queued_bytes == 22
+    assert [len(e) for e in elements_of(pair.send(pair.server), subscriber)] == [3, 3, 3, 5, 5, 3]
