@@ -24,18 +24,17 @@ So ``send`` is a cancel point every time, but a schedule point only when a
 run ends: it skips the yield while it continues a *run*, that is while the
 publisher comes back to it within ``SEND_RUN_GAP`` of the previous ``send``
 (too short a time to have waited on anything: a schedule point alone costs
-about that), for at most
-``SEND_RUN_LENGTH`` sends or ``SEND_RUN_SECONDS`` since the last schedule
-point, as iteration does on the subscriber's side (``CHECKPOINT_INTERVAL``).
-The run's elements then go out in one write when it yields (and
-queue as one chunk meanwhile: ``Outbound.enqueue_one``). A ``send`` that
-follows any pause (a publisher paced by a timer, or by anything it awaits)
-yields as before, so its element goes out at once, and so does the first
-element of a run. What a run costs other tasks, and the elements queued
-during it, is a wait of ``SEND_RUN_SECONDS`` at most, as long as the
-publisher awaits something after it: one that sends a burst and then
-computes without awaiting holds the burst's tail until its next await (it
-holds every other task of the process as long).
+about that), for at most ``SEND_RUN_LENGTH`` sends or ``SEND_RUN_SECONDS``
+since the last schedule point, as iteration does on the subscriber's side
+(``CHECKPOINT_INTERVAL``). The run's elements then go out in one write when
+it yields (and queue as one chunk meanwhile: ``Outbound.enqueue_one``). A
+``send`` that follows any pause (a publisher paced by a timer, or by
+anything it awaits) yields as before, so its element goes out at once, and
+so does the first element of a run. What a run costs other tasks, and the
+elements queued during it, is a wait of ``SEND_RUN_SECONDS`` at most, as
+long as the publisher awaits something after it: one that sends a burst and
+then computes without awaiting holds the burst's tail until its next await
+(it holds every other task of the process as long).
 
 ``send_many`` / ``send_packed`` stay the fastest: they queue everything
 demand allows and checkpoint once per batch.

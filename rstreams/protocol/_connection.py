@@ -1595,9 +1595,13 @@ class Connection:
             # publication's last chunk when it can (Outbound.enqueue_one).
             element = elements[0]
             if type(element) is not bytes and not is_bytes_view(element):
-                raise LocalProtocolError(f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}")
+                raise LocalProtocolError(
+                    f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
+                )
             if not publication.demand.take(1):
-                raise LocalProtocolError(f"1 elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}")
+                raise LocalProtocolError(
+                    f"1 element exceeds the demand of {publication.demand.outstanding} on stream {subscriber}"
+                )
             self._outbound.enqueue_one(publication, element, len(element))
             return
         else:
