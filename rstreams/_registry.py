@@ -31,6 +31,7 @@ from typing import Any, NoReturn, Protocol
 
 import trio
 
+from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL
 from ._peer import Peer
 from ._publish import Router
 from ._url import SCHEMES as NATIVE_SCHEMES
@@ -104,6 +105,10 @@ class ServeContext:
         max_connection_memory: each connection's memory budget
             (``--max-connection-memory``), which a bridge's connections obey
             as the wire-v0 sessions do.
+        loopback_congestion_control: the TCP congestion control given to
+            connections whose peer is on loopback
+            (``--loopback-congestion-control``; None keeps the host's), which
+            a bridge's connections take as the wire-v0 sessions do.
     """
 
     app: Router
@@ -111,6 +116,7 @@ class ServeContext:
     max_connections: int | None = None
     label: str = ""
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
+    loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
 
 
 ConnectFunction = Callable[..., AbstractAsyncContextManager[Peer]]

@@ -28,7 +28,11 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "emp", None)
     if not addresses:
         return []
-    config = EmpConfig(framing=FRAMINGS[args.emp_framing], max_connection_memory=context.max_connection_memory)
+    config = EmpConfig(
+        framing=FRAMINGS[args.emp_framing],
+        max_connection_memory=context.max_connection_memory,
+        loopback_congestion_control=context.loopback_congestion_control,
+    )
     server = EmpAppServer(context.app, config=config, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="emp", secure_scheme="emps")]
 

@@ -30,7 +30,11 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "epoxy", None)
     if not addresses:
         return []
-    settings = replace(DEFAULT_SETTINGS, max_connection_memory=context.max_connection_memory)
+    settings = replace(
+        DEFAULT_SETTINGS,
+        max_connection_memory=context.max_connection_memory,
+        loopback_congestion_control=context.loopback_congestion_control,
+    )
     server = EpoxyAppServer(context.app, settings=settings, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="epoxy", secure_scheme="epoxys")]
 

@@ -28,7 +28,11 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     addresses = getattr(args, "micromsg2", None)
     if not addresses:
         return []
-    settings = replace(BROKER_SETTINGS, max_connection_memory=context.max_connection_memory)
+    settings = replace(
+        BROKER_SETTINGS,
+        max_connection_memory=context.max_connection_memory,
+        loopback_congestion_control=context.loopback_congestion_control,
+    )
     server = MicroMsg2AppServer(context.app, settings=settings, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="mm2", secure_scheme="mm2s")]
 

@@ -29,7 +29,11 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
     if not addresses:
         return []
     # (send_window is checked by its argparse type)
-    settings = RelinkSettings(send_window=args.relink_window, max_connection_memory=context.max_connection_memory)
+    settings = RelinkSettings(
+        send_window=args.relink_window,
+        max_connection_memory=context.max_connection_memory,
+        loopback_congestion_control=context.loopback_congestion_control,
+    )
     server = RelinkAppServer(
         context.app, endpoint=args.relink_endpoint, settings=settings, max_connections=context.max_connections
     )

@@ -187,6 +187,25 @@ def config_for_connection_memory(size: int, **settings: Any) -> SessionConfig:
         raise ValueError(f"--max-connection-memory {size} is too small for one split part per half") from None
 
 
+#: What ``--loopback-congestion-control`` takes to leave loopback connections
+#: the host's congestion control (``loopback_congestion_control=None``).
+HOST_CONGESTION_CONTROL = "host"
+
+
+def _congestion_control(text: str) -> str | None:
+    from .._loopback import check_congestion_control
+
+    if text == HOST_CONGESTION_CONTROL:
+        return None
+    try:
+        check_congestion_control(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a congestion control's name (reno, cubic, ...) or {HOST_CONGESTION_CONTROL}, got {text!r}"
+        ) from None
+    return text
+
+
 def _non_negative_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -231,6 +250,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     (``serve --ws``); they check that at least one listener was named.
     """
     from .._config import DEFAULT_CONFIG, DEFAULT_IDLE_TIMEOUT
+    from .._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL
     from ..protocol import DEFAULT_CONNECTION_MEMORY
 
     parser.add_argument(
@@ -288,6 +308,16 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         "0: never, to spare the CPU)",
     )
     parser.add_argument(
+        "--loopback-congestion-control",
+        metavar="NAME",
+        type=_congestion_control,
+        default=DEFAULT_LOOPBACK_CONGESTION_CONTROL,
+        help="the TCP congestion control of connections whose peer is on this machine's loopback, "
+        "every bridge's listeners included (Linux; a host that paces, as BBR does, held large elements "
+        f"to half speed over loopback; default: {DEFAULT_LOOPBACK_CONGESTION_CONTROL}; host: keep the "
+        "host's choice; other addresses always keep it)",
+    )
+    parser.add_argument(
         "--metrics",
         metavar="HOST:PORT",
         type=parse_address,
@@ -304,7 +334,10 @@ def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     from .._serve import Server
 
     config = config_for_connection_memory(
-        args.max_connection_memory, busy_poll=args.busy_poll, idle_timeout=args.idle_timeout or None
+        args.max_connection_memory,
+        busy_poll=args.busy_poll,
+        idle_timeout=args.idle_timeout or None,
+        loopback_congestion_control=args.loopback_congestion_control,
     )
     token = server_token(args)
     authenticate = None

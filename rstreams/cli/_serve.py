@@ -182,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         label=args.app,
         max_connection_memory=args.max_connection_memory,
+        loopback_congestion_control=args.loopback_congestion_control,
     )
     services_by_bridge = {
         bridge.name: list(bridge.services(context, args)) for bridge in registered_bridges() if bridge.services is not None
