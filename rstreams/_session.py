@@ -32,7 +32,6 @@ before goodbye, and the wait for the peer's goodbye all have timeouts.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 import time
@@ -179,13 +178,8 @@ class Session(Peer):
         extensions = (Extension.KEEPALIVE,) if config.keepalive_interval is not None else ()
         # Plain TCP: reads and writes straight on the socket (_direct_socket).
         direct = self._direct = direct_socket(stream)
-        limits = config.limits
-        if direct is None and limits.part_size > limits.split_threshold:
-            # Parts of part_size only where writes gather them uncopied:
-            # the copying path (TLS, WebSocket, memory streams) counts one
-            # part per round-robin visit against a quantum of split_threshold,
-            # so larger parts there would give a split stream the larger share.
-            limits = dataclasses.replace(limits, part_size=limits.split_threshold)
+        # Parts of part_size only where writes gather them uncopied.
+        limits = config.limits if direct is not None else config.limits.for_copied_writes()
         self._conn = Connection(
             limits=limits,
             extensions=extensions,

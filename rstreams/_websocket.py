@@ -108,9 +108,7 @@ def websocket_config(config: SessionConfig) -> SessionConfig:
     ``split_threshold`` here (64 KiB by default, not plain TCP's 256 KiB),
     which leaves a write size of 192 KiB - 64 with the defaults.
     """
-    limits = config.limits
-    if limits.part_size > limits.split_threshold:
-        limits = dataclasses.replace(limits, part_size=limits.split_threshold)
+    limits = config.limits.for_copied_writes()
     # An unsplit element may be as large as the threshold, a part as large
     # as part_size: a batch may end with either.
     room = MAX_OUTGOING_MESSAGE - max(limits.part_size, limits.split_threshold) - _PART_HEADER_BOUND

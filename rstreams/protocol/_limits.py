@@ -8,7 +8,7 @@ is told ``protocol error`` and dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["ProtocolLimits", "DEFAULT_LIMITS", "DEFAULT_CONNECTION_MEMORY"]
 
@@ -80,6 +80,17 @@ class ProtocolLimits:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.split_threshold > self.max_message_size - 64:
             raise ValueError("split_threshold must leave room for a message header under max_message_size")
+
+    def for_copied_writes(self) -> ProtocolLimits:
+        """These limits for a connection whose writes copy every message
+        (TLS, WebSocket, memory streams: all but plain TCP's gathered
+        writes): parts of at most ``split_threshold``. The scheduler gives a
+        stream one quantum of ``split_threshold`` bytes per round-robin
+        visit but at least one message, and on the copying path a larger
+        part would give a split stream the larger share of every write."""
+        if self.part_size <= self.split_threshold:
+            return self
+        return replace(self, part_size=self.split_threshold)
 
 
 DEFAULT_LIMITS = ProtocolLimits()

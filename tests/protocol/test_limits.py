@@ -40,3 +40,13 @@ def test_split_parts_must_fit_in_a_message() -> None:
 def test_limits_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         DEFAULT_LIMITS.max_message_size = 1  # type: ignore[misc]
+
+
+def test_copied_writes_take_parts_no_larger_than_the_split_threshold() -> None:
+    limits = ProtocolLimits()
+    assert limits.part_size > limits.split_threshold
+    copied = limits.for_copied_writes()
+    assert copied.part_size == limits.split_threshold
+    assert dataclasses.replace(copied, part_size=limits.part_size) == limits  # nothing else moves
+    small = ProtocolLimits(part_size=16 * 1024)
+    assert small.for_copied_writes() is small  # already within the threshold

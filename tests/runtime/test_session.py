@@ -110,6 +110,26 @@ async def test_split_parts_are_interleaved_with_other_streams_on_the_wire() -> N
     assert any(m.subscriber == small_id for m in between), "no other stream between the parts"
 
 
+async def test_a_copying_transport_splits_in_parts_of_the_split_threshold_not_part_size() -> None:
+    # Memory streams, like TLS and WebSocket, have every part copied into
+    # the write: parts there stay at split_threshold (ProtocolLimits
+    # .for_copied_writes), whatever part_size says; plain TCP's larger parts
+    # are test_direct_socket's.
+    limits = rstreams.ProtocolLimits()
+    size = 3 * limits.part_size + 5
+
+    async def large(sink: rstreams.Sink) -> None:
+        await sink.send(blob(0, size))
+
+    with trio.fail_after(10):
+        async with tapped_pair(server_app=rstreams.Router({"large": large})) as (client, server, tap):
+            async with client.subscribe("large") as stream:
+                assert await collect(stream) == [blob(0, size)]
+    parts = [len(m.data) for m in tap.received if isinstance(m, (OnNextPart, OnNextLastPart))]
+    assert sum(parts) == size
+    assert max(parts) == limits.split_threshold < limits.part_size
+
+
 async def test_both_directions_on_one_connection(connect) -> None:
     results: dict[str, list[int]] = {}
 
