@@ -81,6 +81,7 @@ from ._codecs import Codec, CodecLike, resolve_codec
 from ._config import SessionConfig
 from ._errors import InvalidParameter
 from ._peer import Peer
+from ._subscribe import CHECKPOINT_INTERVAL
 from .protocol import Connection
 
 
@@ -108,10 +109,10 @@ __all__ = [
 
 #: A run of ``send`` (see "Runs of send"): the publisher came back within this
 #: many seconds of the previous ``send`` (a schedule point alone costs about
-#: as much), for at most this many sends, or this long since the last
-#: schedule point.
+#: as much), for at most as many sends as iteration hands out between its
+#: checkpoints, or this long since the last schedule point.
 SEND_RUN_GAP = 5e-6
-SEND_RUN_LENGTH = 256
+SEND_RUN_LENGTH = CHECKPOINT_INTERVAL
 SEND_RUN_SECONDS = 100e-6
 
 #: Publisher paths starting with this are the runtime's own (``$stats``,

@@ -1591,26 +1591,19 @@ class Connection:
                 raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
             nbytes = len(chunk)
         elif count == 1:
-            # One element (a publisher's send): no sets, and it joins the
-            # publication's last chunk when it can (Outbound.enqueue_one).
+            # One element (a publisher's send): no sets, and no chunk of its
+            # own when it can join the last one (Outbound.enqueue_one).
             element = elements[0]
             if type(element) is not bytes and not is_bytes_view(element):
-                raise LocalProtocolError(
-                    f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
-                )
-            if not publication.demand.take(1):
-                raise LocalProtocolError(
-                    f"1 element exceeds the demand of {publication.demand.outstanding} on stream {subscriber}"
-                )
+                raise _not_an_element(element)
+            self._take_demand(publication, 1)
             self._outbound.enqueue_one(publication, element, len(element))
             return
         else:
             if set(map(type, elements)) != _ONLY_BYTES:  # (the usual case, found at C speed)
                 for element in elements:
                     if type(element) is not bytes and not is_bytes_view(element):
-                        raise LocalProtocolError(
-                            f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}"
-                        )
+                        raise _not_an_element(element)
             sizes = set(map(len, elements))
             if len(sizes) == 1:
                 # Our own copy (the caller may reuse its list), marked so
@@ -1620,11 +1613,17 @@ class Connection:
             else:
                 chunk = list(elements)
                 nbytes = sum(map(len, chunk))
+        self._take_demand(publication, count)
+        self._outbound.enqueue(publication, chunk, count, nbytes)
+
+    @staticmethod
+    def _take_demand(publication: Publication, count: int) -> None:
+        # After every other check: demand taken is demand spent.
         if not publication.demand.take(count):
             raise LocalProtocolError(
-                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
+                f"{count} elements exceed the demand of {publication.demand.outstanding}"
+                f" on stream {publication.subscriber}"
             )
-        self._outbound.enqueue(publication, chunk, count, nbytes)
 
     def send_packed(self, subscriber: int, packed: bytes) -> None:
         """Queue ``len(packed) // element_size`` fixed-size elements at once.
@@ -1647,10 +1646,7 @@ class Connection:
             return
         self._enter_sending(publication)
         count = nbytes // size
-        if not publication.demand.take(count):
-            raise LocalProtocolError(
-                f"{count} elements exceed the demand of {publication.demand.outstanding} on stream {subscriber}"
-            )
+        self._take_demand(publication, count)
         self._outbound.enqueue(publication, packed, count, nbytes)
 
     def complete(self, subscriber: int) -> None:
@@ -1887,6 +1883,11 @@ def is_bytes_view(element: object) -> bool:
         and element.format == "B"
         and element.c_contiguous
     )
+
+
+def _not_an_element(element: object) -> LocalProtocolError:
+    """The error for queuing what cannot be an element (send_elements)."""
+    return LocalProtocolError(f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}")
 
 
 def _describe_element(element: object) -> str:

@@ -233,10 +233,11 @@ class Outbound:
         length afresh on each visit, so one may grow while it is queued.)"""
         chunks = publication.chunks
         last = chunks[-1] if chunks else None
-        if type(last) is SameSizeElements and len(last[-1]) == nbytes:
-            last.append(element)
-        else:
-            chunks.append(SameSizeElements((element,)))
+        if type(last) is not SameSizeElements or len(last[-1]) != nbytes:
+            self.enqueue(publication, SameSizeElements((element,)), 1, nbytes)
+            return
+        # (enqueue's counting, written out: this runs for every send of a run)
+        last.append(element)
         publication.queued_count += 1
         publication.queued_bytes += nbytes
         self.data_bytes += nbytes
