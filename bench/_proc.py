@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "free_port", "rss_bytes"]
+__all__ = ["cpu_seconds", "free_port", "rss_bytes", "serve_checkout", "wait_listening"]
 
 
 def free_port() -> int:
@@ -32,3 +35,33 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def serve_checkout(root: str, app: str, *options: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``rstreams serve APP --tcp 127.0.0.1:PORT OPTIONS`` with the rstreams
+    of the checkout at ``root`` (on ``PYTHONPATH``, and run from there), on a
+    free loopback port, its output discarded: the process and the port. The
+    A/B scripts compare checkouts this way; see ``wait_listening``."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rstreams", "serve", app, "--tcp", f"127.0.0.1:{port}", *options],
+        env=dict(os.environ, PYTHONPATH=root),
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return server, port
+
+
+def wait_listening(port: int, timeout: float = 10.0) -> None:
+    """Return once something accepts on 127.0.0.1:``port`` (a server just
+    started); raise ``OSError`` after ``timeout`` seconds of refusals."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

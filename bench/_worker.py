@@ -70,23 +70,30 @@ async def rstreams_round_trips(port: int, total: int, concurrency: int, mode: st
     import rstreams
 
     async with rstreams.open_session(URL.format(port=port)) as session:
-
-        async def worker(count: int) -> None:
-            if mode == "fetch":
-                for _ in range(count):
-                    await session.fetch("range?count=1", 1)
-                return
-            for _ in range(count):
-                async with session.subscribe("range?count=1", prefetch=1) as subscription:
-                    async for _element in subscription:
-                        pass
-
         start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for index in range(concurrency):
-                nursery.start_soon(worker, total // concurrency + (1 if index < total % concurrency else 0))
+        await round_trips_on(session, total, concurrency, mode)
         elapsed = time.perf_counter() - start
     return {"elements": total, "bytes": 0, "seconds": elapsed}
+
+
+async def round_trips_on(session: Any, total: int, concurrency: int, mode: str = "fetch") -> None:
+    """``total`` subscribes to ``range?count=1`` on ``session``, from
+    ``concurrency`` tasks at once (see ``rstreams_round_trips``)."""
+    import trio
+
+    async def worker(count: int) -> None:
+        if mode == "fetch":
+            for _ in range(count):
+                await session.fetch("range?count=1", 1)
+            return
+        for _ in range(count):
+            async with session.subscribe("range?count=1", prefetch=1) as subscription:
+                async for _element in subscription:
+                    pass
+
+    async with trio.open_nursery() as nursery:
+        for index in range(concurrency):
+            nursery.start_soon(worker, total // concurrency + (1 if index < total % concurrency else 0))
 
 
 async def rstreams_latency(port: int, rate: float, count: int) -> dict[str, Any]:

@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
 
-from _proc import cpu_seconds, free_port
-from _worker import stamp_latencies
+from _proc import cpu_seconds, serve_checkout, wait_listening
+from _worker import round_trips_on, stamp_latencies
 
 parser = argparse.ArgumentParser()
 parser.add_argument("root")
@@ -51,14 +50,10 @@ os.chdir(root)
 import rstreams  # noqa: E402  (from ROOT)
 import trio  # noqa: E402
 
-port = free_port()
-argv = [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", os.path.join(root, "bench")]
-argv += ["--tcp", f"127.0.0.1:{port}"]
+options = ["--app-dir", os.path.join(root, "bench")]
 if args.server_poll is not None:
-    argv += ["--busy-poll", str(args.server_poll)]
-server = subprocess.Popen(
-    argv, env=dict(os.environ, PYTHONPATH=root), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-)
+    options += ["--busy-poll", str(args.server_poll)]
+server, port = serve_checkout(root, "_bench_app:app", *options)
 
 
 def switches(pid: int) -> tuple[int, int]:
@@ -73,31 +68,14 @@ def switches(pid: int) -> tuple[int, int]:
 
 async def main() -> None:
     url = f"tcp://127.0.0.1:{port}"
-    with trio.fail_after(10):
-        while True:
-            try:
-                async with rstreams.open_session(url):
-                    break
-            except OSError:
-                await trio.sleep(0.05)
+    wait_listening(port)
     config = rstreams.SessionConfig() if args.client_poll is None else rstreams.SessionConfig(busy_poll=args.client_poll)
     async with rstreams.open_session(url, config=config) as session:
         server_cpu, client_cpu, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
         server_switches, client_switches = switches(server.pid), switches(os.getpid())
         out: dict[str, Any] = {}
-        if args.case == "rt":
-            for _ in range(count):
-                await session.fetch("range?count=1", 1)
-            out["rt_s"] = round(count / (time.perf_counter() - start))
-        elif args.case == "rt64":
-
-            async def worker(n: int) -> None:
-                for _ in range(n):
-                    await session.fetch("range?count=1", 1)
-
-            async with trio.open_nursery() as nursery:
-                for index in range(64):
-                    nursery.start_soon(worker, count // 64 + (1 if index < count % 64 else 0))
+        if args.case in ("rt", "rt64"):
+            await round_trips_on(session, count, 1 if args.case == "rt" else 64)
             out["rt_s"] = round(count / (time.perf_counter() - start))
         else:
             read = await stamp_latencies(session, 10000, count)

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
-from _proc import cpu_seconds, free_port
+from _proc import cpu_seconds, serve_checkout, wait_listening
 
 root = os.path.abspath(sys.argv[1])
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
@@ -34,26 +33,12 @@ os.chdir(root)
 import rstreams  # noqa: E402  (from ROOT)
 import trio  # noqa: E402
 
-port = free_port()
-server = subprocess.Popen(
-    [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", os.path.join(root, "bench")]
-    + ["--tcp", f"127.0.0.1:{port}"],
-    env=dict(os.environ, PYTHONPATH=root),
-    cwd=root,
-    stdout=subprocess.DEVNULL,
-    stderr=subprocess.DEVNULL,
-)
+server, port = serve_checkout(root, "_bench_app:app", "--app-dir", os.path.join(root, "bench"))
 
 
 async def main() -> None:
+    wait_listening(port)
     url = f"tcp://127.0.0.1:{port}"
-    with trio.fail_after(10):
-        while True:
-            try:
-                async with rstreams.open_session(url):
-                    break
-            except OSError:
-                await trio.sleep(0.05)
     elements = 0
     async with rstreams.open_session(url) as session:
         server_start, client_start, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
-from _proc import cpu_seconds, free_port
+from _proc import cpu_seconds, serve_checkout, wait_listening
 
 root, mode, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 prefetch = int(sys.argv[5]) if len(sys.argv) > 5 else None
@@ -31,24 +30,11 @@ os.chdir(root)
 import rstreams  # noqa: E402  (from ROOT)
 import trio  # noqa: E402
 
-port = free_port()
-server = subprocess.Popen(
-    [sys.executable, "-m", "rstreams", "serve", "examples.demo:app", "--tcp", f"127.0.0.1:{port}"],
-    env=dict(os.environ, PYTHONPATH=root),
-    cwd=root,
-    stdout=subprocess.DEVNULL,
-    stderr=subprocess.DEVNULL,
-)
+server, port = serve_checkout(root, "examples.demo:app")
 
 
 async def main() -> None:
-    with trio.fail_after(10):
-        while True:
-            try:
-                async with rstreams.open_session(f"tcp://127.0.0.1:{port}"):
-                    break
-            except OSError:
-                await trio.sleep(0.05)
+    wait_listening(port)
     options: dict[str, object] = {} if prefetch is None else {"prefetch": prefetch}
     if not copy:
         options["copy"] = False

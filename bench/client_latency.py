@@ -22,9 +22,7 @@ pyzmq's level and the session's p50 and p99 well above it.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,7 +34,7 @@ sys.path.insert(0, str(HERE))
 import trio  # noqa: E402
 
 import rstreams  # noqa: E402
-from _proc import free_port  # noqa: E402
+from _proc import serve_checkout, wait_listening  # noqa: E402
 from rstreams.protocol import Connection, Elements, OnComplete, OnError  # noqa: E402
 
 CLIENTS = ("blocking", "trio", "session")
@@ -44,65 +42,62 @@ TOP_UP = 64
 clock = time.perf_counter_ns
 
 
-def _take(connection: Connection, subscriber: int, now: int, latencies: list[float], pending: list[int]) -> bool:
-    """Apply the connection's events to ``latencies``; True once the stream ended."""
-    ended = False
-    for event in connection.events():
-        if isinstance(event, Elements):
-            latencies.extend((now - int.from_bytes(element, "big")) / 1000 for element in event.elements)
-            pending[0] += len(event.elements)
-            if pending[0] >= TOP_UP:
-                connection.request(subscriber, pending[0])
-                pending[0] = 0
-        elif isinstance(event, (OnComplete, OnError)):
-            ended = True
-    return ended
+class _RawReader:
+    """The sans-I/O side of the two clients without a session: one
+    subscription, demand asked again every ``TOP_UP`` elements, each
+    element's latency taken at the read that brought it."""
+
+    def __init__(self, name: str) -> None:
+        self.connection = Connection()
+        self.subscriber = self.connection.subscribe(name, 256)
+        self.latencies: list[float] = []
+        self._pending = 0
+
+    def opening(self) -> bytes | bytearray:
+        return self.connection.data_to_send()
+
+    def take(self, data: bytes, now: int) -> tuple[bytes | bytearray, bool]:
+        """Apply one read made at ``now``: what to write back, and whether the stream ended."""
+        connection = self.connection
+        connection.receive_data(data)
+        ended = False
+        for event in connection.events():
+            if isinstance(event, Elements):
+                self.latencies.extend((now - int.from_bytes(element, "big")) / 1000 for element in event.elements)
+                self._pending += len(event.elements)
+                if self._pending >= TOP_UP:
+                    connection.request(self.subscriber, self._pending)
+                    self._pending = 0
+            elif isinstance(event, (OnComplete, OnError)):
+                ended = True
+        return connection.data_to_send(), ended
 
 
 def read_blocking(port: int, name: str) -> list[float]:
-    latencies: list[float] = []
-    connection = Connection()
-    subscriber = connection.subscribe(name, 256)
-    pending = [0]
+    reader = _RawReader(name)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(connection.data_to_send())
-        while True:
-            data = sock.recv(65536)
-            now = clock()
-            if not data:
-                break
-            connection.receive_data(data)
-            ended = _take(connection, subscriber, now, latencies, pending)
-            out = connection.data_to_send()
+        sock.sendall(reader.opening())
+        while data := sock.recv(65536):
+            out, ended = reader.take(data, clock())
             if out:
                 sock.sendall(out)
             if ended:
                 break
-    return latencies
+    return reader.latencies
 
 
 async def read_trio(port: int, name: str) -> list[float]:
-    latencies: list[float] = []
-    connection = Connection()
-    subscriber = connection.subscribe(name, 256)
-    pending = [0]
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(connection.data_to_send())
-        while True:
-            data = await stream.receive_some(65536)
-            now = clock()
-            if not data:
-                break
-            connection.receive_data(data)
-            ended = _take(connection, subscriber, now, latencies, pending)
-            out = connection.data_to_send()
+    reader = _RawReader(name)
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(reader.opening())
+        while data := await stream.receive_some(65536):
+            out, ended = reader.take(data, clock())
             if out:
                 await stream.send_all(out)
             if ended:
                 break
-    return latencies
+    return reader.latencies
 
 
 async def read_session(port: int, name: str) -> list[float]:
@@ -122,23 +117,9 @@ def main() -> None:
     unknown = set(args.clients) - set(CLIENTS)
     if unknown:
         parser.error(f"unknown client(s): {', '.join(sorted(unknown))}; choose from {', '.join(CLIENTS)}")
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rstreams", "serve", "_bench_app:app", "--app-dir", str(HERE), "--tcp", f"127.0.0.1:{port}"],
-        cwd=HERE.parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server, port = serve_checkout(str(HERE.parent), "_bench_app:app", "--app-dir", str(HERE))
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_listening(port)
         name = f"stamps?rate=10000&count={args.n}"
         for client in args.clients or CLIENTS:
             if client == "blocking":
