@@ -7,7 +7,7 @@ should be waiting for demand has had every chance to run ahead.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import hypothesis
 import hypothesis.strategies
@@ -110,30 +110,42 @@ async def test_send_many_queues_up_to_demand() -> None:
                 assert sink.statistics().elements_sent == 25
 
 
-@pytest.mark.parametrize("as_iterator", [False, True], ids=["list", "generator"])
-async def test_send_many_checkpoints_once_per_batch_not_per_element(as_iterator: bool) -> None:
-    count = 3000
-    counter = StepCounter("publisher many")
+async def _steps_to_publish(count: int, publish: Callable[[rstreams.Sink], Awaitable[None]]) -> int:
+    """Steps the publisher task takes in ``publish(sink)``, which sends
+    elements 0 .. ``count`` - 1 (all demand granted up front); the elements
+    must all arrive, in order."""
+    counter = StepCounter("publisher steps")
     done = trio.Event()
 
-    async def many(sink: rstreams.Sink) -> None:
+    async def publisher(sink: rstreams.Sink) -> None:
         await sink.wait_demand()
         counter.steps = 0
-        values = (u32(i) for i in range(count)) if as_iterator else [u32(i) for i in range(count)]
-        await sink.send_many(values)
+        await publish(sink)
         done.set()
 
     with trio.fail_after(10):
-        async with rstreams.testing.session_pair(server_app=rstreams.Router({"many": many})) as (client, _):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"steps": publisher})) as (client, _):
             trio.lowlevel.add_instrument(counter)
             try:
-                async with client.subscribe("many", prefetch=0) as stream:
+                async with client.subscribe("steps", prefetch=0) as stream:
                     stream.request(UNBOUNDED)  # all demand up front: one batch
                     await done.wait()
                     steps = counter.steps
                     assert [from_u32(raw) for raw in await collect(stream)] == list(range(count))
             finally:
                 trio.lowlevel.remove_instrument(counter)
+    return steps
+
+
+@pytest.mark.parametrize("as_iterator", [False, True], ids=["list", "generator"])
+async def test_send_many_checkpoints_once_per_batch_not_per_element(as_iterator: bool) -> None:
+    count = 3000
+
+    async def many(sink: rstreams.Sink) -> None:
+        values = (u32(i) for i in range(count)) if as_iterator else [u32(i) for i in range(count)]
+        await sink.send_many(values)
+
+    steps = await _steps_to_publish(count, many)
     # A per-element checkpoint would mean about `count` steps.
     assert 1 <= steps <= 5, steps
 
@@ -158,33 +170,16 @@ class FakeClock:
 
 async def _publisher_steps(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, count: int, pause: float = 0.0) -> int:
     """Steps the publisher task takes to ``send`` ``count`` elements in a
-    loop (all demand granted up front), moving the clock by ``pause``
-    between sends; the elements must all arrive, in order."""
+    loop, moving the clock by ``pause`` between sends (_steps_to_publish)."""
     monkeypatch.setattr("rstreams._publish.perf_counter", clock)
-    counter = StepCounter("publisher loop")
-    done = trio.Event()
 
     async def loop(sink: rstreams.Sink) -> None:
-        await sink.wait_demand()
-        counter.steps = 0
         for i in range(count):
             if pause:
                 clock.jump(pause)
             await sink.send(u32(i))
-        done.set()
 
-    with trio.fail_after(10):
-        async with rstreams.testing.session_pair(server_app=rstreams.Router({"loop": loop})) as (client, _):
-            trio.lowlevel.add_instrument(counter)
-            try:
-                async with client.subscribe("loop", prefetch=0) as stream:
-                    stream.request(UNBOUNDED)
-                    await done.wait()
-                    steps = counter.steps
-                    assert [from_u32(raw) for raw in await collect(stream)] == list(range(count))
-            finally:
-                trio.lowlevel.remove_instrument(counter)
-    return steps
+    return await _steps_to_publish(count, loop)
 
 
 async def test_sends_in_a_tight_loop_yield_once_per_run_of_send_run_length(monkeypatch: pytest.MonkeyPatch) -> None:
