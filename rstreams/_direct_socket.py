@@ -46,6 +46,15 @@ concatenation. The other way, ``receive_into`` reads with one scattering
 of a large element of a ``copy=False`` stream, in the buffer it is handed
 over in).
 
+Another task may read for the reader (``read_for_reader``,
+``read_into_for_reader``: a consumer that would otherwise park until the
+reader has read and woken it, see ``Session._receive_now``), but only while
+the reader waits in ``receive_some`` with nothing read yet
+(``reader_idle``): what it reads then comes before anything the reader
+reads later, and the reader, woken with nothing left, waits again. A read
+the reader has made and not yet returned (it checkpoints first) must be
+handled before anything read after it, so that state does not qualify.
+
 Only plain TCP streams qualify: TLS and WebSocket frame what they send and
 receive, and always go through trio's streams. A write to a connection the
 peer has reset fails with ``EPIPE`` exactly as trio's own ``send`` does
@@ -128,12 +137,15 @@ class DirectSocket:
     reports -1, and its old number may already belong to another file.
     """
 
-    __slots__ = ("_socket", "_read_at_once", "_slot")
+    __slots__ = ("_socket", "_read_at_once", "_slot", "_reader_idle")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self._socket = stream.socket
         self._read_at_once = True
         self._slot: _PollSlot | None = None  # found on the first poll, inside the run
+        # True while a receive_some waits for data with nothing read yet:
+        # the one state in which another task may read (see read_for_reader).
+        self._reader_idle = False
 
     def send_now(self, data: bytes | bytearray | memoryview) -> int:
         """Write what the socket takes of ``data`` at once; return how many
@@ -238,10 +250,53 @@ class DirectSocket:
             if data is not None:
                 return data
         while True:
-            await trio.lowlevel.wait_readable(self._socket)
+            self._reader_idle = True
+            try:
+                await trio.lowlevel.wait_readable(self._socket)
+            finally:
+                self._reader_idle = False
             data = self._read(max_bytes)
             if data is not None:
                 return data
+
+    @property
+    def reader_idle(self) -> bool:
+        """Whether a ``receive_some`` waits for data with nothing read yet:
+        the one state in which another task may read (see
+        :meth:`read_for_reader`)."""
+        return self._reader_idle
+
+    def read_for_reader(self, max_bytes: int) -> bytes | None:
+        """Read now, in another task, what a ``receive_some`` that is
+        waiting would read next: up to ``max_bytes`` if the socket has
+        them, else None. None too when no ``receive_some`` is waiting with
+        nothing in hand (a read it has made and not yet returned must be
+        handled before anything read after it), and at end of stream or on
+        an error, both of which the waiting read then meets itself.
+
+        Order is kept: what this returns was read before anything the
+        waiting read will return, and the caller handles it before it
+        awaits anything. The waiting read is not disturbed: woken with
+        nothing left to read, it waits again.
+        """
+        if not self._reader_idle:
+            return None
+        try:
+            data = self._read(max_bytes)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return None
+        # (End of stream stays readable, for the waiting read to meet.)
+        return data or None
+
+    def read_into_for_reader(self, buffers: list[memoryview | bytearray]) -> int:
+        """As :meth:`read_for_reader`, into ``buffers`` as ``receive_into``
+        reads: how many bytes, 0 for none read (whatever the reason)."""
+        if not self._reader_idle:
+            return 0
+        try:
+            return self._read_into(buffers) or 0
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return 0
 
     async def _poll(self, max_bytes: int, seconds: float) -> bytes | None:
         slot = self._slot
@@ -255,7 +310,11 @@ class DirectSocket:
             # while tasks run, and this loop must end whatever the clock.
             deadline = time.perf_counter() + seconds
             while True:
-                await trio.lowlevel.checkpoint()  # the others run; cancellable
+                self._reader_idle = True
+                try:
+                    await trio.lowlevel.checkpoint()  # the others run; cancellable
+                finally:
+                    self._reader_idle = False
                 data = self._read(max_bytes)
                 if data is not None or time.perf_counter() >= deadline:
                     return data

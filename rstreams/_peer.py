@@ -273,6 +273,10 @@ class FeedPeer(Peer):
         feed = self._feeds.get(subscriber)
         return feed._demand if feed is not None else 0
 
+    def _receive_now(self) -> int:
+        # A bridge's elements come from its own reader, in its own task.
+        return 0
+
     def _forget(self, feed: StreamFeed) -> None:
         if self._feeds.get(feed.id) is feed:
             del self._feeds[feed.id]

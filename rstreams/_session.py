@@ -32,6 +32,7 @@ before goodbye, and the wait for the peer's goodbye all have timeouts.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import logging
 import time
@@ -262,6 +263,15 @@ class Session(Peer):
         self._close_reason: str | None = None
         self._stream_error: BaseException | None = None
         self._reader_done = trio.Event()
+        # Reads in a consumer's task (see _receive_now): allowed only while
+        # the reader is in its main loop, whose scope they cancel when they
+        # meet the end of reading (the peer's goodbye, its bad input).
+        self._reading = False
+        self._reading_scope = trio.CancelScope()
+        # The reader's context: what it dispatches (a plain publisher called,
+        # a publisher's task started) sees the same context vars whichever
+        # task read the bytes.
+        self._reader_context: contextvars.Context | None = None
         self._writer_done = trio.Event()
         self._closed = trio.Event()
         self._stream_closed = False
@@ -693,8 +703,14 @@ class Session(Peer):
             if self._conn.keepalive or self.config.idle_timeout is not None:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._keep_time)
-            while await self._receive_once():
-                pass
+            with self._reading_scope:
+                self._reader_context = trio.lowlevel.current_task().context
+                self._reading = True
+                try:
+                    while await self._receive_once():
+                        pass
+                finally:
+                    self._reading = False
         except _TRANSPORT_ERRORS as exc:
             if self._close_kind is None:
                 self._request_close(_CloseKind.LOST, f"connection lost: {describe_error(exc)}", exc)
@@ -880,6 +896,71 @@ class Session(Peer):
         else:
             conn.receive_data(data)
         self._answered_subscribe = False
+        going_on = self._take_in()
+        while going_on is None:
+            # A read full of control messages (subscribes, say): the writer
+            # sends the answers so far, so that the peer works on them while
+            # we parse the rest of this read.
+            await trio.lowlevel.checkpoint()
+            going_on = self._take_in()
+        return going_on
+
+    def _receive_now(self) -> int:
+        """Read and dispatch what has arrived, in the calling task (a
+        consumer about to wait for elements); how many bytes were read.
+
+        The reader's way to a consumer is two tasks and a pass of the run
+        loop or two: woken by ``epoll``, it reads and dispatches, re-arms its
+        wait, and the consumer runs in the next pass. A consumer that comes
+        back for more while the next elements are already in the socket
+        (a burst, or a stream faster than it) reads them itself instead.
+        Only when the reader waits with nothing read (``read_for_reader``),
+        so bytes are handled in the order they arrived; never where the
+        reader would not read (its budget for elements or answers is
+        taken, or a read could take it past); and nothing here waits.
+        """
+        direct = self._direct
+        context = self._reader_context
+        if direct is None or not direct.reader_idle or not self._reading or self._close_kind is not None:
+            return 0
+        assert context is not None  # (set before _reading)
+        if self._unsent_answers() > self.config.max_unsent_control:
+            return 0
+        conn = self._conn
+        read_size = self.config.read_size
+        if self.held_elements.held + conn.inbound_bytes + read_size >= self._half_budget:
+            return 0
+        # As the reader reads (_receive_once): into a large element's own
+        # buffer where the connection offers it.
+        into = conn.receive_buffers(read_size)
+        if into:
+            received = direct.read_into_for_reader(into)
+            if not received:
+                return 0
+            conn.buffers_received(received)
+        else:
+            data = direct.read_for_reader(read_size)
+            if data is None:
+                return 0
+            received = len(data)
+            conn.receive_data(data)
+        self._bytes_in += received
+        self._answered_subscribe = False
+        take_in = self._take_in
+        going_on = context.run(take_in)
+        while going_on is None:
+            going_on = context.run(take_in)  # (no checkpoint here: the writer has the answers)
+        if not going_on:
+            self._reading_scope.cancel()  # the reader, waiting, would read on
+        return received
+
+    def _take_in(self) -> bool | None:
+        """Dispatch the events of what was just received: True when all
+        are dispatched and reading goes on, False when reading is over (the
+        peer's goodbye, or its bad input); None after a batch full of
+        control messages whose answers went to the writer: call again,
+        after a checkpoint if the caller may take one."""
+        conn = self._conn
         try:
             while True:
                 events = conn.events(_DISPATCH_BATCH)
@@ -894,11 +975,8 @@ class Session(Peer):
                 if idle is not None and any(type(event) not in _KEEPALIVE_EVENTS for event in events):
                     idle.heard(trio.current_time())
                 if len(events) >= _DISPATCH_BATCH and conn.has_data_to_send:
-                    # A read full of control messages (subscribes, say): let
-                    # the writer send the answers so far, so that the peer
-                    # works on them while we parse the rest of this read.
                     self._send_queued()
-                    await trio.lowlevel.checkpoint()
+                    return None
         except RemoteProtocolError as exc:
             self._log_bad_input(exc.goodbye_reason)
             self._request_close(_CloseKind.PROTOCOL_ERROR, exc.goodbye_reason, exc)
