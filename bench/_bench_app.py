@@ -5,7 +5,8 @@ and ``blob`` (so the numbers are those of ``rstreams serve examples.demo:app``);
 ``stamps`` exists only for the latency case, which needs elements published
 at a steady rate and stamped with the time they were handed to the sink;
 ``each``, for ``bench/ab_publish.py``, publishes the way most publishers are
-written: ``await sink.send`` per element, in a loop.
+written: ``await sink.send`` per element, in a loop (``each_fixed``: the
+same on a fixed-size route, 8-byte elements).
 
 Served by the benchmark as ``rstreams serve _bench_app:app --app-dir bench``.
 """
@@ -56,3 +57,4 @@ async def each(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
 app = rstreams.Router({path: demo.app.resolve(path) for path in demo.app.paths})  # type: ignore[misc]
 app.add("stamps", stamps, element_size=8)
 app.add("each", each)
+app.add("each_fixed", each, element_size=8)

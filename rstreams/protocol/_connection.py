@@ -1579,6 +1579,19 @@ class Connection:
         self._enter_sending(publication)
         size = publication.element_size
         chunk: list[QueuedElement] | bytes
+        if count == 1:
+            # One element (a publisher's send): no sets, and no chunk of its
+            # own when it can join the last one (Outbound.enqueue_one); the
+            # scheduler packs a fixed-size stream's run of them as it packs
+            # a joined chunk.
+            element = elements[0]
+            if type(element) is not bytes and not is_bytes_view(element):
+                raise _not_an_element(element)
+            if size and len(element) != size:
+                raise LocalProtocolError(f"elements of [{len(element)}] bytes on a stream with element_size {size}")
+            self._take_demand(publication, 1)
+            self._outbound.enqueue_one(publication, element, len(element))
+            return
         if size:
             # Fixed-size elements are joined now: one type and size check for
             # the whole run, and the scheduler then sends them packed.
@@ -1590,15 +1603,6 @@ class Connection:
                 lengths = sorted(set(map(len, elements)))
                 raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
             nbytes = len(chunk)
-        elif count == 1:
-            # One element (a publisher's send): no sets, and no chunk of its
-            # own when it can join the last one (Outbound.enqueue_one).
-            element = elements[0]
-            if type(element) is not bytes and not is_bytes_view(element):
-                raise _not_an_element(element)
-            self._take_demand(publication, 1)
-            self._outbound.enqueue_one(publication, element, len(element))
-            return
         else:
             if set(map(type, elements)) != _ONLY_BYTES:  # (the usual case, found at C speed)
                 for element in elements:

@@ -29,15 +29,17 @@ without sockets:
    the others go on. Many streams of large elements therefore cost the
    receiver a bounded amount, however they interleave.
 5. **Pack fixed-size elements.** On a stream with ``elementSize > 0``, the
-   queued elements are one packed buffer; whenever two or more fit in the
-   quantum they go out as one onNextPacked, a lone one as onNext.
+   queued elements are packed buffers, or runs of single sends; whenever
+   two or more fit in the quantum they go out as one onNextPacked, a lone
+   one as onNext.
 
 Demand is *not* checked here: the connection takes an element's demand when
 the element is queued, so whatever sits in a queue is already allowed.
 
 Elements are queued in chunks exactly as the application handed them over
 (a list of bytes, or one packed buffer of fixed-size elements), so queueing a
-batch costs one append, and writing it costs a few byte appends per element.
+batch costs one append, and writing it costs a few byte appends per element;
+single sends of one size join one list (``enqueue_one``), on any stream.
 
 **Gathered parts.** The same schedule can be handed out two ways:
 ``data_to_send`` copies everything into one bytearray (what TLS and
@@ -225,12 +227,13 @@ class Outbound:
         self.schedule(publication)
 
     def enqueue_one(self, publication: Publication, element: QueuedElement, nbytes: int) -> None:
-        """As :meth:`enqueue`, for one element of a variable-size stream: it
-        joins the publication's last chunk when that holds elements of its
-        size, so that a loop of single sends queues one chunk, which the
-        scheduler writes with one join, instead of a chunk per element. (The
-        chunks are the connection's own lists; the scheduler reads a chunk's
-        length afresh on each visit, so one may grow while it is queued.)"""
+        """As :meth:`enqueue`, for one element: it joins the publication's
+        last chunk when that holds elements of its size, so that a loop of
+        single sends queues one chunk, which the scheduler writes with one
+        join (packed, on a fixed-size stream), instead of a chunk per
+        element. (The chunks are the connection's own lists; the scheduler
+        reads a chunk's length afresh on each visit, so one may grow while
+        it is queued.)"""
         chunks = publication.chunks
         last = chunks[-1] if chunks else None
         if type(last) is not SameSizeElements or len(last[-1]) != nbytes:
@@ -333,9 +336,12 @@ class Outbound:
             head = pub.head
             size = pub.element_size
             waiting = False  # an element that may not begin to split yet
-            if isinstance(chunk, bytes):
-                # A packed chunk: emit as many elements as fit in one message.
-                available = len(chunk) // size - head
+            if size or isinstance(chunk, bytes):
+                # A fixed-size stream: emit as many elements as fit in one
+                # message. Its chunk is packed (bytes), or a run of single
+                # sends (SameSizeElements, see enqueue_one), joined here.
+                packed = isinstance(chunk, bytes)
+                available = (len(chunk) // size if packed else len(chunk)) - head
                 fit = (limit - len(out)) // size  # at least one goes, even if none fits
                 count = available if available <= fit else fit if fit > 1 else 1
                 if size > threshold:
@@ -343,20 +349,29 @@ class Outbound:
                     if not self._may_split(size):
                         return  # (its turn comes again; see 4.)
                     count = 1
-                    self._start_split(pub, memoryview(chunk)[head * size : (head + 1) * size])
+                    if isinstance(chunk, bytes):
+                        self._start_split(pub, memoryview(chunk)[head * size : (head + 1) * size])
+                    else:
+                        self._start_split(pub, memoryview(chunk[head]))
                 elif count == 1:
-                    element = chunk[head * size : (head + 1) * size]
                     header = pub._on_next_headers.get(size)
                     out += header if header is not None else pub.on_next_header(size)
-                    out += element
+                    if isinstance(chunk, bytes):
+                        out += memoryview(chunk)[head * size : (head + 1) * size]
+                    else:
+                        out += chunk[head]
                 else:
-                    # A view, not a slice: the bytes are copied once, into out.
-                    data = memoryview(chunk)[head * size : (head + count) * size]
+                    # A view, not a slice (or one join): the bytes are copied
+                    # once, into out.
+                    if isinstance(chunk, bytes):
+                        data: bytes | memoryview = memoryview(chunk)[head * size : (head + count) * size]
+                    else:
+                        data = b"".join(chunk[head : head + count])
                     out += pub.packed_header(count, len(data))
                     out += data
                 taken, nbytes = count, count * size
                 head += count
-                exhausted = head * size >= len(chunk)
+                exhausted = (head * size if packed else head) >= len(chunk)
             else:
                 # A list chunk (variable-size elements): onNext each, or split.
                 end = len(chunk)

@@ -7,6 +7,7 @@ the right states); the wire it writes is checked with ``MessageDecoder``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -376,6 +377,37 @@ def test_buffers_to_send_then_data_to_send_keeps_the_byte_budget(pair: Connectio
     assert len(pair.server.data_to_send(128 * _KiB)) >= 128 * _KiB
 
 
+def _received_in_sends(
+    elements: Sequence[bytes | memoryview],
+    batches: list[int] | None,
+    written_between: set[int],
+    max_bytes: int,
+    element_size: int = 0,
+) -> list[bytes]:
+    """What the subscriber receives of ``elements`` sent on a new stream in
+    one ``send_elements`` (``batches`` None), or in sends of ``batches``
+    elements each and of one after those, with the writes so far taken
+    after each send that ends at an index in ``written_between``."""
+    pair = ConnectionPair(SMALL_LIMITS)
+    pair.open()
+    subscriber = pair.open_stream(pair.client, initial_demand=len(elements), element_size=element_size)
+    got: list[bytes] = []
+    if batches is None:
+        pair.server.send_elements(subscriber, elements)
+    else:
+        index = 0
+        for step in itertools.chain(batches, itertools.repeat(1)):
+            if index >= len(elements):
+                break
+            pair.server.send_elements(subscriber, elements[index : index + step])
+            index += step
+            if index - 1 in written_between:
+                got += elements_of(pair.send(pair.server, max_bytes), subscriber)
+    while pair.server.has_data_to_send:
+        got += elements_of(pair.send(pair.server, max_bytes), subscriber)
+    return got
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.sampled_from([0, 1, 7, 100, 300, 2000]), min_size=1, max_size=40),
@@ -391,24 +423,8 @@ def test_single_sends_write_what_one_send_of_the_same_elements_writes(
     # elements on the wire, in order, are those of one call with them all.
     # (Sizes above SMALL_LIMITS' split threshold go out in parts.)
     elements = [bytes([index % 256]) * size for index, size in enumerate(sizes)]
-
-    def received(single: bool) -> list[bytes]:
-        pair = ConnectionPair(SMALL_LIMITS)
-        pair.open()
-        subscriber = pair.open_stream(pair.client, initial_demand=len(elements))
-        got: list[bytes] = []
-        if single:
-            for index, element in enumerate(elements):
-                pair.server.send_elements(subscriber, [element])
-                if index in written_between:
-                    got += elements_of(pair.send(pair.server, max_bytes), subscriber)
-        else:
-            pair.server.send_elements(subscriber, elements)
-        while pair.server.has_data_to_send:
-            got += elements_of(pair.send(pair.server, max_bytes), subscriber)
-        return got
-
-    assert received(single=True) == received(single=False) == elements
+    singles = _received_in_sends(elements, [], written_between, max_bytes)
+    assert singles == _received_in_sends(elements, None, set(), max_bytes) == elements
 
 
 def test_single_sends_of_one_size_share_a_chunk(pair: ConnectionPair) -> None:
@@ -419,3 +435,41 @@ def test_single_sends_of_one_size_share_a_chunk(pair: ConnectionPair) -> None:
     assert [len(chunk) for chunk in publication.chunks] == [3, 2, 1]
     assert publication.queued_count == 6 and publication.queued_bytes == 22
     assert [len(e) for e in elements_of(pair.send(pair.server), subscriber)] == [3, 3, 3, 5, 5, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.sampled_from([1, 8, 100, 2000]),
+    count=st.integers(min_value=1, max_value=40),
+    max_bytes=st.sampled_from([64, 500, 4096, 1 << 20]),
+    written_between=st.sets(st.integers(min_value=0, max_value=39)),
+    views=st.booleans(),
+    batches=st.lists(st.integers(min_value=1, max_value=4), max_size=40),
+)
+def test_single_sends_on_a_fixed_size_stream_write_what_one_send_writes(
+    size: int, count: int, max_bytes: int, written_between: set[int], views: bool, batches: list[int]
+) -> None:
+    # The same property on a fixed-size stream, whose runs of single sends
+    # the scheduler packs as it packs a joined chunk (2000 bytes is above
+    # SMALL_LIMITS' split threshold: those go out in parts), mixed with
+    # sends of a few (packed chunks) as ``batches`` says. Elements may be
+    # views of bytes, as a publisher's slices of a larger buffer are.
+    backing = b"".join(bytes([index % 256]) * size for index in range(count))
+    elements: list[bytes | memoryview] = [
+        memoryview(backing)[index * size : (index + 1) * size] if views else backing[index * size : (index + 1) * size]
+        for index in range(count)
+    ]
+    expected = [bytes(element) for element in elements]
+    mixed = _received_in_sends(elements, batches, written_between, max_bytes, size)
+    assert mixed == _received_in_sends(elements, None, set(), max_bytes, size) == expected
+
+
+def test_single_sends_on_a_fixed_size_stream_share_a_chunk_and_go_out_packed(pair: ConnectionPair) -> None:
+    subscriber = pair.open_stream(pair.client, initial_demand=10, element_size=4)
+    for index in range(6):
+        pair.server.send_elements(subscriber, [bytes([index]) * 4])
+    publication = pair.server._publications[subscriber]
+    assert [len(chunk) for chunk in publication.chunks] == [6]
+    assert publication.queued_count == 6 and publication.queued_bytes == 24
+    messages = decode(pair.drain(pair.server))
+    assert messages == [OnNextPacked(subscriber=subscriber, count=6, messages=b"".join(bytes([i]) * 4 for i in range(6)))]
