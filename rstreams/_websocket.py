@@ -59,6 +59,7 @@ from wsproto.utilities import ProtocolError as WebSocketProtocolError
 from ._config import SessionConfig
 from ._errors import RemoteProtocolError, describe_error
 from ._url import Endpoint
+from .protocol import MESSAGE_HEADER_BOUND
 
 __all__ = [
     "SUBPROTOCOL",
@@ -82,9 +83,6 @@ SUBPROTOCOL = "rstreams.v0"
 #: that a browser's receive path never holds more than this per message).
 MAX_OUTGOING_MESSAGE = 256 * KiB
 
-# The largest header the scheduler writes in front of a split part
-# (fixarray, code, two uint64 Ids, bin32 length) is 25 bytes; 64 is margin.
-_PART_HEADER_BOUND = 64
 # The smallest write size worth having, for when a huge part_size
 # leaves no room under the bound (each part then goes alone, over it).
 _MIN_WRITE_SIZE = 16 * KiB
@@ -111,7 +109,7 @@ def websocket_config(config: SessionConfig) -> SessionConfig:
     limits = config.limits.for_copied_writes()
     # An unsplit element may be as large as the threshold, a part as large
     # as part_size: a batch may end with either.
-    room = MAX_OUTGOING_MESSAGE - max(limits.part_size, limits.split_threshold) - _PART_HEADER_BOUND
+    room = MAX_OUTGOING_MESSAGE - max(limits.part_size, limits.split_threshold) - MESSAGE_HEADER_BOUND
     write_size = min(config.write_size, max(room, _MIN_WRITE_SIZE))
     if write_size == config.write_size and limits is config.limits:
         return config

@@ -10,7 +10,7 @@ from ._codec import MessageDecoder, encode, message_from_wire
 from ._connection import DEFAULT_WRITE_SIZE, Connection
 from ._demand import AdaptiveDemand, Demand, DemandWindow
 from ._errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError, RStreamsError
-from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
+from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, MESSAGE_HEADER_BOUND, ProtocolLimits
 from ._messages import (
     MAX_ID,
     PROTOCOL_VERSION,
@@ -45,6 +45,7 @@ __all__ = [
     "Connection",
     "ConnectionState",
     "DEFAULT_CONNECTION_MEMORY",
+    "MESSAGE_HEADER_BOUND",
     "DEFAULT_LIMITS",
     "DEFAULT_WRITE_SIZE",
     "Demand",

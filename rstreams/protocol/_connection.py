@@ -98,7 +98,7 @@ from ._codec import (
 )
 from ._demand import Demand
 from ._errors import HandshakeError, LocalProtocolError, RemoteProtocolError
-from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
+from ._limits import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, MESSAGE_HEADER_BOUND, ProtocolLimits
 from ._messages import (
     MAX_ID,
     PROTOCOL_VERSION,
@@ -192,10 +192,6 @@ _DEAF_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED, Connec
 _PEER_DONE_STATES = (ConnectionState.GOODBYE_RECEIVED, ConnectionState.CLOSED)
 _NO_EVENT_LIMIT = 2**62  # events(): parse everything received
 _MAX_REASON = 1000  # characters of an error text repeated in a goodbye
-# What a split part's message adds to its data: the unparsed rest of the
-# last part of a largest element may go this far past the inbound half (the
-# same room ProtocolLimits leaves for a header under max_message_size).
-_MESSAGE_HEADER_ROOM = 64
 # One Elements event per run of elements, at least one per subscribe: the
 # dataclass __init__ costs more than the rest of a short run's handling.
 _new_elements = prechecked(Elements)
@@ -374,7 +370,7 @@ class Connection:
         self._outbound = Outbound(
             limits.split_threshold,
             max_splitting=max(max_connection_memory // 4, limits.split_threshold),
-            part_size=min(limits.part_size, limits.max_message_size - 64),
+            part_size=min(limits.part_size, limits.max_message_size - MESSAGE_HEADER_BOUND),
         )
         # Plain ints (an Extension member is one, but Hello wants exact ints).
         # The bearer extension rides in our hello exactly when we have a token.
@@ -787,9 +783,9 @@ class Connection:
             partial = self._fed - message_end
             if partial > self.limits.max_message_size:
                 raise RemoteProtocolError(f"message larger than the limit of {self.limits.max_message_size} bytes")
-            if partial > self._max_inbound + _MESSAGE_HEADER_ROOM - self._unfinished:
+            if partial > self._max_inbound + MESSAGE_HEADER_BOUND - self._unfinished:
                 self._give_back_guesses()
-                if partial > self._max_inbound + _MESSAGE_HEADER_ROOM - self._announced:
+                if partial > self._max_inbound + MESSAGE_HEADER_BOUND - self._announced:
                     raise self._over_budget(self._announced + partial, "of unfinished split elements and unparsed input")
             if self._fed == message_end:
                 self._last_fed = None  # (parsed: no need to keep the read alive)

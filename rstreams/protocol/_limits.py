@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["ProtocolLimits", "DEFAULT_LIMITS", "DEFAULT_CONNECTION_MEMORY"]
+__all__ = ["ProtocolLimits", "DEFAULT_LIMITS", "DEFAULT_CONNECTION_MEMORY", "MESSAGE_HEADER_BOUND"]
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -21,6 +21,14 @@ MiB = 1024 * KiB
 #: not yet written. One number, so that a server's memory is bounded by
 #: connections x this, plus a constant (issue 18).
 DEFAULT_CONNECTION_MEMORY = 64 * MiB
+
+#: What a message adds to the data it carries, at most, with margin: the
+#: largest header in front of a split part's payload (fixarray, code, two
+#: uint64 Ids, bin32 length) is 25 bytes. A part fits in a message of
+#: ``max_message_size`` when it is this much smaller; the sender cuts its
+#: parts, the WebSocket layer its messages, and the receiver's budget its
+#: room for an unfinished part, by this one bound.
+MESSAGE_HEADER_BOUND = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,7 +86,7 @@ class ProtocolLimits:
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.split_threshold > self.max_message_size - 64:
+        if self.split_threshold > self.max_message_size - MESSAGE_HEADER_BOUND:
             raise ValueError("split_threshold must leave room for a message header under max_message_size")
 
     def for_copied_writes(self) -> ProtocolLimits:
