@@ -1,4 +1,5 @@
-"""What the benchmark scripts read of a process and of loopback, written once.
+"""What the benchmark scripts read of a process and of loopback, written once
+(and the one rule their latency percentiles are read with).
 
 Pure standard library, so that a script may import it before it imports
 ``rstreams`` from another checkout (``ab_stream.py ROOT``).
@@ -65,3 +66,14 @@ def wait_listening(port: int, timeout: float = 10.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50, p90, p99, p99.9 and max of ``values`` (the value at that rank
+    of the sorted list, no interpolation), and ``n``."""
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "p999": at(0.999), "max": ordered[-1], "n": len(ordered)}

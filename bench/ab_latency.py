@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from _proc import cpu_seconds, serve_checkout, wait_listening
+from _proc import cpu_seconds, percentiles, serve_checkout, wait_listening
 from _worker import round_trips_on, stamp_latencies
 
 parser = argparse.ArgumentParser()
@@ -80,12 +80,8 @@ async def main() -> None:
         else:
             read = await stamp_latencies(session, 10000, count)
             latencies = read["latencies_us"]
-            ordered = sorted(latencies)
-
-            def at(q: float) -> int:
-                return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
-
-            out.update(p50=at(0.5), p99=at(0.99), p999=at(0.999), max=round(ordered[-1]))
+            figures = percentiles(latencies)
+            out.update({key: round(figures[key]) for key in ("p50", "p99", "p999", "max")})
             out["rate"] = round((len(latencies) - 1) / read["span_s"])
             if args.dump:
                 with open(args.dump, "w") as file:

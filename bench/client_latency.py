@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 import trio  # noqa: E402
 
 import rstreams  # noqa: E402
-from _proc import serve_checkout, wait_listening  # noqa: E402
+from _proc import percentiles, serve_checkout, wait_listening  # noqa: E402
 from rstreams.protocol import Connection, Elements, OnComplete, OnError  # noqa: E402
 
 CLIENTS = ("blocking", "trio", "session")
@@ -128,12 +128,12 @@ def main() -> None:
                 latencies = trio.run(read_trio, port, name)
             else:
                 latencies = trio.run(read_session, port, name)
-            ordered = sorted(latencies)
-
-            def at(q: float) -> int:
-                return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
-
-            print(f"{client:8} n={len(ordered)} p50={at(0.5)} p99={at(0.99)} p99.9={at(0.999)} µs", flush=True)
+            figures = percentiles(latencies)
+            print(
+                f"{client:8} n={figures['n']} p50={figures['p50']:.0f} p99={figures['p99']:.0f}"
+                f" p99.9={figures['p999']:.0f} µs",
+                flush=True,
+            )
     finally:
         server.terminate()
         server.wait()

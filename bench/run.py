@@ -59,7 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from _proc import free_port
+from _proc import free_port, percentiles
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -651,15 +651,6 @@ def report_again(out: Path) -> None:
         last = pickle.load(saved)
     write_report(last["cases"], last["extra"], out)
     print(f"wrote {out} from the run of {last['extra']['machine']['date']}", flush=True)
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "p999": at(0.999), "max": ordered[-1], "n": len(ordered)}
 
 
 def describe_rss(result: dict[str, Any]) -> str:
