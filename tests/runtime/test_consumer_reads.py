@@ -83,6 +83,16 @@ def log(monkeypatch: pytest.MonkeyPatch) -> _Log:
     return record
 
 
+async def _tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """Both ends of a TCP connection on 127.0.0.1: the client's, the peer's."""
+    [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    client_stream = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+    peer_stream = await listener.accept()
+    await listener.aclose()
+    assert isinstance(peer_stream, trio.SocketStream)
+    return client_stream, peer_stream
+
+
 @asynccontextmanager
 async def _client_and_peer(
     config: rstreams.SessionConfig = rstreams.SessionConfig(),
@@ -90,12 +100,7 @@ async def _client_and_peer(
     """A client session over TCP, the raw peer it talks to (hello
     exchanged), and a way to write to the client from the peer's socket at
     once, without yielding."""
-    [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listener.socket.getsockname()[1]
-    client_stream = await trio.open_tcp_stream("127.0.0.1", port)
-    peer_stream = await listener.accept()
-    await listener.aclose()
-    assert isinstance(peer_stream, trio.SocketStream)
+    client_stream, peer_stream = await _tcp_pair()
     peer = RawPeer(peer_stream)
     fd = peer_stream.socket.fileno()
 
@@ -175,11 +180,7 @@ async def test_what_the_consumer_dispatches_runs_in_the_readers_context(log: _Lo
 
     app = rstreams.Router({"called": called, "started": started})
     with trio.fail_after(10):
-        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        client_stream = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-        peer_stream = await listener.accept()
-        await listener.aclose()
-        assert isinstance(peer_stream, trio.SocketStream)
+        client_stream, peer_stream = await _tcp_pair()
         peer = RawPeer(peer_stream)
         fd = peer_stream.socket.fileno()
         async with rstreams.open_stream_session(client_stream, app=app) as client:
@@ -366,6 +367,50 @@ async def test_bad_input_read_by_the_consumer_closes_the_session_as_the_readers_
             assert info.value.reason == reason and info.value.by_peer is False
             assert isinstance(info.value.__cause__, rstreams.RemoteProtocolError)
             await client.wait_closed()
+
+
+async def test_after_bad_input_read_by_the_consumer_the_reader_reads_no_more() -> None:
+    # As when the reader meets bad input itself: reading is over. Here the
+    # close is held up (our writer cannot write: the peer floods itself with
+    # a stream it never reads), and the peer's further bytes stay unread.
+    async def flood(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        while True:
+            await sink.send(bytes(60_000))
+
+    app = rstreams.Router({"flood": flood})
+    config = rstreams.SessionConfig(goodbye_timeout=60)
+    with trio.fail_after(20):
+        client_stream, peer_stream = await _tcp_pair()
+        peer = RawPeer(peer_stream)
+        fd = peer_stream.socket.fileno()
+        async with rstreams.open_stream_session(client_stream, app=app, config=config) as client:
+            assert isinstance(client, Session)
+            try:
+                await peer.handshake()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_answer_subscribe, peer, b"first")
+                    with pytest.raises(rstreams.SessionClosed):
+                        async with client.subscribe("feed", prefetch=10) as stream:
+                            async for _ in stream:
+                                # The peer asks for the flood and never reads
+                                # it: our writer ends up waiting for room that
+                                # never comes. Then the bad input, which the
+                                # consumer's next wait reads.
+                                flood_request = Subscribe(publisher="flood", subscriber=1, initial_demand=1_000_000)
+                                await peer.send(flood_request)
+                                previous = -1
+                                while client.statistics().bytes_sent != previous:
+                                    previous = client.statistics().bytes_sent
+                                    await trio.sleep(0.05)
+                                os.write(fd, b"\x01")  # a message must be an array
+                received = client.statistics().bytes_received
+                os.write(fd, encode(OnNext(subscriber=1, element=b"more")) * 100)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+                assert client.statistics().bytes_received == received
+                assert not client.closed  # (still waiting to say goodbye)
+            finally:
+                client._force_close()
+        await trio.aclose_forcefully(peer_stream)
 
 
 @st.composite
