@@ -1575,16 +1575,16 @@ class Connection:
         self._enter_sending(publication)
         size = publication.element_size
         chunk: list[QueuedElement] | bytes
-        if count == 1:
+        if count == 1 and (type(elements[0]) is bytes or is_bytes_view(elements[0])):
             # One element (a publisher's send): no sets, and no chunk of its
             # own when it can join the last one (Outbound.enqueue_one); the
             # scheduler packs a fixed-size stream's run of them as it packs
-            # a joined chunk.
+            # a joined chunk. (Anything else takes the general path: its
+            # error, or on a fixed-size stream, the join's copy of any
+            # buffer, as before.)
             element = elements[0]
-            if type(element) is not bytes and not is_bytes_view(element):
-                raise _not_an_element(element)
             if size and len(element) != size:
-                raise LocalProtocolError(f"elements of [{len(element)}] bytes on a stream with element_size {size}")
+                raise _wrong_size(elements, size)
             self._take_demand(publication, 1)
             self._outbound.enqueue_one(publication, element, len(element))
             return
@@ -1596,8 +1596,7 @@ class Connection:
             except TypeError:
                 raise LocalProtocolError("elements must be bytes or a memoryview of bytes") from None
             if len(chunk) != size * count or set(map(len, elements)) != {size}:
-                lengths = sorted(set(map(len, elements)))
-                raise LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
+                raise _wrong_size(elements, size)
             nbytes = len(chunk)
         else:
             if set(map(type, elements)) != _ONLY_BYTES:  # (the usual case, found at C speed)
@@ -1888,6 +1887,12 @@ def is_bytes_view(element: object) -> bool:
 def _not_an_element(element: object) -> LocalProtocolError:
     """The error for queuing what cannot be an element (send_elements)."""
     return LocalProtocolError(f"elements must be bytes or a memoryview of bytes, got {_describe_element(element)}")
+
+
+def _wrong_size(elements: Sequence[QueuedElement], size: int) -> LocalProtocolError:
+    """The error for elements of another size than a fixed-size stream's."""
+    lengths = sorted(set(map(len, elements)))
+    return LocalProtocolError(f"elements of {lengths} bytes on a stream with element_size {size}")
 
 
 def _describe_element(element: object) -> str:

@@ -473,3 +473,15 @@ def test_single_sends_on_a_fixed_size_stream_share_a_chunk_and_go_out_packed(pai
     assert publication.queued_count == 6 and publication.queued_bytes == 24
     messages = decode(pair.drain(pair.server))
     assert messages == [OnNextPacked(subscriber=subscriber, count=6, messages=b"".join(bytes([i]) * 4 for i in range(6)))]
+
+
+def test_a_single_buffer_of_another_type_on_a_fixed_size_stream_is_copied(pair: ConnectionPair) -> None:
+    # Only bytes and views of bytes join a run; any other buffer on a
+    # fixed-size stream is copied by the join, as for a batch (a reused
+    # bytearray does not change what was sent).
+    subscriber = pair.open_stream(pair.client, initial_demand=2, element_size=4)
+    element = bytearray(b"abcd")
+    pair.server.send_elements(subscriber, [element])
+    element[:] = b"zzzz"
+    pair.server.send_elements(subscriber, [b"efgh"])
+    assert elements_of(pair.send(pair.server), subscriber) == [b"abcd", b"efgh"]
