@@ -30,6 +30,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Costs:
+    """Wall time, this process's CPU and a server's CPU, from now: what an
+    A/B script divides by its elements or round trips. ``taken()`` gives
+    the three (seconds) so far."""
+
+    def __init__(self, server_pid: int) -> None:
+        self._pid = server_pid
+        self._start = time.perf_counter(), time.process_time(), cpu_seconds(server_pid)
+
+    def taken(self) -> tuple[float, float, float]:
+        wall, client, server = self._start
+        return time.perf_counter() - wall, time.process_time() - client, cpu_seconds(self._pid) - server
+
+
 def rss_bytes(pid: int) -> int:
     """The resident memory of ``pid`` (VmRSS), 0 once it has none (exiting)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -28,10 +28,9 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 
-from _proc import cpu_seconds, percentiles, serve_checkout, wait_listening
+from _proc import Costs, percentiles, serve_checkout, wait_listening
 from _worker import round_trips_on, stamp_latencies
 
 parser = argparse.ArgumentParser()
@@ -71,12 +70,12 @@ async def main() -> None:
     wait_listening(port)
     config = rstreams.SessionConfig() if args.client_poll is None else rstreams.SessionConfig(busy_poll=args.client_poll)
     async with rstreams.open_session(url, config=config) as session:
-        server_cpu, client_cpu, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
+        costs = Costs(server.pid)
         server_switches, client_switches = switches(server.pid), switches(os.getpid())
         out: dict[str, Any] = {}
         if args.case in ("rt", "rt64"):
             await round_trips_on(session, count, 1 if args.case == "rt" else 64)
-            out["rt_s"] = round(count / (time.perf_counter() - start))
+            out["rt_s"] = round(count / costs.taken()[0])
         else:
             read = await stamp_latencies(session, 10000, count)
             latencies = read["latencies_us"]
@@ -86,8 +85,9 @@ async def main() -> None:
             if args.dump:
                 with open(args.dump, "w") as file:
                     json.dump(latencies, file)
-        out["client_cpu_us"] = round((time.process_time() - client_cpu) / count * 1e6, 1)
-        out["server_cpu_us"] = round((cpu_seconds(server.pid) - server_cpu) / count * 1e6, 1)
+        _, client, served = costs.taken()
+        out["client_cpu_us"] = round(client / count * 1e6, 1)
+        out["server_cpu_us"] = round(served / count * 1e6, 1)
         now_server, now_client = switches(server.pid), switches(os.getpid())
         out["server_switches"] = [now_server[0] - server_switches[0], now_server[1] - server_switches[1]]
         out["client_switches"] = [now_client[0] - client_switches[0], now_client[1] - client_switches[1]]

@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
-from _proc import cpu_seconds, serve_checkout, wait_listening
+from _proc import Costs, serve_checkout, wait_listening
 
 root = os.path.abspath(sys.argv[1])
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
@@ -44,13 +43,11 @@ async def main() -> None:
     url = f"tcp://127.0.0.1:{port}"
     elements = 0
     async with rstreams.open_session(url) as session:
-        server_start, client_start, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
+        costs = Costs(server.pid)
         async with session.subscribe(f"{name}?count={count}&size={size}", prefetch=4096) as subscription:
             async for batch in subscription.batches():
                 elements += len(batch)
-        wall = time.perf_counter() - start
-        client = time.process_time() - client_start
-        served = cpu_seconds(server.pid) - server_start
+        wall, client, served = costs.taken()
     assert elements == count, elements
     print(
         json.dumps(

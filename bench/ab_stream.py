@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
-from _proc import cpu_seconds, serve_checkout, wait_listening
+from _proc import Costs, serve_checkout, wait_listening
 
 root, mode, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 prefetch = int(sys.argv[5]) if len(sys.argv) > 5 else None
@@ -40,7 +39,7 @@ async def main() -> None:
         options["copy"] = False
     elements = nbytes = 0
     async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as session:
-        server_start, client_start, start = cpu_seconds(server.pid), time.process_time(), time.perf_counter()
+        costs = Costs(server.pid)
         async with session.subscribe(f"blob?count={count}&size={size}", **options) as subscription:
             if mode == "batches":
                 async for batch in subscription.batches():
@@ -50,9 +49,7 @@ async def main() -> None:
                 async for element in subscription:
                     elements += 1
                     nbytes += len(element)
-        wall = time.perf_counter() - start
-        client = time.process_time() - client_start
-        served = cpu_seconds(server.pid) - server_start
+        wall, client, served = costs.taken()
     assert elements == count, elements
     print(
         json.dumps(

@@ -263,14 +263,13 @@ class Session(Peer):
         self._close_reason: str | None = None
         self._stream_error: BaseException | None = None
         self._reader_done = trio.Event()
-        # Reads in a consumer's task (see _receive_now): allowed only while
-        # the reader is in its main loop, whose scope they cancel when they
-        # meet the end of reading (the peer's goodbye, its bad input).
-        self._reading = False
+        # Reads in a consumer's task (see _receive_now): allowed once the
+        # reader is in its main loop (past the handshake), whose scope they
+        # cancel when they meet the end of reading (the peer's goodbye, its
+        # bad input). The reader's context, set as the loop starts: what it
+        # dispatches (a plain publisher called, a publisher's task started)
+        # sees the same context vars whichever task read the bytes.
         self._reading_scope = trio.CancelScope()
-        # The reader's context: what it dispatches (a plain publisher called,
-        # a publisher's task started) sees the same context vars whichever
-        # task read the bytes.
         self._reader_context: contextvars.Context | None = None
         self._writer_done = trio.Event()
         self._closed = trio.Event()
@@ -705,12 +704,8 @@ class Session(Peer):
                 self._nursery.start_soon(self._keep_time)
             with self._reading_scope:
                 self._reader_context = trio.lowlevel.current_task().context
-                self._reading = True
-                try:
-                    while await self._receive_once():
-                        pass
-                finally:
-                    self._reading = False
+                while await self._receive_once():
+                    pass
         except _TRANSPORT_ERRORS as exc:
             if self._close_kind is None:
                 self._request_close(_CloseKind.LOST, f"connection lost: {describe_error(exc)}", exc)
@@ -890,12 +885,7 @@ class Session(Peer):
             if self._close_kind is None:
                 self._request_close(_CloseKind.LOST, "connection closed by the peer without goodbye")
             return False
-        self._bytes_in += received
-        if into:
-            conn.buffers_received(received)
-        else:
-            conn.receive_data(data)
-        self._answered_subscribe = False
+        self._read_taken(received, into, data)
         going_on = self._take_in()
         while going_on is None:
             # A read full of control messages (subscribes, say): the writer
@@ -921,9 +911,10 @@ class Session(Peer):
         """
         direct = self._direct
         context = self._reader_context
-        if direct is None or not direct.reader_idle or not self._reading or self._close_kind is not None:
+        # (No context yet: the reader is still in the handshake, whose reads
+        # are its own.)
+        if direct is None or not direct.reader_idle or context is None or self._close_kind is not None:
             return 0
-        assert context is not None  # (set before _reading)
         if self._unsent_answers() > self.config.max_unsent_control:
             return 0
         conn = self._conn
@@ -933,19 +924,15 @@ class Session(Peer):
         # As the reader reads (_receive_once): into a large element's own
         # buffer where the connection offers it.
         into = conn.receive_buffers(read_size)
+        data: bytes | None = b""
         if into:
             received = direct.read_into_for_reader(into)
-            if not received:
-                return 0
-            conn.buffers_received(received)
         else:
             data = direct.read_for_reader(read_size)
-            if data is None:
-                return 0
-            received = len(data)
-            conn.receive_data(data)
-        self._bytes_in += received
-        self._answered_subscribe = False
+            received = len(data) if data is not None else 0
+        if not received:
+            return 0
+        self._read_taken(received, into, data or b"")
         take_in = self._take_in
         going_on = context.run(take_in)
         while going_on is None:
@@ -953,6 +940,17 @@ class Session(Peer):
         if not going_on:
             self._reading_scope.cancel()  # the reader, waiting, would read on
         return received
+
+    def _read_taken(self, received: int, into: list[memoryview | bytearray] | None, data: bytes | bytearray) -> None:
+        """A read of ``received`` bytes, into the buffers ``into`` that the
+        connection offered, or as ``data``: the connection takes it, whoever
+        read it."""
+        self._bytes_in += received
+        if into:
+            self._conn.buffers_received(received)
+        else:
+            self._conn.receive_data(data)
+        self._answered_subscribe = False
 
     def _take_in(self) -> bool | None:
         """Dispatch the events of what was just received: True when all

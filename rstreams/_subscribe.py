@@ -230,7 +230,6 @@ class Subscription(_OneWaiter):
         "_buffered",
         "_received",
         "_since_checkpoint",
-        "_reads_per_park",
         "_reads_left",
         "_read_bytes_left",
         "_element_size",
@@ -279,11 +278,9 @@ class Subscription(_OneWaiter):
         self._buffered = 0
         self._received = 0
         self._since_checkpoint = 0
-        # Reads in this task while waiting (see _wait_for_elements). Not for
-        # copy=False: the reader receives its large elements straight into
-        # their buffers, where a read here would receive them as bytes.
-        self._reads_per_park = READS_BETWEEN_PARKS if copy else 0
-        self._reads_left = self._reads_per_park
+        # Reads in this task while waiting, left until the next schedule
+        # point (see _wait_for_elements).
+        self._reads_left = READS_BETWEEN_PARKS
         self._read_bytes_left = READ_BYTES_BETWEEN_PARKS
         self._element_size = 0
         self._subscribed = False
@@ -557,7 +554,7 @@ class Subscription(_OneWaiter):
         self._busy = True
         try:
             await trio.lowlevel.checkpoint()
-            self._reads_left = self._reads_per_park
+            self._reads_left = READS_BETWEEN_PARKS
             self._read_bytes_left = READ_BYTES_BETWEEN_PARKS
         finally:
             self._busy = False
@@ -574,16 +571,19 @@ class Subscription(_OneWaiter):
                 window = self._window
                 if isinstance(window, AdaptiveDemand):
                     window.starved()
-                if self._reads_left and self._read_bytes_left > 0:
+                if self.copy and self._reads_left and self._read_bytes_left > 0:
                     # What had arrived, read in this task: no schedule point,
-                    # so within bounds (see the module's docstring).
+                    # so within bounds (see the module's docstring). Not for
+                    # copy=False: the reader receives its large elements
+                    # straight into their buffers, where a read here would
+                    # receive them as bytes.
                     received = self._session._receive_now()
                     if received:
                         self._reads_left -= 1
                         self._read_bytes_left -= received
                         continue
                 await self._park()
-                self._reads_left = self._reads_per_park
+                self._reads_left = READS_BETWEEN_PARKS
                 self._read_bytes_left = READ_BYTES_BETWEEN_PARKS
                 self._since_checkpoint = 0
         finally:
