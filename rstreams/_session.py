@@ -1223,7 +1223,11 @@ class Session(Peer):
                 TCP) and handed out as a read-only ``memoryview`` of it,
                 not copied into ``bytes``; smaller elements stay ``bytes``.
                 Takes no codec. The buffer counts against the connection's
-                memory budget until the application takes the element.
+                memory budget until the application takes the element; once
+                nothing refers to it any more (no view, slice or ``obj`` of
+                it is left), it is reused for a later element of the same
+                size, so keep what you need of an element by keeping a view
+                of it, never by its address.
 
         Entering the returned subscription sends subscribe and waits for the
         answer; it raises ``UnknownPublisher`` / ``PublisherError`` if the

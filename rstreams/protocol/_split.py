@@ -42,44 +42,17 @@ at least twice its size, one copy of what arrived); a smaller one is
 trimmed at the end. The memory the budget must count is then the
 buffer, not the payload: :attr:`Reassembler.reserved`.
 
-The buffer is allocated without zeroing it (``bytearray(n)`` writes n
-zeros: 45 µs a MiB here, as much as the copy the buffer saves), through
-CPython's ``PyByteArray_FromStringAndSize(NULL, n)``; every byte of the
-element is written before it is handed out (the parts cover it), and
-interpreters without ``ctypes.pythonapi`` get ``bytearray(n)``.
+Its buffers come from the stream's :class:`ElementBuffers`: allocated
+without zeroing, and reused once the application has let go of an earlier
+element of the same size (see ``_element_buffers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from ._element_buffers import ElementBuffers
 from ._errors import RemoteProtocolError
 
 __all__ = ["Reassembler"]
-
-
-def _buffer_allocator() -> Callable[[int], bytearray]:
-    """``bytearray(size)`` without the zeros, where CPython's C API allows."""
-    try:
-        import ctypes
-
-        from_string = ctypes.pythonapi.PyByteArray_FromStringAndSize
-    except (ImportError, AttributeError):  # pragma: no cover - not CPython
-        return bytearray
-    from_string.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-    from_string.restype = ctypes.py_object
-
-    def new_buffer(size: int) -> bytearray:
-        buffer = from_string(None, size)
-        assert type(buffer) is bytearray and len(buffer) == size
-        return buffer
-
-    return new_buffer
-
-
-#: A bytearray of the given size whose contents are not set (see "Into one
-#: buffer"): only for buffers whose every byte is written before use.
-new_buffer = _buffer_allocator()
 
 
 class Reassembler:
@@ -102,6 +75,7 @@ class Reassembler:
         "_buffer",
         "_filled",
         "_expected",
+        "_buffers",
     )
 
     def __init__(self, limit: int, *, into_buffer: bool = False) -> None:
@@ -112,6 +86,7 @@ class Reassembler:
         self._buffer: bytearray | None = None
         self._filled = 0  # payload bytes in _buffer
         self._expected = 0  # the previous element's size: the next buffer's first size
+        self._buffers = ElementBuffers() if into_buffer else None
         self._element: int | None = None
         self._pieces: list[bytes] = []
         self._size = 0  # payload announced so far (the limit's measure)
@@ -175,12 +150,14 @@ class Reassembler:
             raise RemoteProtocolError(f"split element larger than the limit of {self._limit} bytes")
         if self.into_buffer:
             buffer = self._buffer
+            buffers = self._buffers
+            assert buffers is not None
             if buffer is None:
-                self._buffer = buffer = new_buffer(self._sized(self._expected, room))
+                self._buffer = buffer = buffers.take(self._sized(self._expected, room))
             elif len(buffer) < self._size:
                 # Larger than the guess: a new buffer (the old one may be
                 # viewed by reads not yet taken), what arrived copied once.
-                grown = new_buffer(self._sized(2 * len(buffer), room))
+                grown = buffers.take(self._sized(2 * len(buffer), room))
                 grown[: self._filled] = memoryview(buffer)[: self._filled]
                 self._buffer = buffer = grown
             self.reserved = len(buffer)
@@ -239,6 +216,8 @@ class Reassembler:
         if buffer is not None:
             size = self._size
             assert self._filled == size, "a split element handed out before all its payload arrived"
+            buffers = self._buffers
+            assert buffers is not None  # (a buffer comes from them)
             self._expected = size
             self._buffer = None
             self._element = None
@@ -250,7 +229,9 @@ class Reassembler:
                     # The tail was never written: zero it (same length, so
                     # allowed while viewed), as the view's ``obj`` shows it.
                     buffer[size:] = bytes(len(buffer) - size)
+                    buffers.lend(buffer)
                     return memoryview(buffer)[:size].toreadonly()
+            buffers.lend(buffer)
             return memoryview(buffer).toreadonly()
         pieces = self._pieces
         self._element = None

@@ -144,3 +144,77 @@ async def test_on_tcp_copy_false_receives_the_parts_into_the_elements_buffers(
         assert received_into[0] == 0
     else:
         assert received_into[0] > sum(sizes) // 2
+
+
+# ---- reused buffers (copy=False) ---------------------------------------------
+
+
+def counting_new_buffers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the buffers ``copy=False`` streams allocate (not reuse)."""
+    from rstreams.protocol import _element_buffers
+
+    made = [0]
+    original = _element_buffers.new_buffer
+
+    def new_buffer(size: int) -> bytearray:
+        made[0] += 1
+        return original(size)
+
+    monkeypatch.setattr(_element_buffers, "new_buffer", new_buffer)
+    return made
+
+
+async def test_copy_false_reuses_the_buffers_of_elements_the_application_let_go_of(
+    connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream of equal split elements, each checked and let go of: the
+    # buffers of earlier elements come back, so that their memory is not
+    # given back to the allocator and taken again element after element.
+    made = counting_new_buffers(monkeypatch)
+    sizes = [200_000] * 40
+    name = "sized?sizes=" + ",".join(map(str, sizes))
+    async with connect(server_app=APP) as (client, _server):
+        with trio.fail_after(30):
+            async with client.subscribe(name, prefetch=4, copy=False) as subscription:
+                index = 0
+                async for item in subscription:
+                    assert type(item) is memoryview and item == element(index, 200_000)
+                    index += 1
+        assert index == 40
+    # At most the elements in flight (4 queued, one being received, the
+    # loop's own), not one per element.
+    assert made[0] <= 10
+
+
+async def test_copy_false_never_writes_over_an_element_the_application_keeps(
+    connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kept in any form that reaches its bytes, an element reads as it was
+    # sent until the end, while the elements let go of around it are reused.
+    made = counting_new_buffers(monkeypatch)
+    sizes = [150_000] * 48
+    name = "sized?sizes=" + ",".join(map(str, sizes))
+    keepers = [
+        lambda view: view,
+        lambda view: view[1000:2000],
+        lambda view: view.obj,
+        lambda view: view.cast("B", (len(view),)),
+    ]
+    kept: dict[int, object] = {}
+    async with connect(server_app=APP) as (client, _server):
+        with trio.fail_after(30):
+            async with client.subscribe(name, prefetch=4, copy=False) as subscription:
+                index = 0
+                async for batch in subscription.batches():
+                    for item in batch:
+                        if index % 3 == 0:
+                            kept[index] = keepers[(index // 3) % len(keepers)](item)
+                        index += 1
+                    del batch, item
+    assert index == 48
+    for index, thing in kept.items():
+        sent = element(index, 150_000)
+        expected = sent[1000:2000] if index // 3 % len(keepers) == 1 else sent
+        assert bytes(thing) == expected  # type: ignore[call-overload]
+    # The others were reused: fewer buffers than elements.
+    assert made[0] < 48 - len(kept)
