@@ -866,8 +866,8 @@ class Session(Peer):
             await self._wait_elements_taken()
         conn = self._conn
         direct = self._direct
-        # The rest of a large element of a copy=False stream: straight into
-        # the buffer it is handed over in (plain TCP; see receive_buffers),
+        # The rest of a large element: straight into its buffer (plain TCP;
+        # see receive_buffers: copy=False, or a copy=True stream's own),
         # read_size at a time like any read (1 MiB at a time cost the
         # client 8% more CPU an element than 256 KiB: A/B, 4 rounds).
         into = conn.receive_buffers(self.config.read_size) if direct is not None else None

@@ -50,12 +50,14 @@ starts at the front of ``_waiting``, and if it is a part
 (:func:`~rstreams.protocol._codec.read_part_header`), its header is read
 here and its payload is handed to the stream's reassembler as views of the
 received bytes, across as many reads as it spans. The reassembler copies
-every piece but a whole read (a view would keep the rest of its read alive,
-beyond the payload the memory budget counts: see ``_split``, "Copies"),
-and a read larger than a part is never all one piece; it joins the pieces
-at the last part: two copies of the payload instead of the Unpacker's
-three, and none for a ``copy=False`` stream on plain TCP
-(``receive_buffers``). When the Unpacker runs out of data in the middle of
+every piece into the element's buffer, or, joining pieces, every piece but
+a whole read (a view would keep the rest of its read alive, beyond the
+payload the memory budget counts: see ``_split``, "Beyond the guess"), and
+a read larger than a part is never all one piece: two copies of the
+payload instead of the Unpacker's three; on plain TCP, where the
+connection offers the element's buffer for the read (``receive_buffers``),
+none for a ``copy=False`` stream and one (the ``bytes`` handed out) for a
+``copy=True`` one. When the Unpacker runs out of data in the middle of
 a message that is a part (a read that ends inside one), the part is taken
 back: a fresh Unpacker replaces the one holding its start, and the part is
 read from the views. The Unpacker is still fed a whole read at a time (as
@@ -437,9 +439,11 @@ class Connection:
         :meth:`buffers_received`; or ``[]``: receive as usual
         (:meth:`receive_data`).
 
-        Offered only in the middle of a split part of a ``copy=False``
-        stream, with nothing else waiting to be parsed: the first buffer is
-        the rest of the part, in the stream's element buffer. The next parts
+        Offered only in the middle of a split part of a stream that joins
+        into a buffer (``copy=False``, and ``copy=True`` on a stream of
+        large elements: see ``_split``), with nothing else waiting to be
+        parsed: the first buffer is the rest of the part, in the stream's
+        element buffer. The next parts
         of the element most likely follow at once, with headers of the same
         length and payloads of the same size, so the list goes on with a
         small buffer for each such header and the element buffer's place for
@@ -1000,13 +1004,13 @@ class Connection:
                 subscription = self._part_arrives(header.subscriber, header.element, header.size, header.last)
                 last = header.last
                 left = header.size
-                if first is not None and subscription is not None and not subscription.copy:
+                if first is not None and subscription is not None:
                     self._part_ids = part_header_ids(first)
         finally:
             self._part_subscription = subscription
             self._part_last = last
             self._part_left = left
-            if left and header is not None and subscription is not None and not subscription.copy:
+            if left and header is not None and subscription is not None:
                 # What receive_buffers predicts the next parts from.
                 self._part_element = header.element
                 self._part_size = header.size
@@ -1234,6 +1238,7 @@ class Connection:
             return False
         sub.state = state
         sub.takes_elements = _TAKES_ELEMENTS[state]
+        self._forget_parts(sub)  # (a buffer kept for a next element)
         del self._subscriptions[subscriber]
         events.append(_new_on_complete(subscriber))
         return True
@@ -1288,7 +1293,7 @@ class Connection:
             return None
         reassembler = sub.reassembler
         if reassembler is None:
-            reassembler = sub.reassembler = Reassembler(self.limits.max_element_size, into_buffer=not sub.copy)
+            reassembler = sub.reassembler = Reassembler(self.limits.max_element_size, copy=sub.copy)
         # The connection's budget (PROTOCOL.md section 5): what all streams'
         # unfinished elements hold, with the payload announced and still to
         # come, stays within the inbound half, a last part included (it is
@@ -1325,9 +1330,13 @@ class Connection:
         """The last part's payload is all there: hand the element over,
         unless the stream ended meanwhile (cancelled, or our goodbye)."""
         assert sub.reassembler is not None
-        self._unfinished -= sub.reassembler.reserved
-        self._announced -= sub.reassembler.size
-        element = sub.reassembler.finish()
+        reassembler = sub.reassembler
+        self._announced -= reassembler.size
+        reserved = reassembler.reserved
+        element = reassembler.finish()
+        # (What it still holds, a copy=True stream's buffer kept for its next
+        # element, stays counted until given back or the stream ends.)
+        self._unfinished -= reserved - reassembler.reserved
         if self._subscriptions.get(sub.subscriber) is not sub:
             return
         if not sub.demand.take(1):  # pragma: no cover - checked by _part_arrives
@@ -1740,10 +1749,12 @@ class Connection:
     @property
     def inbound_bytes(self) -> int:
         """Bytes the peer sent that this machine holds: the unfinished split
-        elements of every stream, and what was received and not yet parsed
-        into events. Never more than the inbound half of
-        ``max_connection_memory`` plus a message header, once
-        :meth:`events` has parsed what was received."""
+        elements of every stream (their buffers, sized to a guess), the
+        buffers ``copy=True`` streams of large elements keep for their next
+        element (see ``_split``, "Kept for the next element"), and what was
+        received and not yet parsed into events. Never more than the
+        inbound half of ``max_connection_memory`` plus a message header,
+        once :meth:`events` has parsed what was received."""
         waiting = sum(map(len, self._waiting)) if self._waiting else 0
         return self._unfinished + (self._fed - self._message_end) + waiting
 

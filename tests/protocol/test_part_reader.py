@@ -31,6 +31,7 @@ from rstreams.protocol import (
     Subscribed,
 )
 from rstreams.protocol import _connection
+from rstreams.protocol._split import KEEP_BUFFER_FROM
 from rstreams.protocol._codec import (
     INCOMPLETE_PART_HEADER,
     MAX_PART_HEADER_SIZE,
@@ -333,11 +334,12 @@ def test_a_large_element_holds_its_payload_only_until_its_join() -> None:
         assert sub.reassembler is not None
         # The memory held is the payload received so far (copied out of the
         # reads, which a connection's memory budget could not count once
-        # per stream: see _split, "Copies"), never more than announced.
+        # per stream: see _split, "Beyond the guess"), never more than announced.
         assert 0 < sub.reassembler.buffered <= sub.reassembler.size
         assert client.inbound_bytes >= sub.reassembler.size
     client.receive_data(reads[-1])
     assert elements_of(client.events(), 1) == [element]
+    # (The stream's first element: nothing kept for the next one.)
     assert sub.reassembler.buffered == 0 and not sub.reassembler.in_progress
 
 
@@ -354,20 +356,35 @@ def test_a_mutable_buffer_is_copied_not_kept() -> None:
     assert elements_of(client.events(), 1) == [element]
 
 
-def test_a_read_that_is_all_of_a_part_payload_is_kept_not_copied() -> None:
-    # It holds nothing but payload, so keeping it costs the budget nothing
-    # it did not count; a lone one is the element itself, with no join.
+def test_a_large_element_is_received_into_the_buffer_kept_from_the_last_one() -> None:
+    # From the stream's second large element on, its parts go into one
+    # buffer, sized to the element before and kept from element to element
+    # (no pieces, no new buffer), and each element is handed out as bytes
+    # of its own.
     client, opening = opened_client(1)
     client.receive_data(opening)
     client.events()
-    element = payload(1, 0, 100 * 1024)
-    wire = part(1, 0, element, last=True)
-    header = len(wire) - len(element)
-    client.receive_data(wire[:header])
-    assert client.events() == []
-    client.receive_data(element)
-    [event] = client.events()
-    assert isinstance(event, Elements) and list(event.elements)[0] is element
+    size = KEEP_BUFFER_FROM + 1000
+    elements = [payload(1, index, size) for index in range(3)]
+    received: list[bytes] = []
+    buffers = []
+    for index, element in enumerate(elements):
+        halves = part(1, index, element[: size // 2]) + part(1, index, element[size // 2 :], last=True)
+        client.receive_data(halves[: len(halves) // 2])
+        assert client.events() == []
+        reassembler = client._subscriptions[1].reassembler
+        assert reassembler is not None
+        buffers.append(reassembler._buffer)
+        client.receive_data(halves[len(halves) // 2 : -1])
+        assert client.events() == []
+        if index:
+            assert reassembler.filled == size - 1 and not reassembler._pieces
+        client.receive_data(halves[-1:])
+        received += elements_of(client.events(), 1)
+    assert received == elements and all(type(got) is bytes for got in received)
+    assert buffers[0] is None  # (the first: its size unknown, its pieces joined)
+    assert buffers[1] is buffers[2] is not None and len(buffers[1]) == size
+    assert client.inbound_bytes == size  # the kept buffer, counted
 
 
 def test_a_stream_cancelled_while_its_part_arrives_gets_nothing() -> None:

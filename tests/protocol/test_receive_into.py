@@ -207,16 +207,24 @@ def test_elements_sent_whole_stay_bytes() -> None:
     assert type(elements_by_stream(events)[1][0]) is bytes
 
 
-def test_copy_true_offers_no_buffers_and_hands_out_bytes() -> None:
+def test_copy_true_receives_into_the_streams_buffer_too_and_hands_out_bytes() -> None:
+    # The stream's buffer, kept from its last element, takes the reads as a
+    # copy=False element's would; the element handed out is bytes of its
+    # own, so the buffer stays the stream's.
     client, opening = opened_client(1, copy=True)
-    element = payload(1, 0, 300_000)
-    wire = opening + split(1, 0, element)
-    client.receive_data(wire[: len(opening) + 1000])
+    events, error, _ = feed(client, opening + split(1, 0, payload(1, 0, 300_000)), [], into=True)
+    assert error is None and len(elements_by_stream(events)[1]) == 1
+    element = payload(1, 1, 300_000)
+    wire = split(1, 1, element)
+    client.receive_data(wire[:1000])
     client.events()
-    assert client.receive_buffers(1 << 20) == []
-    client.receive_data(wire[len(opening) + 1000 :])
+    buffers = client.receive_buffers(1 << 20)
+    assert buffers and buffers[0].obj is client._subscriptions[1].reassembler._buffer
+    fill(buffers, wire[1000:])
+    client.buffers_received(min(len(wire) - 1000, sum(map(len, buffers))))
     [got] = elements_by_stream(client.events())[1]
     assert type(got) is bytes and got == element
+    assert client.inbound_bytes == 300_000  # (the kept buffer, counted)
 
 
 def test_elements_larger_and_smaller_than_the_last_one() -> None:
@@ -288,15 +296,20 @@ def test_split_elements_arrive_as_with_receive_data(
 ) -> None:
     wire, streams, expected = traffic
     results = []
-    for into, copy in ((False, True), (True, False)):
+    for into, copy in ((False, True), (True, False), (True, True)):
         client, opening = opened_client(streams, copy=copy)
         events, error, _ = feed(client, opening + wire, reads, into=into)
         assert error is None
-        assert client.inbound_bytes == 0
+        # Nothing held but the buffers copy=True streams keep for their next
+        # element, counted.
+        assert client.inbound_bytes == sum(
+            sub.reassembler.reserved for sub in client._subscriptions.values() if sub.reassembler is not None
+        )
+        assert copy or client.inbound_bytes == 0
         results.append(normalized(events))
         received = elements_by_stream(events)
         assert {stream: received.get(stream, []) for stream in expected} == expected
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -304,17 +317,24 @@ def test_split_elements_arrive_as_with_receive_data(
     sizes=st.lists(st.one_of(st.integers(0, 300_000), st.sampled_from([65_535, 65_536, 65_537, 131_072, 1 << 20])), min_size=1, max_size=5),
     part_size=st.sampled_from([1000, 65_536, 100_000]),
     reads=st.lists(st.one_of(st.integers(1, 100), st.integers(1, 2 << 20)), max_size=40),
+    copy=st.booleans(),
 )
-def test_a_stream_of_split_elements_in_any_reads(sizes: list[int], part_size: int, reads: list[int]) -> None:
+def test_a_stream_of_split_elements_in_any_reads(sizes: list[int], part_size: int, reads: list[int], copy: bool) -> None:
     # One stream, parts of one size (what receive_buffers predicts), any
-    # element sizes: byte-exact, in order, and nothing held at the end.
-    client, opening = opened_client(1, copy=False)
+    # element sizes: byte-exact, in order, and nothing held at the end but
+    # the buffer a copy=True stream keeps (counted).
+    client, opening = opened_client(1, copy=copy)
     elements = [payload(1, index, size) for index, size in enumerate(sizes)]
     wire = opening + b"".join(split(1, index, element, part_size) for index, element in enumerate(elements))
     events, error, _ = feed(client, wire, reads, into=True)
     assert error is None
-    assert elements_by_stream(events).get(1, []) == elements
-    assert client.inbound_bytes == 0
+    received = elements_by_stream(events).get(1, [])
+    assert received == elements
+    assert all(type(element) is bytes for element in received) or not copy
+    reassembler = client._subscriptions[1].reassembler
+    kept = reassembler._buffer if reassembler is not None else None
+    assert client.inbound_bytes == (len(kept) if kept is not None else 0)
+    assert copy or client.inbound_bytes == 0
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
