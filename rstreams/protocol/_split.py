@@ -23,11 +23,12 @@ depends on the subscription:
 
 * ``copy=False`` (the zero-copy opt-in) hands out a read-only
   ``memoryview`` of the buffer. A larger element than the guess grows the
-  buffer (to at least twice its size, one copy of what arrived); a
-  smaller one is trimmed at the end. The buffers come from the stream's
-  :class:`ElementBuffers`: allocated without zeroing, and reused once the
-  application has let go of an earlier element of the same size (see
-  ``_element_buffers``).
+  buffer (to at least twice its size, one copy of what arrived) where the
+  budget's room allows, else keeps the rest as pieces (below) and is
+  joined into one buffer at the end; a smaller one is trimmed at the end.
+  The buffers come from the stream's :class:`ElementBuffers`: allocated
+  without zeroing, and reused once the application has let go of an
+  earlier element of the same size (see ``_element_buffers``).
 * ``copy=True`` (the default) hands out ``bytes``, copied out of the
   buffer, and the stream keeps the buffer (below).
 
@@ -51,12 +52,13 @@ of unknown size, joins its pieces too.
 
 Beyond the guess
 ----------------
-A ``copy=True`` element larger than its buffer does not grow it: growing
-by a copy of what arrived, with the budget leaving little room beyond the
-payload announced, would copy a large element in small parts again and
-again. What comes beyond the buffer is kept as pieces instead, and joined
-with the buffer's bytes at the end (one copy, as the ``bytes`` needs one
-anyway). Pieces are what an element joins without a buffer, too. The
+A ``copy=True`` element larger than its buffer does not grow it, nor does
+a ``copy=False`` one where the budget's room does not allow doubling it:
+growing by a copy of what arrived, with the budget leaving little room
+beyond the payload announced, would copy a large element in small parts
+again and again. What comes beyond the buffer is kept as pieces instead,
+and joined with the buffer's bytes at the end (one copy; the ``bytes`` of
+``copy=True`` needs one anyway). Pieces are what an element joins without a buffer, too. The
 connection's part reader hands over each piece of payload as a view of
 the bytes it received (see ``Connection``, "Large parts"). A view keeps
 its whole read alive, other messages' bytes included, and one read carries
@@ -201,13 +203,19 @@ class Reassembler:
         if buffer is None:
             self.reserved = self._size
             return
-        if len(buffer) < self._size and not self._copy:
+        if len(buffer) < self._size and not self._copy and not self._pieces:
             # Larger than the guess: a new buffer (the old one may be
-            # viewed by reads not yet taken), what arrived copied once.
-            grown = self._new_buffer(self._sized(2 * len(buffer), room))
-            grown[: self._filled] = memoryview(buffer)[: self._filled]
-            self._buffer = buffer = grown
-        # (copy=True: what goes beyond the buffer arrives as pieces.)
+            # viewed by reads not yet taken), what arrived copied once; at
+            # least twice as large (or the limit), so that an element is
+            # copied this way a few times at most. Where the budget's room
+            # does not allow that, what comes beyond the buffer is kept as
+            # pieces instead (see "Beyond the guess").
+            size = self._sized(2 * len(buffer), room)
+            if size >= min(2 * len(buffer), self._limit):
+                grown = self._new_buffer(size)
+                grown[: self._filled] = memoryview(buffer)[: self._filled]
+                self._buffer = buffer = grown
+        # (Otherwise what goes beyond the buffer arrives as pieces.)
         self.reserved = max(len(buffer), self._size)
 
     def _new_buffer(self, size: int) -> bytearray:
@@ -255,7 +263,6 @@ class Reassembler:
                 self._filled = filled + len(piece)
                 into[filled : self._filled] = piece
                 return
-            assert self._copy, "a copy=False element's buffer holds its announced payload"
             if space:
                 into[filled:] = piece[:space]
                 self._filled = len(into)
@@ -300,6 +307,18 @@ class Reassembler:
         assert buffers is not None  # (a view's buffer comes from them)
         self._buffer = None
         self.reserved = 0
+        pieces = self._pieces
+        if pieces:
+            # Beyond the guess: one buffer of the element's size at last.
+            joined = buffers.take(size)
+            joined[:filled] = memoryview(buffer)[:filled]
+            position = filled
+            for piece in pieces:
+                joined[position : position + len(piece)] = piece
+                position += len(piece)
+            self._pieces = []
+            self._held = 0
+            buffer = joined
         if len(buffer) > size:
             try:
                 del buffer[size:]

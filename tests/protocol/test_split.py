@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rstreams.protocol import RemoteProtocolError
+from rstreams.protocol import _split
 from rstreams.protocol._split import Reassembler
 
 
@@ -242,3 +243,37 @@ def test_reserved_is_the_payload_announced_or_the_buffer(
         kept = reassembler._buffer
         assert reassembler.reserved == reassembler.buffered == (len(kept) if kept is not None else 0)
         assert copy or kept is None
+
+
+# ---- growing by copies: a few times at most ----------------------------------
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_an_element_in_many_small_parts_without_room_is_not_copied_again_and_again(
+    copy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no room in the budget beyond the payload announced, a buffer
+    # regrown for every part would copy the element once a part (quadratic
+    # in its parts); the payload beyond the buffer is kept as pieces and
+    # joined once at the end.
+    from rstreams.protocol import _element_buffers
+
+    made = [0]
+    original = _element_buffers.new_buffer
+
+    def counting(size: int) -> bytearray:
+        made[0] += 1
+        return original(size)
+
+    monkeypatch.setattr(_element_buffers, "new_buffer", counting)
+    monkeypatch.setattr(_split, "new_buffer", counting)
+    reassembler = Reassembler(limit=1 << 20, copy=copy, keep_buffer_from=0)
+    parts = [bytes([index % 251]) * 100 for index in range(1000)]
+    for part in parts:
+        reassembler.start_part(1, len(part), room=0)
+        reassembler.add_piece(part)
+        assert reassembler.reserved == reassembler.size  # (nothing guessed)
+    element = reassembler.finish()
+    assert bytes(element) == b"".join(parts)
+    assert type(element) is (bytes if copy else memoryview)
+    assert made[0] <= 3  # (the first, a regrowth while room allowed, the join)
