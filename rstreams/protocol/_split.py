@@ -58,9 +58,9 @@ growing by a copy of what arrived, with the budget leaving little room
 beyond the payload announced, would copy a large element in small parts
 again and again. What comes beyond the buffer is kept as pieces instead,
 and joined with the buffer's bytes at the end (one copy; the ``bytes`` of
-``copy=True`` needs one anyway). Pieces are what an element joins without a buffer, too. The
-connection's part reader hands over each piece of payload as a view of
-the bytes it received (see ``Connection``, "Large parts"). A view keeps
+``copy=True`` needs one anyway). Pieces are what an element joins without
+a buffer, too. The connection's part reader hands over each piece of
+payload as a view of the bytes it received (see ``Connection``, "Large parts"). A view keeps
 its whole read alive, other messages' bytes included, and one read carries
 the parts of several streams when a peer interleaves them, so a view would
 make what a stream holds more than the payload its connection's memory
