@@ -845,8 +845,17 @@ class Session(Peer):
         # Only elements waiting for the application stop the reader: with
         # none, what the connection holds (split parts) can only shrink by
         # reading on, and growing it past the half is the peer's error.
+        # Buffers the connection keeps for later elements are let go of
+        # first: they would otherwise stop the reader, and only reading on
+        # gives them back.
         held = self.held_elements.held
-        return held > 0 and held + self._conn.inbound_bytes >= self._half_budget
+        if held <= 0:
+            return False
+        conn = self._conn
+        if held + conn.inbound_bytes < self._half_budget:
+            return False
+        conn.give_back_guesses()
+        return held + conn.inbound_bytes >= self._half_budget
 
     async def _wait_elements_taken(self) -> None:
         """Read nothing more while the inbound half is full of elements the

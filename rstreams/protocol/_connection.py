@@ -1344,6 +1344,20 @@ class Connection:
         # (A read-only view stands for bytes on a copy=False stream: see subscribe.)
         events.append(Elements(subscriber=sub.subscriber, elements=ElementBatch([cast(bytes, element)])))
 
+    def give_back_guesses(self) -> int:
+        """Let go of the memory held beyond the payload the peer announced:
+        buffers sized to a guess, and those ``copy=True`` streams keep for
+        their next element (see ``_split``); how many bytes that was.
+
+        For a receiver about to stop reading because the inbound half is
+        full: what it holds for its own convenience must not be what stops
+        it (a part that needs the room would have it given back, but no
+        part is read while the reader waits)."""
+        before = self._unfinished
+        if before > self._announced:
+            self._give_back_guesses()
+        return before - self._unfinished
+
     def _give_back_guesses(self) -> None:
         """Trim every buffer sized beyond its element's announced payload
         back to that payload (see _part_arrives). Under budget pressure

@@ -43,7 +43,8 @@ giving it back (1 MiB elements read with ``batches()``, interleaved pairs:
 The kept buffer stays counted in :attr:`Reassembler.reserved`, and so in
 the connection's budget, until the stream ends; under budget pressure the
 connection lets it go (:meth:`Reassembler.trim`), so that the peer is
-never refused for it. Only streams whose last element was at least
+never refused for it, and so does a session whose reader would otherwise
+stop for a full inbound half (``Connection.give_back_guesses``). Only streams whose last element was at least
 :data:`KEEP_BUFFER_FROM` (256 KiB) keep one: a read into the buffer ends
 where the element does, and for smaller elements reading on into the next
 messages as usual and joining the pieces costs less (elements of 100 KB:

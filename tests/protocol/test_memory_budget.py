@@ -141,6 +141,21 @@ def test_buffers_kept_for_next_elements_give_their_room_to_a_part_that_needs_it(
     assert client.inbound_bytes == 0
 
 
+def test_a_receiver_can_let_go_of_what_it_keeps_beyond_the_payload(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (What a session does before its reader would stop for a full half.)
+    monkeypatch.setattr(_split, "KEEP_BUFFER_FROM", 0)
+    client = subscribed_client(3)
+    for _ in range(2):
+        client.receive_data(b"".join(part(i, b"a" * 4000, last=True) for i in range(1, 4)))
+        assert len(client.events()) == 3
+    assert client.inbound_bytes == 12000
+    assert client.give_back_guesses() == 12000
+    assert client.inbound_bytes == 0 and client.give_back_guesses() == 0
+    # The streams go on as before, sizing new buffers as their parts come.
+    client.receive_data(b"".join(part(i, b"b" * 4000, last=True, element=1) for i in range(1, 4)))
+    assert [list(event.elements) for event in client.events()] == [[b"b" * 4000]] * 3  # type: ignore[attr-defined]
+
+
 def test_a_largest_element_fits_while_nothing_else_is_held() -> None:
     limits = ProtocolLimits(max_message_size=4096, max_element_size=HALF, split_threshold=1024)
     client = Connection(limits=limits, max_connection_memory=BUDGET)

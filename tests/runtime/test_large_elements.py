@@ -10,6 +10,7 @@ themselves), TLS, WebSocket and secure WebSocket.
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -217,3 +218,60 @@ async def test_copy_false_never_writes_over_an_element_the_application_keeps(
         assert bytes(thing) == expected  # type: ignore[call-overload]
     # The others were reused: fewer buffers than elements.
     assert made[0] < 48 - len(kept)
+
+
+# ---- kept buffers and backpressure ---------------------------------------------
+
+
+async def two_then_wait(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``two_then_wait?size=N``: two elements of N bytes, then nothing, open."""
+    size = request.int_param("size", 1)
+    for index in range(2):
+        await sink.send(element(index, size))
+    await trio.sleep_forever()
+
+
+async def small(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    """``small?count=N``: N elements of 1 KiB."""
+    for index in range(request.int_param("count", 1)):
+        await sink.send(element(index, 1024))
+
+
+def answer(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    sink.send_nowait(b"answer")
+
+
+KEPT_APP = rstreams.Router({"two_then_wait": two_then_wait, "small": small, "answer": answer})
+
+
+@pytest.mark.parametrize("transport", ["tcp", "memory"])
+async def test_buffers_kept_for_next_elements_never_hold_the_reader_back(connect) -> None:
+    # Open streams of large elements keep a buffer each, counted in the
+    # budget. Elements of another stream the application has not taken yet
+    # stop the reader once they and what the connection holds fill the
+    # inbound half; the kept buffers must be let go of first, or a fetch
+    # waiting behind 1 MiB of small elements would never be answered.
+    config = rstreams.SessionConfig.for_connection_memory(8 << 20)  # (a half of 4 MiB)
+    async with connect(server_app=KEPT_APP, config=config) as (client, _server):
+        with trio.fail_after(10):
+            async with contextlib.AsyncExitStack() as streams:
+                for _ in range(5):  # 5 x 600 KB kept
+                    subscription = await streams.enter_async_context(
+                        client.subscribe("two_then_wait?size=600000", prefetch=2)
+                    )
+                    assert [len(item) async for item in _first(subscription, 2)] == [600_000] * 2
+                held = await streams.enter_async_context(client.subscribe("small?count=1500", prefetch=1500))
+                # 1.3 MiB of small elements held and 3 MB kept are past the
+                # half: the reader must not stop there.
+                while client.held_elements.held < 1300 * 1024:
+                    await trio.sleep(0.01)
+                assert await client.fetch("answer", 1) == [b"answer"]
+                assert len([item async for item in held]) == 1500
+
+
+async def _first(subscription: rstreams.Subscription, count: int):  # type: ignore[no-untyped-def]
+    async for item in subscription:
+        yield item
+        count -= 1
+        if not count:
+            return
