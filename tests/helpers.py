@@ -18,6 +18,8 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from rstreams.protocol import (
     DEFAULT_LIMITS,
     DEFAULT_WRITE_SIZE,
@@ -254,3 +256,21 @@ def another_allowed_congestion_control() -> bytes | None:
         return None
     others = [name for name in names if name != "reno"]
     return others[0].encode() if others else None
+
+
+def count_new_buffers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the element buffers the reassemblers allocate (not reuse):
+    ``copy=False`` streams' through their ``ElementBuffers``, ``copy=True``
+    streams' directly. Returns a one-item list, the count so far."""
+    from rstreams.protocol import _element_buffers, _split
+
+    made = [0]
+    original = _element_buffers.new_buffer
+
+    def new_buffer(size: int) -> bytearray:
+        made[0] += 1
+        return original(size)
+
+    monkeypatch.setattr(_element_buffers, "new_buffer", new_buffer)
+    monkeypatch.setattr(_split, "new_buffer", new_buffer)
+    return made

@@ -97,7 +97,6 @@ class Reassembler:
 
     __slots__ = (
         "_limit",
-        "_copy",
         "_element",
         "_size",
         "reserved",
@@ -112,9 +111,6 @@ class Reassembler:
 
     def __init__(self, limit: int, *, copy: bool = True, keep_buffer_from: int | None = None) -> None:
         self._limit = limit
-        #: Hand out bytes, a copy of the buffer, which the stream keeps
-        #: (True); or a read-only view of the buffer (False: ``copy=False``).
-        self._copy = copy
         # copy=True: from what size of the last element the next one is
         # joined into a buffer the stream keeps (KEEP_BUFFER_FROM).
         self._keep_from = KEEP_BUFFER_FROM if keep_buffer_from is None else keep_buffer_from
@@ -123,9 +119,12 @@ class Reassembler:
         self._buffer: bytearray | None = None
         self._filled = 0  # payload bytes in _buffer
         self._expected = 0  # the previous element's size: the next buffer's first size
+        # copy=False: where the buffers handed out as views come from (and
+        # go back to). None for copy=True, which hands out bytes, a copy of
+        # the buffer, and keeps the buffer: the one test of the mode.
         self._buffers = None if copy else ElementBuffers()
-        # copy=True: the payload beyond the buffer, as bytes (see "Beyond
-        # the guess"), and how many bytes that is.
+        # The payload beyond the buffer (all of it, without one), as bytes
+        # (see "Beyond the guess"), and how many bytes that is.
         self._pieces: list[bytes] = []
         self._held = 0
         #: What the connection's budget counts: the buffer, and the payload
@@ -190,7 +189,7 @@ class Reassembler:
             raise RemoteProtocolError(f"split element larger than the limit of {self._limit} bytes")
         buffer = self._buffer
         if starting:
-            if self._copy and self._expected < self._keep_from:
+            if self._buffers is None and self._expected < self._keep_from:
                 # (Smaller elements join their pieces: see "Kept for the
                 # next element".)
                 self._buffer = buffer = None
@@ -204,7 +203,7 @@ class Reassembler:
         if buffer is None:
             self.reserved = self._size
             return
-        if len(buffer) < self._size and not self._copy and not self._pieces:
+        if len(buffer) < self._size and self._buffers is not None and not self._pieces:
             # Larger than the guess: a new buffer (the old one may be
             # viewed by reads not yet taken), what arrived copied once; at
             # least twice as large (or the limit), so that an element is
@@ -249,8 +248,8 @@ class Reassembler:
         """Keep some payload of the current part: copied to its place in the
         buffer, unless it is already there (a view of the buffer received
         at offset ``at``, see :meth:`free_space`, which is where the payload
-        continues). copy=True, payload beyond the buffer is kept as bytes
-        (see "Beyond the guess")."""
+        continues). Payload beyond the buffer is kept as bytes (see
+        "Beyond the guess")."""
         into = self._buffer
         filled = self._filled
         if into is not None and not self._pieces:
@@ -288,7 +287,8 @@ class Reassembler:
         self._expected = size
         self._element = None
         self._size = self._filled = 0
-        if self._copy:
+        buffers = self._buffers
+        if buffers is None:  # copy=True
             pieces = self._pieces
             self._pieces = []
             self._held = 0
@@ -304,8 +304,6 @@ class Reassembler:
                 return bytes(memoryview(buffer)[:size])
             return b"".join([memoryview(buffer)[:filled], *pieces])
         assert buffer is not None, "a copy=False element finished before its first part"
-        buffers = self._buffers
-        assert buffers is not None  # (a view's buffer comes from them)
         self._buffer = None
         self.reserved = 0
         pieces = self._pieces

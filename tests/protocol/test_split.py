@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rstreams.protocol import RemoteProtocolError
-from rstreams.protocol import _split
+from helpers import count_new_buffers
 from rstreams.protocol._split import Reassembler
 
 
@@ -256,17 +256,7 @@ def test_an_element_in_many_small_parts_without_room_is_not_copied_again_and_aga
     # regrown for every part would copy the element once a part (quadratic
     # in its parts); the payload beyond the buffer is kept as pieces and
     # joined once at the end.
-    from rstreams.protocol import _element_buffers
-
-    made = [0]
-    original = _element_buffers.new_buffer
-
-    def counting(size: int) -> bytearray:
-        made[0] += 1
-        return original(size)
-
-    monkeypatch.setattr(_element_buffers, "new_buffer", counting)
-    monkeypatch.setattr(_split, "new_buffer", counting)
+    made = count_new_buffers(monkeypatch)
     reassembler = Reassembler(limit=1 << 20, copy=copy, keep_buffer_from=0)
     parts = [bytes([index % 251]) * 100 for index in range(1000)]
     for part in parts:

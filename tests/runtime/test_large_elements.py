@@ -17,6 +17,8 @@ import pytest
 import trio
 
 import rstreams
+from helpers import count_new_buffers
+from rstreams.protocol._split import KEEP_BUFFER_FROM
 
 SIZES = [1, 65_535, 65_536, 65_537, 3 * 65_536 + 7, 200_001, 1 << 20, (1 << 20) + 3, 65_536 * 4, 5]
 
@@ -37,13 +39,17 @@ async def sized(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None
 APP = rstreams.Router({"sized": sized})
 
 
+def sized_name(sizes: list[int]) -> str:
+    return "sized?sizes=" + ",".join(map(str, sizes))
+
+
 async def read_all(
     session: rstreams.Session, sizes: list[int], *, copy: bool, prefetch: int = 4, held_at_end: list[int] | None = None
 ) -> list[object]:
     """Every element of ``sized``; ``held_at_end`` gets what the session
     still counted as held once the stream ended, before leaving the block
     (which releases whatever is left, a leak included)."""
-    name = "sized?sizes=" + ",".join(map(str, sizes))
+    name = sized_name(sizes)
     received: list[object] = []
     with trio.fail_after(30):
         async with session.subscribe(name, prefetch=prefetch, copy=copy) as subscription:
@@ -107,7 +113,7 @@ async def test_elements_the_application_holds_count_until_it_takes_them(connect)
     # inbound half like bytes ones: the statistics say what is held.
     sizes = [1 << 20] * 3
     async with connect(server_app=APP) as (client, _server):
-        name = "sized?sizes=" + ",".join(map(str, sizes))
+        name = sized_name(sizes)
         with trio.fail_after(30):
             async with client.subscribe(name, prefetch=3, copy=False) as subscription:
                 while client.statistics().inbound_bytes < 3 << 20:
@@ -149,30 +155,15 @@ async def test_on_tcp_the_parts_are_received_into_the_elements_buffers(
 # ---- reused buffers (copy=False) ---------------------------------------------
 
 
-def counting_new_buffers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the buffers ``copy=False`` streams allocate (not reuse)."""
-    from rstreams.protocol import _element_buffers
-
-    made = [0]
-    original = _element_buffers.new_buffer
-
-    def new_buffer(size: int) -> bytearray:
-        made[0] += 1
-        return original(size)
-
-    monkeypatch.setattr(_element_buffers, "new_buffer", new_buffer)
-    return made
-
-
 async def test_copy_false_reuses_the_buffers_of_elements_the_application_let_go_of(
     connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stream of equal split elements, each checked and let go of: the
     # buffers of earlier elements come back, so that their memory is not
     # given back to the allocator and taken again element after element.
-    made = counting_new_buffers(monkeypatch)
+    made = count_new_buffers(monkeypatch)
     sizes = [200_000] * 40
-    name = "sized?sizes=" + ",".join(map(str, sizes))
+    name = sized_name(sizes)
     async with connect(server_app=APP) as (client, _server):
         with trio.fail_after(30):
             async with client.subscribe(name, prefetch=4, copy=False) as subscription:
@@ -186,14 +177,31 @@ async def test_copy_false_reuses_the_buffers_of_elements_the_application_let_go_
     assert made[0] <= 10
 
 
+async def test_copy_true_receives_a_stream_of_large_elements_into_one_buffer_it_keeps(
+    connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default path: each element is bytes of its own, kept however long
+    # the application likes, and the stream joins them all in one buffer
+    # (the first element, of unknown size, joins its pieces; the second
+    # sizes the buffer), not a new one per element.
+    made = count_new_buffers(monkeypatch)
+    size = KEEP_BUFFER_FROM + 50_000
+    sizes = [size] * 12
+    async with connect(server_app=APP) as (client, _server):
+        received = await read_all(client, sizes, copy=True)
+    assert all(type(item) is bytes for item in received)
+    assert received == [element(index, size) for index in range(12)]
+    assert made[0] == 1
+
+
 async def test_copy_false_never_writes_over_an_element_the_application_keeps(
     connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Kept in any form that reaches its bytes, an element reads as it was
     # sent until the end, while the elements let go of around it are reused.
-    made = counting_new_buffers(monkeypatch)
+    made = count_new_buffers(monkeypatch)
     sizes = [150_000] * 48
-    name = "sized?sizes=" + ",".join(map(str, sizes))
+    name = sized_name(sizes)
     keepers = [
         lambda view: view,
         lambda view: view[1000:2000],
