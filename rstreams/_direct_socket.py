@@ -22,9 +22,10 @@ errors, a checkpoint on every call, nothing read when cancelled.
 
 A read may also *busy-poll*: try the socket, let the other tasks run, try
 again, for a short window before sleeping in ``epoll``. The session asks for
-it when the peer's next message is due: a ``fetch`` waits for its answer, or
+it when the peer's next message is due: a ``fetch`` waits for its answer,
 the peer's subscribes were just answered and a request-response peer sends
-the next as soon as it has the answer, and says for how long. On a
+the next as soon as it has the answer, or a stream's elements just arrived
+and more are on their way; and it says for how long. On a
 machine whose other cores sleep when idle (any VM, most laptops), waking a
 sleeping core to deliver the answer costs tens of microseconds on each
 side: on loopback that was more than a third of a whole round trip.

@@ -226,14 +226,16 @@ class Session(Peer):
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
         # Busy polling (see _direct_socket): the reader polls before it
         # sleeps when the peer's next message is due, that is while a fetch
-        # waits for its answer (_fetching), or after a read whose subscribes
+        # waits for its answer (_fetching), after a read whose subscribes
         # were answered at once (a request-response peer sends its next one
-        # as the answer arrives); and only while such waits have lately
-        # ended within the window (_due_wait, a moving average), since
-        # polling for a slower peer only burns CPU.
+        # as the answer arrives), or after a read that brought elements (a
+        # stream flowing: its next elements are on their way); and only
+        # while such waits have lately ended within the window (_due_wait,
+        # a moving average), since polling for a slower peer only burns CPU.
         self._busy_poll = config.busy_poll if direct is not None else 0.0
         self._fetching = 0
         self._answered_subscribe = False
+        self._received_elements = False
         self._due_wait = 0.0
         self._writer_parked = False
         # Set (and replaced) each time the writer takes or sends bytes: the
@@ -884,7 +886,7 @@ class Session(Peer):
         if into:
             assert direct is not None
             received = await direct.receive_into(into)
-        elif self._busy_poll and (self._fetching or self._answered_subscribe):
+        elif self._busy_poll and (self._fetching or self._answered_subscribe or self._received_elements):
             data = await self._receive_due()
             received = len(data)
         else:
@@ -960,6 +962,7 @@ class Session(Peer):
         else:
             self._conn.receive_data(data)
         self._answered_subscribe = False
+        self._received_elements = False
 
     def _take_in(self) -> bool | None:
         """Dispatch the events of what was just received: True when all
@@ -1015,6 +1018,7 @@ class Session(Peer):
             if type(event) is Elements:
                 subscription = subscriptions.get(event.subscriber)
                 if subscription is not None:
+                    self._received_elements = True
                     subscription._on_elements(event.elements)
             elif type(event) is Request:
                 handle = self._publications.get(event.subscriber)

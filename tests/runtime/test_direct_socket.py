@@ -470,8 +470,9 @@ async def _client_and_server(
     client_config: rstreams.SessionConfig, server_config: rstreams.SessionConfig
 ) -> AsyncIterator[tuple[Session, list[Session]]]:
     """A client session over TCP to a server with ``burst``, ``slow``
-    (answers after 0.5 s) and ``stream`` (100 elements, each sent as demand
-    allows); also yields the server's sessions as they open."""
+    (answers after 0.5 s), ``stream`` (100 elements, each sent as demand
+    allows) and ``trickle`` (5 elements, 0.1 s apart); also yields the
+    server's sessions as they open."""
 
     async def slow(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         await trio.sleep(0.5)
@@ -481,8 +482,13 @@ async def _client_and_server(
         for index in range(100):
             await sink.send(u32(index))
 
+    async def trickle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        for index in range(5):
+            await trio.sleep(0.1)
+            await sink.send(u32(index))
+
     server_sessions: list[Session] = []
-    app = rstreams.Router({"burst": _burst, "slow": slow, "stream": stream})
+    app = rstreams.Router({"burst": _burst, "slow": slow, "stream": stream, "trickle": trickle})
 
     async def handler(stream: trio.SocketStream) -> None:
         async with rstreams.open_stream_session(stream, app=app, config=server_config) as session:
@@ -516,6 +522,25 @@ async def test_a_client_polls_only_while_quick_fetches_wait(monkeypatch: pytest.
             before = len(recorder.of(client))
             assert await client.fetch("slow", 1) == [b"late"]
             assert recorder.of(client)[before:] and not any(recorder.of(client)[before:])
+
+
+async def test_a_client_polls_while_a_stream_flows_and_not_for_a_slow_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _PollRecorder(monkeypatch)
+    polling = rstreams.SessionConfig(busy_poll=0.01)
+    with trio.fail_after(20):
+        async with _client_and_server(polling, rstreams.SessionConfig(busy_poll=0)) as (client, _):
+            async with client.subscribe("stream", prefetch=10) as sub:
+                assert [element async for element in sub] == [u32(index) for index in range(100)]
+            # The reads after reads that brought elements polled for the next.
+            assert any(recorder.of(client))
+            # Elements 0.1 s apart (ten windows): after the first such wait
+            # the moving average is above the window, and the reads that
+            # wait for the next element sleep at once.
+            before = len(recorder.of(client))
+            async with client.subscribe("trickle", prefetch=10) as sub:
+                assert [element async for element in sub] == [u32(index) for index in range(5)]
+            trickled = recorder.of(client)[before:]
+            assert len(trickled) >= 4 and not any(trickled[-3:])
 
 
 async def test_a_server_polls_for_the_next_subscribe_only_while_they_come_quickly(
