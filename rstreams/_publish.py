@@ -36,6 +36,15 @@ long as the publisher awaits something after it: one that sends a burst and
 then computes without awaiting holds the burst's tail until its next await
 (it holds every other task of the process as long).
 
+The ``send`` that ends a run gets its elements on their way itself: while
+the session's writer is parked with nothing in hand, it writes them from
+the publisher's task (``Session._send_queued``, as the reader writes its
+answers), and wakes the writer otherwise. A publisher paced by a timer ends
+a run with every ``send``, and so saves the writer's wake-up per element: at
+10,000 elements a second, 43 -> 36 µs of the server's CPU an element and a
+p50 of 45 -> 35 µs. A tight loop's run ends with the writer already woken
+by its earlier sends, and its elements still go out together.
+
 ``send_many`` / ``send_packed`` stay the fastest: they queue everything
 demand allows and checkpoint once per batch.
 
@@ -252,6 +261,8 @@ class PublishingSession(Protocol):
     _room_waiters: set[PublicationHandle]
 
     def _wake_writer(self) -> None: ...
+
+    def _send_queued(self) -> None: ...
 
     def _outbound_room(self) -> int: ...
 
@@ -498,7 +509,6 @@ class Sink:
             self._run_length = 0
         self._conn.send_elements(self._subscriber, [data])
         self._sent += 1
-        self._session._wake_writer()
         length = self._run_length + 1
         if (
             length < SEND_RUN_LENGTH
@@ -507,9 +517,16 @@ class Sink:
         ):
             # The run goes on: the writer takes its elements together when
             # it ends (the cancel point above was this call's checkpoint).
+            self._session._wake_writer()
             self._run_length = length
             self._last_send = perf_counter()
             return
+        # The run ends here. Its elements are on their way at once: written
+        # from this task if the writer is parked with nothing in hand (a
+        # publisher paced by a timer, sending one element after each pause),
+        # else by the writer, which this wakes (the end of a run in a tight
+        # loop, whose earlier sends have woken it already).
+        self._session._send_queued()
         self._run_length = 0
         await trio.lowlevel.cancel_shielded_checkpoint()
         self._run_started = self._last_send = perf_counter()

@@ -528,11 +528,12 @@ class Session(Peer):
         when the writer is parked and the transport allows it (see
         ``_direct_socket``), else by waking the writer.
 
-        For the moments when one task has just queued the answer another
-        side waits for (the reader's answers to a read, a caller's
-        subscribe): there the writer's scheduling pass is most of a round
-        trip. Publishers keep waking the writer, which coalesces many
-        streams' elements into one write.
+        For the moments when one task has just queued what the other side
+        waits for (the reader's answers to a read, a caller's subscribe, the
+        element a paced publisher sends after a pause): there the writer's
+        scheduling pass is most of a round trip. A run of sends in a tight
+        loop wakes the writer instead, which coalesces many streams'
+        elements into one write ("Runs of send" in ``_publish``).
         """
         send_now = self._send_now
         if (

@@ -187,6 +187,41 @@ async def test_a_session_over_tcp_answers_through_direct_writes() -> None:
     assert len(sends) == 20 and all(sent > 0 for sent in sends)
 
 
+async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_loops_together() -> None:
+    # A send after a pause ends a run of send: its element is written at once
+    # from the publisher's task while the writer is parked, not by waking the
+    # writer. A tight loop's sends form runs whose elements the writer takes
+    # together, in a few writes.
+    async def paced(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        for index in range(20):
+            await trio.sleep(0.002)
+            await sink.send(u32(index))
+
+    async def tight(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        for index in range(3000):
+            await sink.send(u32(index))
+
+    app = rstreams.Router({"paced": paced, "tight": tight})
+    ours, theirs = await _socket_stream_pair()
+    writers: list[str] = []
+    with trio.fail_after(20):
+        async with rstreams.open_stream_session(ours, app=app) as server, rstreams.open_stream_session(theirs) as client:
+            assert server._send_now is not None
+            real = server._send_now
+
+            def recording(data: bytes | bytearray | memoryview) -> int:
+                writers.append(trio.lowlevel.current_task().name)
+                return real(data)
+
+            server._send_now = recording
+            async with client.subscribe("paced", prefetch=32) as sub:
+                assert [element async for element in sub] == [u32(index) for index in range(20)]
+            assert writers.count("publisher paced") >= 15
+            async with client.subscribe("tight", prefetch=4096) as sub:
+                assert [element async for element in sub] == [u32(index) for index in range(3000)]
+            assert writers.count("publisher tight") <= 30  # (3,000 if each send wrote)
+
+
 async def test_a_peer_that_stops_reading_never_blocks_the_reader() -> None:
     # The reason the reader may only write without waiting: a peer that
     # subscribes and stops reading fills our socket buffer; its goodbye must
