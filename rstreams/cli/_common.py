@@ -480,11 +480,14 @@ def _sole_error(error: BaseException) -> BaseException:
 
 
 def run_command(function: Callable[[], Awaitable[int]]) -> int:
-    """Run a command under trio; report a CommandError as ``rstreams: ...``."""
-    import trio
+    """Run a command under trio, with timers that wake to the microsecond
+    (:func:`rstreams.run`: a publisher of ``rstreams serve`` paced by
+    ``trio.sleep_until`` sends on time); report a CommandError as
+    ``rstreams: ...``."""
+    from .._timers import run
 
     try:
-        return trio.run(function)
+        return run(function)
     except BaseException as exc:  # noqa: BLE001 - sorted out just below
         error = _sole_error(exc)
         if isinstance(error, CommandError):
