@@ -191,7 +191,8 @@ async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_l
     # A send after a pause ends a run of send: its element is written at once
     # from the publisher's task while the writer is parked, not by waking the
     # writer. A tight loop's sends form runs whose elements the writer takes
-    # together, in a few writes.
+    # together, in a few writes; a stream's first element and a large one go
+    # to the writer too.
     async def paced(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         for index in range(20):
             await trio.sleep(0.002)
@@ -201,7 +202,16 @@ async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_l
         for index in range(3000):
             await sink.send(u32(index))
 
-    app = rstreams.Router({"paced": paced, "tight": tight})
+    async def paced_large(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        for index in range(3):
+            await trio.sleep(0.002)
+            await sink.send(bytes([index]) * 200_000)
+
+    async def one(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        await trio.sleep(0.002)
+        await sink.send(b"only")
+
+    app = rstreams.Router({"paced": paced, "tight": tight, "paced_large": paced_large, "one": one})
     ours, theirs = await _socket_stream_pair()
     writers: list[str] = []
     with trio.fail_after(20):
@@ -220,6 +230,15 @@ async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_l
             async with client.subscribe("tight", prefetch=4096) as sub:
                 assert [element async for element in sub] == [u32(index) for index in range(3000)]
             assert writers.count("publisher tight") <= 30  # (3,000 if each send wrote)
+            # Elements split into parts go to the writer, which sends them
+            # from the element itself instead of copying them into a write.
+            async with client.subscribe("paced_large", prefetch=4) as sub:
+                assert [element async for element in sub] == [bytes([index]) * 200_000 for index in range(3)]
+            assert "publisher paced_large" not in writers
+            # A stream's first element goes to the writer, which writes it
+            # with the onComplete of a publisher that sends it and returns.
+            assert await client.fetch("one", 1) == [b"only"]
+            assert "publisher one" not in writers
 
 
 async def test_a_peer_that_stops_reading_never_blocks_the_reader() -> None:
