@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from trio.lowlevel import enable_ki_protection
 
 from ._auth import AUTHENTICATION_FAILED, PeerInfo, Principal
 from ._codecs import CodecLike, resolve_codec
@@ -288,7 +289,14 @@ class Session(Peer):
     async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # The session's own nursery, one level below the caller's: the
         # manager cancels it to stop the session's tasks without touching the
-        # code in the caller's ``async with`` block.
+        # code in the caller's ``async with`` block. Its own tasks (manager,
+        # reader, writer, timekeeper) are protected from KeyboardInterrupt,
+        # as trio's machinery is: Ctrl-C goes to the main task, whose
+        # cancellation then ends the session in order. Raised inside the
+        # reader instead (where a busy-polling reader often is), it ended
+        # the session from within, and the application's tasks still
+        # waiting on it met SessionClosed next to the KeyboardInterrupt.
+        # Publisher tasks run the application's code and stay interruptible.
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._manager)
@@ -350,6 +358,7 @@ class Session(Peer):
         # the close sequence needs the peer's goodbye.
         self.held_elements.release(0)
 
+    @enable_ki_protection
     async def _manager(self) -> None:
         try:
             await self._close_requested.wait()
@@ -473,6 +482,7 @@ class Session(Peer):
 
     # ---- timekeeper -----------------------------------------------------
 
+    @enable_ki_protection
     async def _keep_time(self) -> None:
         """Pings and the idle timeout; started once the peer's hello is in."""
         conn = self._conn
@@ -603,6 +613,7 @@ class Session(Peer):
             self._wake_writer()
             await idle.wait()
 
+    @enable_ki_protection
     async def _writer(self) -> None:
         conn = self._conn
         stream = self._stream
@@ -690,6 +701,7 @@ class Session(Peer):
 
     # ---- reader ---------------------------------------------------------
 
+    @enable_ki_protection
     async def _reader(self) -> None:
         try:
             with trio.move_on_after(self.config.handshake_timeout):

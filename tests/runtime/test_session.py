@@ -455,3 +455,26 @@ async def test_a_malformed_publisher_name_is_a_publisher_error(connect) -> None:
             assert not isinstance(info.value, rstreams.UnknownPublisher)
             assert info.value.message == "bad publisher name: //[bad"
             await fetch_range(client)
+
+
+async def test_ctrl_c_reaches_the_main_task_not_the_sessions_own_tasks() -> None:
+    # The session's reader (and writer, manager, timekeeper) are protected
+    # from KeyboardInterrupt, as trio's own machinery is: Ctrl-C is delivered
+    # to the main task, whose cancellation ends the session in order. A
+    # publisher task runs the application's code and stays interruptible.
+    seen: dict[str, bool] = {}
+
+    def at_once(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        seen["reader"] = trio.lowlevel.currently_ki_protected()  # (runs in the reader)
+        sink.send_nowait(b"x")
+
+    async def as_task(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        seen["publisher task"] = trio.lowlevel.currently_ki_protected()
+        await sink.send(b"y")
+
+    app = rstreams.Router({"at_once": at_once, "as_task": as_task})
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=app) as (client, _server):
+            assert await client.fetch("at_once", 1) == [b"x"]
+            assert await client.fetch("as_task", 1) == [b"y"]
+    assert seen == {"reader": True, "publisher task": False}
