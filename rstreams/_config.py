@@ -90,9 +90,10 @@ class SessionConfig:
             when the peer's next message is due (a ``fetch`` waits for its
             answer; the peer's subscribes were just answered; a stream's
             elements just arrived), as long as such messages have lately
-            come within that time (plain TCP only; 0 turns it off). Spends up to that much CPU per read to
-            save waking a sleeping core, which on loopback or a fast LAN is
-            a third or more of a round trip (see ``_direct_socket``).
+            come within that time (plain TCP only; 0 turns it off). Spends
+            up to that much CPU per read to save waking a sleeping core,
+            which on loopback or a fast LAN is a third or more of a round
+            trip (see ``_direct_socket``).
         loopback_congestion_control: the TCP congestion control of a
             connection whose peer is on this machine's loopback (Linux), if
             the host's differs: default ``"reno"``, which does not pace. A

@@ -128,9 +128,6 @@ SEND_RUN_GAP = 5e-6
 SEND_RUN_LENGTH = CHECKPOINT_INTERVAL
 SEND_RUN_SECONDS = 100e-6
 
-# How long since the last send, before the first.
-_NEVER = float("inf")
-
 #: Publisher paths starting with this are the runtime's own (``$stats``,
 #: ``$offsets``): no application may register one, so a client asking for
 #: ``$stats`` or ``$offsets`` always gets the runtime's answer, whatever the app.
@@ -435,7 +432,7 @@ class Sink:
         # The current run of send (see "Runs of send"): sends since its
         # schedule point, when that was, and when the last send returned.
         self._run_length = 0
-        self._run_started = self._last_send = -_NEVER
+        self._run_started = self._last_send = float("-inf")
 
     @property
     def demand(self) -> int:
@@ -517,8 +514,11 @@ class Sink:
         self._conn.send_elements(self._subscriber, [data])
         self._sent += 1
         length = self._run_length + 1
-        gap = start - self._last_send
-        if length < SEND_RUN_LENGTH and gap < SEND_RUN_GAP and start - self._run_started < SEND_RUN_SECONDS:
+        if (
+            length < SEND_RUN_LENGTH
+            and start - self._last_send < SEND_RUN_GAP
+            and start - self._run_started < SEND_RUN_SECONDS
+        ):
             # The run goes on: the writer takes its elements together when
             # it ends (the cancel point above was this call's checkpoint).
             self._session._wake_writer()
@@ -537,7 +537,7 @@ class Sink:
         # writer sends those from the element itself, gathered, where a
         # write from here would copy them. A tight loop's run ends with the
         # writer already woken by its earlier sends.
-        if gap != _NEVER and len(data) <= self._conn.limits.split_threshold:
+        if self._sent > 1 and len(data) <= self._conn.limits.split_threshold:
             self._session._send_queued()
         else:
             self._session._wake_writer()
