@@ -43,7 +43,7 @@ if _TYPE_CHECKING:
     from ._registry import UnsupportedScheme
     from ._session import Session, SessionStatistics, open_stream_session
     from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
-    from ._timers import PreciseClock, run
+    from ._timers import PreciseTimers, run, use_precise_timers
     from ._topic import Topic, TopicPartitionStatistics, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
     from ._topic_offsets import OFFSETS_PUBLISHER, PartitionOffsets, topic_offsets
     from ._topic_core import decode_sequenced, encode_sequenced
@@ -57,8 +57,9 @@ __all__ = [
     "Principal",
     "static_token",
     "InvalidParameter",
-    "PreciseClock",
+    "PreciseTimers",
     "run",
+    "use_precise_timers",
     "ADAPTIVE_BYTE_BUDGET",
     "ADAPTIVE_INITIAL",
     "ADAPTIVE_MAXIMUM",
@@ -173,8 +174,9 @@ _LAZY_NAMES: dict[str, str] = {
     "open_stream_session": "._session",
     "Subscription": "._subscribe",
     "SubscriptionStatistics": "._subscribe",
-    "PreciseClock": "._timers",
+    "PreciseTimers": "._timers",
     "run": "._timers",
+    "use_precise_timers": "._timers",
     "Topic": "._topic",
     "TopicPartitionStatistics": "._topic",
     "TopicStatistics": "._topic",

@@ -94,6 +94,15 @@ class SessionConfig:
             up to that much CPU per read to save waking a sleeping core,
             which on loopback or a fast LAN is a third or more of a round
             trip (see ``_direct_socket``).
+        precise_timers: a session that serves publishers (it has an app)
+            makes the trio run's timers wake to the microsecond as it starts
+            (:func:`~rstreams.use_precise_timers`, Linux): a publisher paced
+            with ``trio.sleep_until`` at 10,000 elements a second sends each
+            on time instead of a dozen at once every millisecond, whether
+            the program was started with ``trio.run`` or ``rstreams.run``.
+            It costs a wake-up for each deadline that falls due. False
+            leaves the run's timers as they are (the whole run's: any other
+            session, or ``rstreams.run``, may still have turned them on).
         loopback_congestion_control: the TCP congestion control of a
             connection whose peer is on this machine's loopback (Linux), if
             the host's differs: default ``"reno"``, which does not pace. A
@@ -146,6 +155,7 @@ class SessionConfig:
     max_unsent_control: int = 4096 * KiB
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
     busy_poll: float = 200e-6
+    precise_timers: bool = True
     loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
     idle_timeout: float | None = None
     keepalive_interval: float | None = 30.0

@@ -65,6 +65,7 @@ from ._loopback import unpace_loopback
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
 from ._subscribe import HeldElements, StreamReceiver, Subscription, _Fetch
+from ._timers import use_precise_timers
 from .protocol import (
     Cancel,
     Connection,
@@ -297,6 +298,8 @@ class Session(Peer):
         # the session from within, and the application's tasks still
         # waiting on it met SessionClosed next to the KeyboardInterrupt.
         # Publisher tasks run the application's code and stay interruptible.
+        if self.app is not None and self.config.precise_timers:
+            use_precise_timers()  # (its publishers, paced by trio's timers, send on time)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._manager)

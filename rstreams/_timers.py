@@ -9,35 +9,41 @@ has gone to sleep in the pause (measured: stop 32 in bench/NOTES.md).
 
 Event loops that need better (netty's, smol's, state-threads') add a
 ``timerfd`` to the set ``epoll`` watches and set it to the next deadline,
-to the nanosecond: ``epoll_wait`` then returns when it fires. trio takes its
-clock as a parameter (``trio.run(..., clock=...)``), and its run loop asks
-the clock how long to sleep before each wait (``deadline_to_sleep_time``):
-:class:`PreciseClock` is trio's own system clock that, on that call, also
-sets its ``timerfd`` to the deadline, and :meth:`PreciseClock.watch` is the
-task that waits on the ``timerfd`` (a system task, for the whole run), so
-that ``epoll`` watches it. :func:`run` is ``trio.run`` with both; the
-``rstreams`` command runs every command that way.
+to the nanosecond: ``epoll_wait`` then returns when it fires. trio lets an
+*instrument* see each wait before it starts (``before_io_wait``, with the
+timeout the run loop is about to sleep for), and an instrument can be added
+to a run that is already going: :class:`PreciseTimers` is that instrument,
+which sets its ``timerfd`` to the end of the wait, and a system task waits
+on the ``timerfd``, so that ``epoll`` watches it. :func:`use_precise_timers`
+puts both in the current run, once per run; a session that serves
+publishers does so when it starts (``SessionConfig.precise_timers``), so a
+server written with plain ``trio.run`` sends on time as ``rstreams serve``
+does, and :func:`run` is ``trio.run`` with them from the start.
+
+(An earlier version replaced trio's clock, whose ``deadline_to_sleep_time``
+the run loop also asks before a wait: the same wake-ups, but only for a run
+started with that clock, which a server written the way the README shows,
+with ``trio.run``, was not: its p99 at 10,000 el/s stayed at 244-271 µs
+against pyzmq's 114.)
 
 The cost is a wake-up per deadline that falls due, where the millisecond
-timeout gathered every deadline of the millisecond into one; a timer set a
-second or more ahead is left to ``epoll``'s timeout, whose last millisecond
-does not matter there. Where there is no ``timerfd`` (not Linux), or
-``time.perf_counter`` is not ``CLOCK_MONOTONIC``, the clock is trio's own
-and nothing else changes.
+timeout gathered every deadline of the millisecond into one; a wait of a
+second or more is left to ``epoll``'s timeout, whose last millisecond does
+not matter there. Where there is no ``timerfd`` (not Linux), or
+``time.perf_counter`` is not ``CLOCK_MONOTONIC``, nothing changes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import trio
 
-__all__ = ["PreciseClock", "run"]
+__all__ = ["PreciseTimers", "run", "use_precise_timers"]
 
 _T = TypeVar("_T")
 
@@ -48,6 +54,11 @@ PRECISE_WITHIN = 1.0
 # The timerfd sits this much after the deadline, so that once it fires the
 # clock reads the deadline as passed whatever the float rounding of either.
 _LATE_BY = 1e-6
+
+# Two waits whose ends are this close are taken for waits to the same
+# deadline (the run loop computes the timeout afresh before each, and the
+# instrument reads the clock a moment later): the timerfd is left as set.
+_SAME_WAIT = 5e-6
 
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
@@ -113,75 +124,106 @@ def _timerfd_or_none() -> _TimerFd | None:
         return None  # no timerfd here: trio's own timers
 
 
-class PreciseClock(trio.abc.Clock):
-    """trio's system clock, whose timers wake to the microsecond on Linux.
+class PreciseTimers(trio.abc.Instrument):
+    """The instrument that makes a trio run's waits end on time: before each
+    wait shorter than a second, it sets its ``timerfd`` to the end of the
+    wait (see the module docstring). Made, added and watched by
+    :func:`use_precise_timers`, once per run."""
 
-    Pass it to ``trio.run(..., clock=clock)`` and run :meth:`watch` for the
-    whole run (``trio.lowlevel.spawn_system_task(clock.watch)``), or use
-    :func:`run`, which does both. Without :meth:`watch` running it is
-    trio's own clock: times are read the same way (``perf_counter`` plus a
-    random offset, as ``trio``'s), and only the wake-ups differ.
-    """
-
-    def __init__(self) -> None:
-        # (As trio's SystemClock: an offset that makes mixing clocks show.)
-        self._offset = random.uniform(10000, 200000)
-        self._timer: _TimerFd | None = None
-        self._armed: float | None = None  # the deadline the timerfd is set to
+    def __init__(self, timer: _TimerFd) -> None:
+        self._timer: _TimerFd | None = timer
+        self._armed: float | None = None  # when the timerfd fires (perf_counter seconds)
+        self._last_timeout = 0.0  # the wait it was last set for
         self.fired = 0  #: How many times the timerfd woke the run loop.
 
     @property
     def precise(self) -> bool:
-        """Whether the timerfd is being watched, so timers wake on time."""
+        """Whether the ``timerfd`` is watched, so that waits end on time
+        (False once the run has ended)."""
         return self._timer is not None
 
-    def start_clock(self) -> None:
-        pass
-
-    def current_time(self) -> float:
-        return self._offset + time.perf_counter()
-
-    def deadline_to_sleep_time(self, deadline: float) -> float:
-        wait = deadline - (self._offset + time.perf_counter())
+    def before_io_wait(self, timeout: float) -> None:
         timer = self._timer
-        if timer is not None and 0.0 < wait < PRECISE_WITHIN and deadline != self._armed:
-            timer.fire_at(deadline - self._offset + _LATE_BY)
-            self._armed = deadline
-        return wait
-
-    async def watch(self) -> None:
-        """Wait on the timerfd for the rest of the run (cancel to stop): the
-        run loop's ``epoll`` then returns when it fires. Returns at once
-        where there is no timerfd."""
-        if self._timer is not None:
-            raise RuntimeError("PreciseClock.watch is already running")
-        timer = _timerfd_or_none()
-        if timer is None:
+        if timer is None or not 0.0 < timeout < PRECISE_WITHIN:
+            return  # (0: the run loop only looks for I/O and goes on)
+        armed = self._armed
+        if armed is None and timeout == self._last_timeout:
+            # The very wait the timerfd just ended, again, to the bit: a
+            # deadline's wait is read off the clock and never repeats, so
+            # this is trio's own (``wait_all_tasks_blocked``'s cushion, a
+            # mock clock's autojump threshold), which must end without an
+            # event: the timerfd's would wake its watcher, the run would
+            # never look idle, and the wait would start over for ever.
             return
-        self._timer = timer
+        fire_at = time.perf_counter() + timeout + _LATE_BY
+        if armed is not None and abs(fire_at - armed) <= _SAME_WAIT:
+            return  # the same deadline as the last wait's: already set
+        try:
+            timer.fire_at(fire_at)
+        except OSError:
+            # Never seen; trio's own timeout still ends the wait, a
+            # millisecond late, and the instrument stays out of the way.
+            self._timer = None
+            return
+        self._armed = fire_at
+        self._last_timeout = timeout
+
+    async def _watch(self, timer: _TimerFd) -> None:
         try:
             while True:
                 await trio.lowlevel.wait_readable(timer.fd)
                 timer.clear()
                 self.fired += 1
-                # A deadline it was set to is due: the next one sets it anew,
-                # even if it is the same (a task that sleeps to it again).
+                # The deadline it was set to is due: the next wait sets it
+                # anew, even to the same time (a task sleeping to it again).
                 self._armed = None
         finally:
             self._timer = None
+            try:
+                trio.lowlevel.remove_instrument(self)
+            except KeyError:
+                pass
             trio.lowlevel.notify_closing(timer.fd)
             timer.close()
 
 
-async def _watching(clock: PreciseClock, async_fn: Callable[..., Awaitable[_T]], args: tuple[Any, ...]) -> _T:
-    trio.lowlevel.spawn_system_task(clock.watch, name="rstreams precise timers")
+_PRECISE_TIMERS: trio.lowlevel.RunVar[PreciseTimers | None] = trio.lowlevel.RunVar("rstreams_precise_timers")
+
+
+def use_precise_timers() -> PreciseTimers | None:
+    """Make the current trio run's timers wake to the microsecond, from now
+    to the end of the run (Linux; elsewhere nothing changes and this
+    returns None): ``trio.sleep``, ``sleep_until`` and every timeout end on
+    time instead of up to a millisecond late. Call it from inside the run;
+    later calls return the same :class:`PreciseTimers`.
+
+    A session that serves publishers calls it as it starts
+    (``SessionConfig(precise_timers=False)`` to keep trio's own timers),
+    and :func:`run` before the main function.
+    """
+    try:
+        return _PRECISE_TIMERS.get()
+    except LookupError:
+        pass
+    timer = _timerfd_or_none()
+    if timer is None:
+        _PRECISE_TIMERS.set(None)
+        return None
+    timers = PreciseTimers(timer)
+    _PRECISE_TIMERS.set(timers)
+    trio.lowlevel.add_instrument(timers)
+    trio.lowlevel.spawn_system_task(timers._watch, timer, name="rstreams precise timers")
+    return timers
+
+
+async def _with_precise_timers(async_fn: Callable[..., Awaitable[_T]], args: tuple[Any, ...]) -> _T:
+    use_precise_timers()
     return await async_fn(*args)
 
 
 def run(async_fn: Callable[..., Awaitable[_T]], *args: Any, **run_options: Any) -> _T:
-    """``trio.run(async_fn, *args)`` with a :class:`PreciseClock`, watched
-    for the whole run: ``trio.sleep`` and every deadline wake to the
-    microsecond instead of the millisecond, on Linux. ``run_options`` go to
-    ``trio.run`` as they are (``clock`` excepted: this is what it sets)."""
-    clock = PreciseClock()
-    return trio.run(_watching, clock, async_fn, args, clock=clock, **run_options)
+    """``trio.run(async_fn, *args, **run_options)`` with
+    :func:`use_precise_timers` from the start: ``trio.sleep`` and every
+    deadline wake to the microsecond instead of the millisecond, on Linux.
+    The ``rstreams`` command runs every command this way."""
+    return trio.run(_with_precise_timers, async_fn, args, **run_options)

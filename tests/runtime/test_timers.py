@@ -1,7 +1,8 @@
-"""rstreams.run / PreciseClock: trio's timers, woken by a timerfd on Linux.
+"""rstreams.use_precise_timers / rstreams.run: trio's waits, ended by a
+timerfd on Linux.
 
-Each test runs its own trio run (with the clock under test), so they are
-plain functions; each bounds itself with ``trio.fail_after``.
+Each test runs its own trio run (precise timers last as long as the run),
+so they are plain functions; each bounds itself with ``trio.fail_after``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import rstreams
 from rstreams import _timers
 from rstreams.cli._common import run_command
 
+from ._support import standard_app
+
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
 
@@ -25,39 +28,45 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _installed() -> rstreams.PreciseTimers | None:
+    """The current run's precise timers, without turning them on."""
+    try:
+        return _timers._PRECISE_TIMERS.get()
+    except LookupError:
+        return None
+
+
 @linux_only
 def test_a_sleep_shorter_than_a_millisecond_is_ended_by_the_timer_not_by_epolls_timeout() -> None:
-    clock = rstreams.PreciseClock()
-
     async def main() -> None:
-        trio.lowlevel.spawn_system_task(clock.watch)
         with trio.fail_after(10):
+            timers = rstreams.use_precise_timers()
+            assert timers is not None and timers.precise
             await trio.testing.wait_all_tasks_blocked()
-            assert clock.precise
             for _ in range(20):
                 # epoll's timeout for this is a whole millisecond: only the
-                # timerfd, set to the deadline, ends the wait before it.
+                # timerfd, set to the end of the wait, ends it before that.
                 await trio.sleep(0.0003)
-            await trio.testing.wait_all_tasks_blocked()
-        assert clock.fired >= 20
+            await trio.testing.wait_all_tasks_blocked()  # (the watcher, woken with the last)
+            assert timers.fired >= 20
 
-    trio.run(main, clock=clock)
+    trio.run(main)
 
 
 @linux_only
 def test_deadlines_never_end_early_and_each_costs_one_wake_up_at_most() -> None:
-    # The timerfd is set a little after each deadline: once it fires, the
-    # clock reads the deadline as passed. Set at or before it, the float
-    # rounding of the two clocks could leave the deadline pending, and the
-    # clock would set the timerfd again, already expired: wake-ups over and
-    # over until the deadline passed.
+    # The timerfd is set a little after the end of each wait: once it
+    # fires, trio's clock reads the deadline as passed. Set at or before
+    # it, the rounding of the two clock readings could leave the deadline
+    # pending, and the instrument would set the timerfd again, already
+    # expired: wake-ups over and over until the deadline passed.
     rng = random.Random(32)
-    clock = rstreams.PreciseClock()
     waits = 0
 
     async def main() -> None:
         nonlocal waits
-        trio.lowlevel.spawn_system_task(clock.watch)
+        timers = rstreams.use_precise_timers()
+        assert timers is not None
         with trio.fail_after(10):
             for _ in range(200):
                 deadline = trio.current_time() + rng.choice([0.0, 1e-6, 5e-5, 2e-4, 7e-4, 1.3e-3])
@@ -67,69 +76,145 @@ def test_deadlines_never_end_early_and_each_costs_one_wake_up_at_most() -> None:
                     await trio.sleep_forever()
                 assert scope.cancelled_caught
                 waits += 2
+        assert 0 < timers.fired <= waits
 
-    trio.run(main, clock=clock)
-    assert 0 < clock.fired <= waits
+    trio.run(main)
 
 
-def test_run_is_trio_run_with_the_clock_watched_and_returns_what_the_function_returns() -> None:
+@linux_only
+def test_they_are_turned_on_once_per_run_and_end_with_it() -> None:
+    seen: list[rstreams.PreciseTimers | None] = []
+
+    async def main() -> None:
+        first = rstreams.use_precise_timers()
+        assert rstreams.use_precise_timers() is first
+        seen.append(first)
+
+    before = _open_fds()
+    trio.run(main)
+    trio.run(main)
+    first, second = seen
+    assert first is not None and second is not None and first is not second
+    # The watcher stopped with its run and closed its timerfd.
+    assert not first.precise and not second.precise and _open_fds() == before
+
+
+def test_run_is_trio_run_with_precise_timers_from_the_start() -> None:
     seen: list[object] = []
 
     async def main(a: int, b: int) -> int:
+        seen.append(_installed())
         await trio.sleep(0.0002)
-        clock = trio.lowlevel.current_clock()
-        seen.append(clock)
         return a + b
 
-    before = _open_fds()
     assert rstreams.run(main, 2, 3) == 5
-    [clock] = seen
-    assert isinstance(clock, rstreams.PreciseClock)
-    # The watcher stopped with the run and closed its timerfd.
-    assert not clock.precise and _open_fds() == before
+    if sys.platform.startswith("linux"):
+        assert isinstance(seen[0], rstreams.PreciseTimers)
+    # trio.run's own options go through as they are.
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    assert rstreams.run(main, 1, 1, clock=clock) == 2
+    assert clock.current_time() >= 0.0002
 
 
-def test_without_a_timerfd_the_clock_is_trios_own(monkeypatch: pytest.MonkeyPatch) -> None:
+@linux_only
+@pytest.mark.timeout(20)
+def test_trios_own_waits_for_idleness_still_end() -> None:
+    # wait_all_tasks_blocked(cushion) and a mock clock's autojump are waits
+    # of trio's own, which end only if nothing happens in them: a timerfd
+    # set for them would fire, wake its watcher and start them over, for
+    # ever. (Bounded in real time by pytest-timeout: the mock clock's
+    # fail_after would not see a hang.)
+    async def cushioned() -> None:
+        timers = rstreams.use_precise_timers()
+        assert timers is not None
+        with trio.fail_after(10):
+            for _ in range(3):
+                await trio.testing.wait_all_tasks_blocked(cushion=0.02)
+            await trio.sleep(0.0003)  # (a deadline's wait, once more on time)
+            await trio.testing.wait_all_tasks_blocked()
+            assert timers.fired >= 1
+
+    async def autojumping() -> None:
+        assert rstreams.use_precise_timers() is not None
+        start = trio.current_time()
+        await trio.sleep(3600)
+        assert trio.current_time() >= start + 3600
+
+    trio.run(cushioned)
+    trio.run(autojumping, clock=trio.testing.MockClock(autojump_threshold=0.01))
+
+
+def test_without_a_timerfd_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_timers, "_timerfd_or_none", lambda: None)
-    clock = rstreams.PreciseClock()
 
     async def main() -> None:
-        trio.lowlevel.spawn_system_task(clock.watch)
         with trio.fail_after(10):
-            await trio.testing.wait_all_tasks_blocked()
-            assert not clock.precise
+            assert rstreams.use_precise_timers() is None
+            assert rstreams.use_precise_timers() is None  # (and it does not try again)
             start = trio.current_time()
             await trio.sleep(0.002)
             assert trio.current_time() >= start + 0.002
 
-    trio.run(main, clock=clock)
-    assert clock.fired == 0
+    trio.run(main)
 
 
 @linux_only
-def test_watch_runs_once_per_clock() -> None:
-    clock = rstreams.PreciseClock()
+def test_a_timerfd_that_fails_leaves_trios_own_timeouts(caplog: pytest.LogCaptureFixture) -> None:
+    # An instrument that raises is removed by trio with a logged traceback;
+    # this one steps aside by itself, and waits still end (a millisecond late).
+    async def main() -> None:
+        timers = rstreams.use_precise_timers()
+        assert timers is not None and timers._timer is not None
 
+        def broken(monotonic: float) -> None:
+            raise OSError(22, "timerfd_settime failed")
+
+        timers._timer.fire_at = broken  # type: ignore[method-assign]
+        with trio.fail_after(10):
+            start = trio.current_time()
+            for _ in range(3):
+                await trio.sleep(0.0003)
+            assert trio.current_time() >= start + 0.0009
+        assert not timers.precise
+
+    trio.run(main)
+    assert not [record for record in caplog.records if "instrument" in record.getMessage().lower()]
+
+
+@linux_only
+@pytest.mark.parametrize(
+    ("serving", "config", "turned_on"),
+    [
+        (True, rstreams.SessionConfig(), True),
+        (True, rstreams.SessionConfig(precise_timers=False), False),
+        (False, rstreams.SessionConfig(), False),
+    ],
+    ids=["a serving session", "a serving session told not to", "a session without an app"],
+)
+def test_a_session_that_serves_publishers_turns_them_on(serving: bool, config: rstreams.SessionConfig, turned_on: bool) -> None:
+    # A server written the way the README shows, with plain trio.run: its
+    # publishers' trio.sleep_until ends on time too.
     async def main() -> None:
         with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(clock.watch)
-                await trio.testing.wait_all_tasks_blocked()
-                with pytest.raises(RuntimeError, match="already running"):
-                    await clock.watch()
-                nursery.cancel_scope.cancel()
-        assert not clock.precise
+            client_stream, server_stream = trio.testing.memory_stream_pair()
+            async with (
+                rstreams.open_stream_session(server_stream, app=standard_app() if serving else None, config=config),
+                rstreams.open_stream_session(client_stream, config=rstreams.SessionConfig(precise_timers=True)),
+            ):
+                timers = _installed()
+                assert (timers is not None and timers.precise) is turned_on
 
-    trio.run(main, clock=clock)
+    trio.run(main)
 
 
-def test_the_rstreams_command_runs_with_the_precise_clock() -> None:
-    clocks: list[object] = []
+def test_the_rstreams_command_runs_with_precise_timers() -> None:
+    seen: list[object] = []
 
     async def command() -> int:
         await trio.sleep(0)
-        clocks.append(trio.lowlevel.current_clock())
+        seen.append(_installed())
         return 0
 
     assert run_command(command) == 0
-    assert isinstance(clocks[0], rstreams.PreciseClock)
+    if sys.platform.startswith("linux"):
+        assert isinstance(seen[0], rstreams.PreciseTimers)
