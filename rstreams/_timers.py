@@ -51,8 +51,9 @@ _T = TypeVar("_T")
 #: (a millisecond late at most, nothing next to the wait).
 PRECISE_WITHIN = 1.0
 
-# The timerfd sits this much after the deadline, so that once it fires the
-# clock reads the deadline as passed whatever the float rounding of either.
+# The timerfd sits this much after the end of the wait, so that once it
+# fires trio's clock reads the deadline as passed whatever the float
+# rounding of either reading.
 _LATE_BY = 1e-6
 
 # Two waits whose ends are this close are taken for waits to the same
@@ -143,6 +144,8 @@ class PreciseTimers(trio.abc.Instrument):
         return self._timer is not None
 
     def before_io_wait(self, timeout: float) -> None:
+        """trio's run loop is about to wait ``timeout`` seconds for I/O:
+        set the ``timerfd`` to the end of the wait, if it is short."""
         timer = self._timer
         if timer is None or not 0.0 < timeout < PRECISE_WITHIN:
             return  # (0: the run loop only looks for I/O and goes on)

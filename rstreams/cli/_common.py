@@ -308,6 +308,15 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         "0: never, to spare the CPU)",
     )
     parser.add_argument(
+        "--no-precise-timers",
+        dest="precise_timers",
+        action="store_false",
+        help="keep trio's own timers, which wake up to a millisecond late: a publisher paced by "
+        "trio.sleep then sends a millisecond's elements together, on one wake-up, instead of each on "
+        "time on its own (Linux; spares CPU: 38 instead of 82 microseconds of server CPU an element "
+        "at 10,000 a second)",
+    )
+    parser.add_argument(
         "--loopback-congestion-control",
         metavar="NAME",
         type=_congestion_control,
@@ -336,6 +345,7 @@ def server_from_arguments(app: Router, args: argparse.Namespace) -> Server:
     config = config_for_connection_memory(
         args.max_connection_memory,
         busy_poll=args.busy_poll,
+        precise_timers=args.precise_timers,
         idle_timeout=args.idle_timeout or None,
         loopback_congestion_control=args.loopback_congestion_control,
     )
@@ -479,15 +489,18 @@ def _sole_error(error: BaseException) -> BaseException:
     return error
 
 
-def run_command(function: Callable[[], Awaitable[int]]) -> int:
+def run_command(function: Callable[[], Awaitable[int]], *, precise_timers: bool = True) -> int:
     """Run a command under trio, with timers that wake to the microsecond
     (:func:`rstreams.run`: a publisher of ``rstreams serve`` paced by
-    ``trio.sleep_until`` sends on time); report a CommandError as
+    ``trio.sleep_until`` sends on time) unless ``precise_timers`` is False
+    (a server's ``--no-precise-timers``); report a CommandError as
     ``rstreams: ...``."""
+    import trio
+
     from .._timers import run
 
     try:
-        return run(function)
+        return run(function) if precise_timers else trio.run(function)
     except BaseException as exc:  # noqa: BLE001 - sorted out just below
         error = _sole_error(exc)
         if isinstance(error, CommandError):

@@ -219,4 +219,4 @@ def _serve(args: argparse.Namespace) -> int:
             nursery.cancel_scope.cancel()
         return status
 
-    return run_command(serve)
+    return run_command(serve, precise_timers=args.precise_timers)

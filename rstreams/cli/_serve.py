@@ -216,4 +216,4 @@ def run(args: argparse.Namespace) -> int:
             metrics_addresses=args.metrics,
         )
 
-    return run_command(serve)
+    return run_command(serve, precise_timers=args.precise_timers)

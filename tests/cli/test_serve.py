@@ -194,6 +194,15 @@ def test_busy_poll_sets_the_servers_session_config(command: list[str]) -> None:
     assert off.config.busy_poll == 0.0
 
 
+@pytest.mark.parametrize("command", [["serve", "examples.demo:app"], ["pub", "--serve", "lines"]])
+def test_no_precise_timers_reaches_the_servers_session_config(command: list[str]) -> None:
+    parser = build_parser()
+    default = parser.parse_args([*command, "--tcp", "127.0.0.1:0"])
+    assert default.precise_timers and server_from_arguments(Router(), default).config.precise_timers
+    off = parser.parse_args([*command, "--tcp", "127.0.0.1:0", "--no-precise-timers"])
+    assert not off.precise_timers and not server_from_arguments(Router(), off).config.precise_timers
+
+
 @pytest.mark.parametrize("value", ["-1", "abc", "nan"])
 def test_bad_busy_poll_values_are_usage_errors(value: str) -> None:
     result = rstreams("serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--busy-poll", value)

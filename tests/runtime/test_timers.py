@@ -218,3 +218,6 @@ def test_the_rstreams_command_runs_with_precise_timers() -> None:
     assert run_command(command) == 0
     if sys.platform.startswith("linux"):
         assert isinstance(seen[0], rstreams.PreciseTimers)
+    # (--no-precise-timers: trio's own, and the servers' sessions leave them so.)
+    assert run_command(command, precise_timers=False) == 0
+    assert seen[1] is None
