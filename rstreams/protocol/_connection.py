@@ -1238,8 +1238,7 @@ class Connection:
             return False
         sub.state = state
         sub.takes_elements = _TAKES_ELEMENTS[state]
-        if sub.reassembler is not None:
-            self._forget_parts(sub)  # (a buffer kept for a next element)
+        self._forget_parts(sub)  # (a buffer kept for a next element)
         del self._subscriptions[subscriber]
         events.append(_new_on_complete(subscriber))
         return True

@@ -203,6 +203,31 @@ def test_no_precise_timers_reaches_the_servers_session_config(command: list[str]
     assert not off.precise_timers and not server_from_arguments(Router(), off).config.precise_timers
 
 
+@pytest.mark.parametrize(
+    ("module", "command"),
+    [("_serve", ["serve", "examples.demo:app", "--app-dir", str(ROOT)]), ("_pub", ["pub", "--serve", "lines"])],
+)
+def test_no_precise_timers_runs_the_server_with_trios_own(
+    monkeypatch: pytest.MonkeyPatch, module: str, command: list[str]
+) -> None:
+    # The command itself, not only its sessions: rstreams.run would turn the
+    # precise timers on for the whole run whatever the sessions were told.
+    import importlib
+
+    from rstreams.cli import main
+
+    asked: list[bool] = []
+
+    def recording(function: object, *, precise_timers: bool = True) -> int:
+        asked.append(precise_timers)
+        return 0
+
+    monkeypatch.setattr(importlib.import_module(f"rstreams.cli.{module}"), "run_command", recording)
+    assert main([*command, "--tcp", "127.0.0.1:0"]) == 0
+    assert main([*command, "--tcp", "127.0.0.1:0", "--no-precise-timers"]) == 0
+    assert asked == [True, False]
+
+
 @pytest.mark.parametrize("value", ["-1", "abc", "nan"])
 def test_bad_busy_poll_values_are_usage_errors(value: str) -> None:
     result = rstreams("serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--busy-poll", value)

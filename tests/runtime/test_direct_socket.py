@@ -29,6 +29,7 @@ import rstreams
 from collections.abc import Callable
 
 from rstreams._direct_socket import DirectSocket, direct_socket, written_through
+from rstreams._publish import PublisherFunction
 from rstreams._session import Session
 from rstreams.protocol import Goodbye, Subscribe
 
@@ -133,6 +134,18 @@ async def _throttled_pair(seed: int) -> AsyncIterator[tuple[Session, Session, _T
         yield client, server, server_throttle, client_throttle
 
 
+def _paced(count: int, pause: float, element: Callable[[int], bytes] = u32) -> PublisherFunction:
+    """A publisher of ``element(0)`` .. ``element(count - 1)``, each sent
+    after a ``pause`` of that many seconds: a stream paced by a timer."""
+
+    async def paced(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        for index in range(count):
+            await trio.sleep(pause)
+            await sink.send(element(index))
+
+    return paced
+
+
 def _expected(count: int, size: int) -> list[bytes]:
     return [bytes([index % 251]) * (size - 4) + u32(index) for index in range(count)]
 
@@ -193,25 +206,18 @@ async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_l
     # writer. A tight loop's sends form runs whose elements the writer takes
     # together, in a few writes; a stream's first element and a large one go
     # to the writer too.
-    async def paced(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-        for index in range(20):
-            await trio.sleep(0.002)
-            await sink.send(u32(index))
-
     async def tight(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         for index in range(3000):
             await sink.send(u32(index))
 
-    async def paced_large(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-        for index in range(3):
-            await trio.sleep(0.002)
-            await sink.send(bytes([index]) * 200_000)
-
-    async def one(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-        await trio.sleep(0.002)
-        await sink.send(b"only")
-
-    app = rstreams.Router({"paced": paced, "tight": tight, "paced_large": paced_large, "one": one})
+    app = rstreams.Router(
+        {
+            "paced": _paced(20, 0.002),
+            "tight": tight,
+            "paced_large": _paced(3, 0.002, lambda index: bytes([index]) * 200_000),
+            "one": _paced(1, 0.002, lambda index: b"only"),
+        }
+    )
     ours, theirs = await _socket_stream_pair()
     writers: list[str] = []
     with trio.fail_after(20):
@@ -536,13 +542,8 @@ async def _client_and_server(
         for index in range(100):
             await sink.send(u32(index))
 
-    async def trickle(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
-        for index in range(5):
-            await trio.sleep(0.1)
-            await sink.send(u32(index))
-
     server_sessions: list[Session] = []
-    app = rstreams.Router({"burst": _burst, "slow": slow, "stream": stream, "trickle": trickle})
+    app = rstreams.Router({"burst": _burst, "slow": slow, "stream": stream, "trickle": _paced(5, 0.1)})
 
     async def handler(stream: trio.SocketStream) -> None:
         async with rstreams.open_stream_session(stream, app=app, config=server_config) as session:

@@ -472,9 +472,39 @@ async def test_ctrl_c_reaches_the_main_task_not_the_sessions_own_tasks() -> None
         seen["publisher task"] = trio.lowlevel.currently_ki_protected()
         await sink.send(b"y")
 
+    class Watched(trio.abc.Stream):
+        """The server's transport, saying which of the session's tasks
+        called it protected: the writer sends, the reader receives, the
+        manager closes."""
+
+        def __init__(self, inner: trio.abc.Stream) -> None:
+            self.inner = inner
+            self.calls: dict[str, set[bool]] = {}
+
+        def _note(self, name: str) -> None:
+            self.calls.setdefault(name, set()).add(trio.lowlevel.currently_ki_protected())
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            self._note("send_all")
+            await self.inner.send_all(data)
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await self.inner.wait_send_all_might_not_block()
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+            self._note("receive_some")
+            return await self.inner.receive_some(max_bytes)
+
+        async def aclose(self) -> None:
+            self._note("aclose")
+            await self.inner.aclose()
+
     app = rstreams.Router({"at_once": at_once, "as_task": as_task})
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    watched = Watched(server_stream)
     with trio.fail_after(10):
-        async with rstreams.testing.session_pair(server_app=app) as (client, _server):
+        async with rstreams.open_stream_session(watched, app=app), rstreams.open_stream_session(client_stream) as client:
             assert await client.fetch("at_once", 1) == [b"x"]
             assert await client.fetch("as_task", 1) == [b"y"]
     assert seen == {"reader": True, "publisher task": False}
+    assert watched.calls == {"send_all": {True}, "receive_some": {True}, "aclose": {True}}

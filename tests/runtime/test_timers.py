@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 
 import pytest
 import trio
@@ -81,6 +82,51 @@ def test_deadlines_never_end_early_and_each_costs_one_wake_up_at_most() -> None:
                 assert scope.cancelled_caught
                 waits += 2
         assert 0 < timers.fired <= waits
+
+    trio.run(main)
+
+
+@linux_only
+def test_the_timerfd_is_set_after_the_end_of_each_wait_once_per_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The instrument's arithmetic, on a clock of the test's own (no await
+    # between the calls, so the run loop never waits in between).
+    class Clock:
+        now = time.perf_counter() + 10.0  # (the timerfd is really set: in the future)
+
+        def perf_counter(self) -> float:
+            return self.now
+
+    async def main() -> None:
+        timers = rstreams.use_precise_timers()
+        assert timers is not None and timers._timer is not None
+        real = timers._timer.fire_at
+        set_to: list[float] = []
+
+        def recording(monotonic: float) -> None:
+            set_to.append(monotonic)
+            real(monotonic)
+
+        timers._timer.fire_at = recording  # type: ignore[method-assign]
+        clock = Clock()
+        monkeypatch.setattr(_timers, "time", clock)
+        start = clock.now
+        timers.before_io_wait(0.0002)
+        # After the end of the wait, never before: when it fires, trio's
+        # clock reads the deadline as passed.
+        assert set_to == [pytest.approx(start + 0.0002, abs=2e-6)] and set_to[0] > start + 0.0002
+        # I/O woke the run loop 3 µs later, and it waits for the same
+        # deadline again (trio read its clock 0.4 µs before the instrument
+        # does): the timerfd is left as set.
+        clock.now += 3.4e-6
+        timers.before_io_wait(0.0002 - 3e-6)
+        assert len(set_to) == 1
+        # An earlier deadline sets it anew; a wait for I/O only (0), or of
+        # a second or more (epoll's own timeout), leaves it.
+        timers.before_io_wait(0.0001)
+        assert len(set_to) == 2 and set_to[1] > clock.now + 0.0001
+        timers.before_io_wait(0.0)
+        timers.before_io_wait(2.0)
+        assert len(set_to) == 2
 
     trio.run(main)
 
