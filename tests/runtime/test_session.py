@@ -6,6 +6,8 @@ fixture), except the few that need a wire tap or a hand-made peer.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import trio
 import trio.testing
@@ -508,3 +510,33 @@ async def test_ctrl_c_reaches_the_main_task_not_the_sessions_own_tasks() -> None
             assert await client.fetch("as_task", 1) == [b"y"]
     assert seen == {"reader": True, "publisher task": False}
     assert watched.calls == {"send_all": {True}, "receive_some": {True}, "aclose": {True}}
+
+
+async def test_ctrl_c_does_not_land_in_the_timekeeper_either() -> None:
+    # The fourth of the session's own tasks: the timekeeper, which closes
+    # an idle session. Its log record says whether it ran protected.
+    class Noted(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.protected: list[bool] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "idle timeout" in record.getMessage():
+                self.protected.append(trio.lowlevel.currently_ki_protected())
+
+    noted = Noted()
+    logger = logging.getLogger("rstreams")
+    logger.addHandler(noted)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        config = rstreams.SessionConfig(idle_timeout=0.05)
+        with trio.fail_after(10):
+            async with rstreams.open_stream_session(server_stream, app=standard_app(), config=config):
+                async with rstreams.open_stream_session(client_stream) as client:
+                    await client.wait_closed()
+    finally:
+        logger.removeHandler(noted)
+        logger.setLevel(old_level)
+    assert noted.protected == [True]
