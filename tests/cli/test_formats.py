@@ -104,7 +104,9 @@ def test_every_format_prints_one_line_or_raises_decode_error(element: bytes, for
     ("format_name", "element"),
     [
         ("json", b"[" * 100_000),
-        ("json", b"[" * 5_000 + b"]" * 5_000),  # valid JSON, deeper than the stack
+        # Valid JSON, deeper than the stack: 5,000 levels were on Python
+        # 3.11, but 3.13 reads and prints them (its json recurses in C).
+        ("json", b"[" * 100_000 + b"]" * 100_000),
         ("msgpack", b"\x91" * 100_000),
         ("msgpack", b"\x91" * 5_000 + b"\x01"),
     ],
