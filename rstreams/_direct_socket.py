@@ -42,7 +42,8 @@ Large elements are written without copying them: ``send_buffers`` takes the
 list ``Connection.buffers_to_send`` returns (the bytes around each large
 split part, and views of the parts themselves) and writes it with one
 gathering ``writev`` per wake-up, as ``send_all`` would write their
-concatenation. The other way, ``receive_into`` reads with one scattering
+concatenation; ``send_buffers_now`` is the same write for a task that
+must not wait (see ``send_now``), the rest left to the writer. The other way, ``receive_into`` reads with one scattering
 ``readv`` into the buffers ``Connection.receive_buffers`` offers (the rest
 of a large element of a ``copy=False`` stream, in the buffer it is handed
 over in).
@@ -157,6 +158,21 @@ class DirectSocket:
             return 0
         try:
             return os.write(fd, data)
+        except OSError:
+            return 0
+
+    def send_buffers_now(self, buffers: list[bytearray | memoryview]) -> int:
+        """As :meth:`send_now`, for buffers written in order as if joined
+        (a gathering ``writev``, nothing copied): how many bytes the socket
+        took at once, 0 when it took none or the write failed (the writer
+        then meets the same error and reports it)."""
+        if len(buffers) == 1:
+            return self.send_now(buffers[0])
+        fd = self._socket.fileno()
+        if fd < 0:
+            return 0
+        try:
+            return os.writev(fd, buffers[:_MAX_BUFFERS])
         except OSError:
             return 0
 

@@ -46,8 +46,8 @@ a second, 43 -> 36 µs of the server's CPU an element and a p50 of 45 -> 35
 µs. A tight loop's run ends with the writer already woken by its earlier
 sends, and its elements still go out together; a stream's first element
 goes to the writer, which takes it with the onComplete of a publisher that
-sends one element and returns; and an element the connection splits goes
-to the writer, which sends it from the element itself.
+sends one element and returns. Either way an element the connection splits
+is written from the element itself, gathered, not copied.
 
 ``send_many`` / ``send_packed`` stay the fastest: they queue everything
 demand allows and checkpoint once per batch.
@@ -533,11 +533,9 @@ class Sink:
         # it written alone, and its onComplete in a write of its own, where
         # the writer, woken, takes both together (a fetch of one element
         # would return on the element and cancel a stream that is about to
-        # complete). Not an element the connection splits either: the
-        # writer sends those from the element itself, gathered, where a
-        # write from here would copy them. A tight loop's run ends with the
-        # writer already woken by its earlier sends.
-        if self._sent > 1 and len(data) <= self._conn.limits.split_threshold:
+        # complete). A tight loop's run ends with the writer already woken
+        # by its earlier sends.
+        if self._sent > 1:
             self._session._send_queued()
         else:
             self._session._wake_writer()

@@ -48,7 +48,7 @@ from trio.lowlevel import enable_ki_protection
 from ._auth import AUTHENTICATION_FAILED, PeerInfo, Principal
 from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, STREAM_MEMORY_COST, SessionConfig
-from ._direct_socket import direct_socket
+from ._direct_socket import direct_socket, written_through
 from ._errors import (
     describe_error,
     NotRetained,
@@ -224,7 +224,7 @@ class Session(Peer):
         # is parked with nothing in hand; what the socket did not take waits
         # in _unsent, and the writer sends it before anything else.
         unpace_loopback(stream, config.loopback_congestion_control)
-        self._send_now = direct.send_now if direct is not None else None
+        self._send_now = direct.send_buffers_now if direct is not None else None
         self._receive_some = direct.receive_some if direct is not None else stream.receive_some
         # Busy polling (see _direct_socket): the reader polls before it
         # sleeps when the peer's next message is due, that is while a fetch
@@ -255,7 +255,8 @@ class Session(Peer):
         # in _answered once the read's answers have been sent, and only if
         # some are left unsent (see _note_answered).
         self._answered_now: list[int] = []
-        self._unsent: memoryview | None = None
+        self._unsent: list[bytearray | memoryview] | None = None
+        self._unsent_bytes = 0
         # While the reader dispatches a read, what the events queue (answers
         # to subscribes, elements from publishers that answer at once) is
         # sent by the reader itself afterwards: waking the writer for it as
@@ -458,8 +459,7 @@ class Session(Peer):
     def _outbound_held(self) -> int:
         """The outbound half's use: what is queued for the peer or in the
         writer's hands, and the nominal cost of every open stream."""
-        unsent = len(self._unsent) if self._unsent is not None else 0
-        return self._conn.outbound_bytes + self._writer_held + unsent + self._streams_cost()
+        return self._conn.outbound_bytes + self._writer_held + self._unsent_bytes + self._streams_cost()
 
     def _outbound_room(self) -> int:
         """Bytes publishers may still queue before the outbound half is full."""
@@ -560,12 +560,16 @@ class Session(Peer):
             # elements, say): it is about to write anyway, and what was
             # queued here goes with that write, instead of a large write
             # from this task cutting in ahead of it.
-            data = self._collect()
-            if data:
-                sent = send_now(data)
+            # Gathered as the writer gathers (plain TCP only gets here), so
+            # that a large element written from here is not copied either.
+            buffers = self._collect_buffers()
+            if buffers:
+                sent = send_now(buffers)
                 self._bytes_out += sent
-                if sent < len(data):
-                    self._unsent = memoryview(data)[sent:]
+                size = len(buffers[0]) if len(buffers) == 1 else sum(map(len, buffers))
+                if sent < size:
+                    self._unsent = buffers[written_through(buffers, 0, sent) :]
+                    self._unsent_bytes = size - sent
                 if self._budget_waiters:
                     self._wake_budget_waiters()
                 if self._unsent is None and not (self._conn.has_data_to_send or self._conn.goodbye_sent):
@@ -654,16 +658,17 @@ class Session(Peer):
                 # Whatever woke us is collected now, so a wake-up from here on
                 # means new data.
                 self._writer_wakeup = trio.Event()
-                data: bytearray | memoryview
-                if self._unsent is not None:
-                    # The rest of a direct write: it goes before anything else.
-                    data, self._unsent = self._unsent, None
-                elif direct is not None:
+                if direct is not None:
                     # Plain TCP: one gathering write, large parts uncopied.
-                    buffers = self._collect_buffers()
-                    if not buffers:
-                        continue
-                    size = sum(map(len, buffers))
+                    if self._unsent is not None:
+                        # The rest of a direct write: it goes before anything else.
+                        buffers, self._unsent = self._unsent, None
+                        size, self._unsent_bytes = self._unsent_bytes, 0
+                    else:
+                        buffers = self._collect_buffers()
+                        if not buffers:
+                            continue
+                        size = sum(map(len, buffers))
                     self._writer_held = size  # (non-zero while a write is under way)
                     # A write that met a full socket, or a full-size one
                     # that left it without room (one poll call says),
@@ -677,10 +682,9 @@ class Session(Peer):
                     self._written()
                     self._bytes_out += size
                     continue
-                else:
-                    data = self._collect()
-                    if not data:
-                        continue
+                data = self._collect()
+                if not data:
+                    continue
                 self._writer_held = len(data)
                 await stream.send_all(data)
                 self._written()
