@@ -43,10 +43,10 @@ list ``Connection.buffers_to_send`` returns (the bytes around each large
 split part, and views of the parts themselves) and writes it with one
 gathering ``writev`` per wake-up, as ``send_all`` would write their
 concatenation; ``send_buffers_now`` is the same write for a task that
-must not wait (see ``send_now``), the rest left to the writer. The other way, ``receive_into`` reads with one scattering
-``readv`` into the buffers ``Connection.receive_buffers`` offers (the rest
-of a large element of a ``copy=False`` stream, in the buffer it is handed
-over in).
+must not wait (see ``send_now``), the rest left to the writer. The other
+way, ``receive_into`` reads with one scattering ``readv`` into the buffers
+``Connection.receive_buffers`` offers (the rest of a large element of a
+``copy=False`` stream, in the buffer it is handed over in).
 
 Another task may read for the reader (``read_for_reader``,
 ``read_into_for_reader``: a consumer that would otherwise park until the
