@@ -250,7 +250,7 @@ async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_l
         {
             "paced": _paced(20, 0.002),
             "tight": tight,
-            "paced_large": _paced(3, 0.002, lambda index: bytes([index]) * 200_000),
+            "paced_large": _paced(5, 0.01, lambda index: bytes([index]) * 200_000),
             "one": _paced(1, 0.002, lambda index: b"only"),
         }
     )
@@ -278,7 +278,7 @@ async def test_a_paced_publishers_elements_leave_from_its_own_task_and_a_tight_l
             # too, written from the element itself (views of it), not
             # copied into a write.
             async with client.subscribe("paced_large", prefetch=4) as sub:
-                assert [element async for element in sub] == [bytes([index]) * 200_000 for index in range(3)]
+                assert [element async for element in sub] == [bytes([index]) * 200_000 for index in range(5)]
             assert writers.count("publisher paced_large") >= 1
             assert 200_000 in viewed
             # A stream's first element goes to the writer, which writes it
