@@ -41,7 +41,7 @@ async def tour(url: str) -> None:
 
         async with session.subscribe("blob?count=3&size=200000") as blobs:
             sizes = [(len(blob), blob[:4].hex()) async for blob in blobs]
-        print("blob?count=3&size=200000", sizes, "(split into 64 KiB parts on the wire)")
+        print("blob?count=3&size=200000", sizes, "(over 64 KiB: split into parts on the wire, joined again here)")
 
         print("ticker?interval=0.2:")
         async with session.subscribe("ticker?interval=0.2", prefetch=4, codec="msgpack") as ticks:
