@@ -256,7 +256,6 @@ class Session(Peer):
         # some are left unsent (see _note_answered).
         self._answered_now: list[int] = []
         self._unsent: list[bytearray | memoryview] | None = None
-        self._unsent_bytes = 0
         # While the reader dispatches a read, what the events queue (answers
         # to subscribes, elements from publishers that answer at once) is
         # sent by the reader itself afterwards: waking the writer for it as
@@ -459,7 +458,8 @@ class Session(Peer):
     def _outbound_held(self) -> int:
         """The outbound half's use: what is queued for the peer or in the
         writer's hands, and the nominal cost of every open stream."""
-        return self._conn.outbound_bytes + self._writer_held + self._unsent_bytes + self._streams_cost()
+        unsent = sum(map(len, self._unsent)) if self._unsent is not None else 0
+        return self._conn.outbound_bytes + self._writer_held + unsent + self._streams_cost()
 
     def _outbound_room(self) -> int:
         """Bytes publishers may still queue before the outbound half is full."""
@@ -566,10 +566,8 @@ class Session(Peer):
             if buffers:
                 sent = send_now(buffers)
                 self._bytes_out += sent
-                size = len(buffers[0]) if len(buffers) == 1 else sum(map(len, buffers))
-                if sent < size:
+                if sent < sum(map(len, buffers)):
                     self._unsent = buffers[written_through(buffers, 0, sent) :]
-                    self._unsent_bytes = size - sent
                 if self._budget_waiters:
                     self._wake_budget_waiters()
                 if self._unsent is None and not (self._conn.has_data_to_send or self._conn.goodbye_sent):
@@ -663,12 +661,11 @@ class Session(Peer):
                     if self._unsent is not None:
                         # The rest of a direct write: it goes before anything else.
                         buffers, self._unsent = self._unsent, None
-                        size, self._unsent_bytes = self._unsent_bytes, 0
                     else:
                         buffers = self._collect_buffers()
                         if not buffers:
                             continue
-                        size = sum(map(len, buffers))
+                    size = sum(map(len, buffers))
                     self._writer_held = size  # (non-zero while a write is under way)
                     # A write that met a full socket, or a full-size one
                     # that left it without room (one poll call says),
