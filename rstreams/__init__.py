@@ -43,7 +43,7 @@ if _TYPE_CHECKING:
     from ._registry import UnsupportedScheme
     from ._session import Session, SessionStatistics, open_stream_session
     from ._subscribe import ADAPTIVE_BYTE_BUDGET, ADAPTIVE_INITIAL, ADAPTIVE_MAXIMUM, Subscription, SubscriptionStatistics
-    from ._timers import PreciseTimers, run, use_precise_timers
+    from ._timers import PreciseTimers, run, sleep, sleep_until, use_precise_timers
     from ._topic import Topic, TopicPartitionStatistics, TopicStatistics, TopicSubscriberStatistics, publish_to_topic
     from ._topic_offsets import OFFSETS_PUBLISHER, PartitionOffsets, topic_offsets
     from ._topic_core import decode_sequenced, encode_sequenced
@@ -59,6 +59,8 @@ __all__ = [
     "InvalidParameter",
     "PreciseTimers",
     "run",
+    "sleep",
+    "sleep_until",
     "use_precise_timers",
     "ADAPTIVE_BYTE_BUDGET",
     "ADAPTIVE_INITIAL",
@@ -176,6 +178,8 @@ _LAZY_NAMES: dict[str, str] = {
     "SubscriptionStatistics": "._subscribe",
     "PreciseTimers": "._timers",
     "run": "._timers",
+    "sleep": "._timers",
+    "sleep_until": "._timers",
     "use_precise_timers": "._timers",
     "Topic": "._topic",
     "TopicPartitionStatistics": "._topic",
