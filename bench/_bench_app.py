@@ -40,7 +40,7 @@ async def stamps(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Non
     for index in range(count):
         # Elements fall due on a fixed schedule; a late wake-up sends every
         # element already due, one send each, as a steady producer would.
-        await trio.sleep_until(start + index / rate)
+        await rstreams.sleep_until(start + index / rate)
         await sink.send(time.perf_counter_ns().to_bytes(8, "big"))
 
 

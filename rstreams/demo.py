@@ -257,7 +257,7 @@ async def ticker(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> Non
         now = trio.current_time()
         if next_tick < now - interval:
             next_tick = now
-        await trio.sleep_until(next_tick)
+        await rstreams.sleep_until(next_tick)
         value += walk.gauss(0.0, 1.0)
         await sink.send([seq, time.time(), value])
         seq += 1
