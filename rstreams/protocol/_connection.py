@@ -826,14 +826,14 @@ class Connection:
         and "Runs of onNext"); say why it stopped."""
         waiting = self._waiting
         while True:
-            if self._part_left or (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_4):
+            if self._part_left or (_drop_empty_views(waiting) and _may_start_part(waiting[0])):
                 found = self._receive_parts(events, run, max_events)
                 if found != _NEXT_FOR_UNPACKER:
                     return found
             if not (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_3):
                 return _NEXT_FOR_UNPACKER
             self._receive_runs(events, run)
-            if not (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_4):
+            if not (_drop_empty_views(waiting) and _may_start_part(waiting[0])):
                 return _NEXT_FOR_UNPACKER
 
     def _receive_runs(self, events: list[Event], run: list[bytes]) -> None:
@@ -1873,6 +1873,14 @@ def _first_bytes(waiting: deque[memoryview], count: int) -> bytes:
         if count <= 0:
             break
     return b"".join(views)
+
+
+def _may_start_part(front: memoryview) -> bool:
+    """Whether a message starting ``front`` (not empty) may be a part: a
+    four-element array whose code is a part's, or whose code is in the next
+    read. Other four-element messages (subscribe, onNextPacked) go straight
+    to the Unpacker, which a part's path would only hand them back to."""
+    return front[0] == FIXARRAY_4 and (len(front) < 2 or front[1] == PART_CODE or front[1] == LAST_PART_CODE)
 
 
 def _drop_empty_views(waiting: deque[memoryview]) -> bool:
