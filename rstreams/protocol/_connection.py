@@ -830,7 +830,7 @@ class Connection:
                 found = self._receive_parts(events, run, max_events)
                 if found != _NEXT_FOR_UNPACKER:
                     return found
-            if not (_drop_empty_views(waiting) and waiting[0][0] == FIXARRAY_3):
+            if not (_drop_empty_views(waiting) and _may_start_on_next(waiting[0])):
                 return _NEXT_FOR_UNPACKER
             self._receive_runs(events, run)
             if not (_drop_empty_views(waiting) and _may_start_part(waiting[0])):
@@ -1881,6 +1881,12 @@ def _may_start_part(front: memoryview) -> bool:
     read. Other four-element messages (subscribe, onNextPacked) go straight
     to the Unpacker, which a part's path would only hand them back to."""
     return front[0] == FIXARRAY_4 and (len(front) < 2 or front[1] == PART_CODE or front[1] == LAST_PART_CODE)
+
+
+def _may_start_on_next(front: memoryview) -> bool:
+    """As :func:`_may_start_part`, for the runs of onNext: subscribed and
+    request, three-element arrays too, go straight to the Unpacker."""
+    return front[0] == FIXARRAY_3 and (len(front) < 2 or front[1] == ON_NEXT_CODE)
 
 
 def _drop_empty_views(waiting: deque[memoryview]) -> bool:
