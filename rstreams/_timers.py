@@ -240,6 +240,7 @@ class _SleepTimers:
     def __init__(self) -> None:
         self.free: list[_TimerFd] = []
         self.lent = 0
+        self.made = 0
         self.closed = False  # (the run ended, or this machine has no timerfd)
 
     def take(self) -> _TimerFd | None:
@@ -250,8 +251,12 @@ class _SleepTimers:
             return None
         timer = _timerfd_or_none()
         if timer is None:
-            self.closed = True  # (none to be had: trio's timers from now on)
+            if not self.made:
+                self.closed = True  # (none to be had here: trio's timers from now on)
+            # (else a passing failure, out of file descriptors say: this
+            # sleep is trio's, the next tries again)
             return None
+        self.made += 1
         self.lent += 1
         return timer
 

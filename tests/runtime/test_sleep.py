@@ -144,6 +144,34 @@ def test_tasks_sleeping_at_once_take_a_timer_each_up_to_the_bound_then_trios(mon
 
 
 @linux_only
+def test_a_timerfd_that_cannot_be_made_once_makes_that_sleep_trios_and_only_that_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Out of file descriptors, say: on a machine that made one before, the
+    # failure passes, and the sleeps after it get their timers again.
+    real_timerfd_or_none = _timers._timerfd_or_none
+
+    async def main() -> None:
+        with trio.fail_after(10):
+            await rstreams.sleep(0.0001)
+            timers = _lent_timers()
+            monkeypatch.setattr(_timers, "_timerfd_or_none", lambda: None)
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(rstreams.sleep, 0.01)
+                await trio.testing.wait_all_tasks_blocked()
+                # One took the pooled timer, the other sleeps with trio's.
+                assert timers.lent == 1 and not timers.closed
+            monkeypatch.setattr(_timers, "_timerfd_or_none", real_timerfd_or_none)
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(rstreams.sleep, 0.01)
+                await trio.testing.wait_all_tasks_blocked()
+                assert timers.lent == 2
+            assert len(timers.free) == 2
+
+    trio.run(main)
+
+
+@linux_only
 def test_a_sleep_of_a_second_or_more_is_left_to_trio() -> None:
     async def main() -> None:
         with trio.fail_after(10):
