@@ -172,7 +172,7 @@ class DirectSocket:
         if fd < 0:
             return 0
         try:
-            return os.writev(fd, buffers[:_MAX_BUFFERS])
+            return os.writev(fd, buffers if len(buffers) <= _MAX_BUFFERS else buffers[:_MAX_BUFFERS])
         except OSError:
             return 0
 

@@ -566,8 +566,9 @@ class Session(Peer):
             if buffers:
                 sent = send_now(buffers)
                 self._bytes_out += sent
-                if sent < sum(map(len, buffers)):
-                    self._unsent = buffers[written_through(buffers, 0, sent) :]
+                first_unsent = written_through(buffers, 0, sent)
+                if first_unsent < len(buffers):
+                    self._unsent = buffers[first_unsent:]
                 if self._budget_waiters:
                     self._wake_budget_waiters()
                 if self._unsent is None and not (self._conn.has_data_to_send or self._conn.goodbye_sent):

@@ -131,6 +131,12 @@ def _timerfd_or_none() -> _TimerFd | None:
         return None  # no timerfd here: trio's own timers
 
 
+def _close_timer(timer: _TimerFd) -> None:
+    """Close a timerfd the run may be watching (trio is told first)."""
+    trio.lowlevel.notify_closing(timer.fd)
+    timer.close()
+
+
 class PreciseTimers(trio.abc.Instrument):
     """The instrument that makes a trio run's waits end on time: before each
     wait shorter than a second, it sets its ``timerfd`` to the end of the
@@ -192,8 +198,7 @@ class PreciseTimers(trio.abc.Instrument):
                 trio.lowlevel.remove_instrument(self)
             except KeyError:
                 pass
-            trio.lowlevel.notify_closing(timer.fd)
-            timer.close()
+            _close_timer(timer)
 
 
 _PRECISE_TIMERS: trio.lowlevel.RunVar[PreciseTimers | None] = trio.lowlevel.RunVar("rstreams_precise_timers")
@@ -240,7 +245,6 @@ class _SleepTimers:
     def __init__(self) -> None:
         self.free: list[_TimerFd] = []
         self.lent = 0
-        self.made = 0
         self.closed = False  # (the run ended, or this machine has no timerfd)
 
     def take(self) -> _TimerFd | None:
@@ -251,12 +255,14 @@ class _SleepTimers:
             return None
         timer = _timerfd_or_none()
         if timer is None:
-            if not self.made:
-                self.closed = True  # (none to be had here: trio's timers from now on)
-            # (else a passing failure, out of file descriptors say: this
-            # sleep is trio's, the next tries again)
+            # None free and none lent: none was ever made (a timer made is
+            # lent or free until the run ends), so there are none to be had
+            # here, and trio's timers serve from now on. Else a passing
+            # failure (out of file descriptors, say): this sleep is trio's,
+            # the next tries again.
+            if not self.lent:
+                self.closed = True
             return None
-        self.made += 1
         self.lent += 1
         return timer
 
@@ -275,11 +281,6 @@ class _SleepTimers:
             for timer in self.free:
                 _close_timer(timer)
             self.free.clear()
-
-
-def _close_timer(timer: _TimerFd) -> None:
-    trio.lowlevel.notify_closing(timer.fd)
-    timer.close()
 
 
 def _is_system_clock(clock: trio.abc.Clock) -> bool:
@@ -342,8 +343,10 @@ async def sleep_until(deadline: float) -> None:
         return
     assert timers is not None
     try:
-        # (Setting it also forgets an expiry an earlier sleeper left unread.)
-        timer.fire_at(time.perf_counter() + (deadline - trio.current_time()) + _LATE_BY)
+        # trio's clock is perf_counter plus an offset, read above: the
+        # delay from a later perf_counter ends later, never earlier. (Setting
+        # the timer also forgets an expiry an earlier sleeper left unread.)
+        timer.fire_at(time.perf_counter() + delay + _LATE_BY)
         await trio.lowlevel.wait_readable(timer.fd)
     finally:
         timers.give_back(timer)

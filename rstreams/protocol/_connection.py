@@ -893,16 +893,17 @@ class Connection:
         waiting = self._waiting
         last_fed = self._last_fed
         tail_size = self._fed - message_end
-        if last_fed is not None and tail_size <= len(last_fed) and last_fed[len(last_fed) - tail_size] == FIXARRAY_3:
+        if last_fed is not None and tail_size <= len(last_fed):
             tail: bytes | memoryview = last_fed[len(last_fed) - tail_size :]
-            if tail_size < MAX_ON_NEXT_HEADER_SIZE:
-                tail = bytes(tail) + _first_bytes(waiting, MAX_ON_NEXT_HEADER_SIZE - tail_size)
-            header = read_on_next_header(tail, self.limits.max_message_size)
-            front = waiting[0]
-            if header is not None and 0 < header.length - tail_size < len(front):
-                rest = header.length - tail_size
-                waiting[0] = front[rest:]
-                return front[:rest]
+            if _may_start_on_next(tail):
+                if tail_size < MAX_ON_NEXT_HEADER_SIZE:
+                    tail = bytes(tail) + _first_bytes(waiting, MAX_ON_NEXT_HEADER_SIZE - tail_size)
+                header = read_on_next_header(tail, self.limits.max_message_size)
+                front = waiting[0]
+                if header is not None and 0 < header.length - tail_size < len(front):
+                    rest = header.length - tail_size
+                    waiting[0] = front[rest:]
+                    return front[:rest]
         return waiting.popleft()
 
     def _take_back_part(self, message_end: int) -> bool:
@@ -915,7 +916,7 @@ class Connection:
         if last_fed is None or tail_size > len(last_fed) or self._state is not _OPEN:
             return False
         tail = last_fed[len(last_fed) - tail_size :]
-        if tail[0] != FIXARRAY_4:
+        if not _may_start_part(tail):
             return False
         # Its header as far as received: the tail and what waits after it
         # (a tail that is only a header's start may be decided by the next
@@ -977,7 +978,7 @@ class Connection:
                 if not (waiting and waiting[0] or _drop_empty_views(waiting)) or self._state is not _OPEN:
                     return _NEXT_FOR_UNPACKER
                 front = waiting[0]
-                if front[0] != FIXARRAY_4:
+                if not _may_start_part(front):
                     return _NEXT_FOR_UNPACKER
                 first: bytes | memoryview | None = None
                 if slot_headers and slot_headers[0][0] is front:
@@ -1875,7 +1876,7 @@ def _first_bytes(waiting: deque[memoryview], count: int) -> bytes:
     return b"".join(views)
 
 
-def _may_start_part(front: memoryview) -> bool:
+def _may_start_part(front: bytes | bytearray | memoryview) -> bool:
     """Whether a message starting ``front`` (not empty) may be a part: a
     four-element array whose code is a part's, or whose code is in the next
     read. Other four-element messages (subscribe, onNextPacked) go straight
@@ -1883,7 +1884,7 @@ def _may_start_part(front: memoryview) -> bool:
     return front[0] == FIXARRAY_4 and (len(front) < 2 or front[1] == PART_CODE or front[1] == LAST_PART_CODE)
 
 
-def _may_start_on_next(front: memoryview) -> bool:
+def _may_start_on_next(front: bytes | bytearray | memoryview) -> bool:
     """As :func:`_may_start_part`, for the runs of onNext: subscribed and
     request, three-element arrays too, go straight to the Unpacker."""
     return front[0] == FIXARRAY_3 and (len(front) < 2 or front[1] == ON_NEXT_CODE)
