@@ -226,3 +226,118 @@ def test_a_negative_or_undefined_duration_is_refused_as_trio_refuses_it() -> Non
             await rstreams.sleep(math.nan)
 
     trio.run(main)
+
+
+# ---- publishers paced by rstreams.sleep_until, over a real socket -----------------
+
+
+def _record_trio_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the tasks that fall back to ``trio.sleep_until`` (the
+    session's own timers may use it; a paced publisher must not)."""
+    sleepers: list[str] = []
+    original = trio.sleep_until
+
+    async def recording(deadline: float) -> None:
+        sleepers.append(trio.lowlevel.current_task().name)
+        await original(deadline)
+
+    monkeypatch.setattr(trio, "sleep_until", recording)
+    return sleepers
+
+
+@linux_only
+def test_a_publisher_paced_by_sleep_until_sends_every_element_in_order_and_none_early_over_tcp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the benchmark's paced publishers do, end to end: every element
+    # arrives, in order, and none was sent before its deadline (the
+    # publisher's own reading of trio's clock, sent with the element).
+    trio_sleepers = _record_trio_sleeps(monkeypatch)
+    count, rate = 200, 2000.0
+    waits = 0  # sleeps whose deadline was still ahead (on a busy machine, maybe none)
+
+    async def paced(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        nonlocal waits
+        start = trio.current_time()
+        for index in range(count):
+            deadline = start + index / rate
+            waits += deadline > trio.current_time()
+            await rstreams.sleep_until(deadline)
+            lateness_ns = round((trio.current_time() - deadline) * 1e9)
+            await sink.send(index.to_bytes(4, "big") + lateness_ns.to_bytes(8, "big", signed=True))
+
+    app = rstreams.Router()
+    app.add("paced", paced)
+    server = rstreams.Server(app)
+
+    async def main() -> None:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+                url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
+                async with rstreams.open_session(url) as session:
+                    async with session.subscribe("paced") as subscription:
+                        received = [element async for element in subscription]
+                    assert [int.from_bytes(e[:4], "big") for e in received] == list(range(count))
+                    assert min(int.from_bytes(e[4:], "big", signed=True) for e in received) >= 0
+                    if waits:
+                        # The server's run lent the publisher a timerfd and has it back.
+                        timers = _lent_timers()
+                        assert timers is not None and timers.lent == 0 and len(timers.free) >= 1
+                nursery.cancel_scope.cancel()
+        assert not [name for name in trio_sleepers if "paced" in name]
+
+    trio.run(main)
+
+
+@linux_only
+def test_a_subscriber_cancelling_while_its_publisher_sleeps_ends_the_sleep_and_the_timer_goes_back() -> None:
+    # A publisher asleep on a timerfd for most of a second is cancelled by
+    # the subscriber's cancel: the sleep ends then, before its deadline
+    # (nothing waits for the timer), the timer is back in the pool, and the
+    # next stream on the same session, paced the same way, runs on it.
+    ended: list[trio.Event] = []
+    woke_at: list[tuple[float, float]] = []  # (the sleep's deadline, when it ended)
+
+    async def slow(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        done = trio.Event()
+        ended.append(done)
+        try:
+            for index in range(request.int_param("count", 3)):
+                await sink.send(index.to_bytes(4, "big"))
+                deadline = trio.current_time() + request.float_param("gap", 0.95)
+                try:
+                    await rstreams.sleep_until(deadline)
+                finally:
+                    woke_at.append((deadline, trio.current_time()))
+        finally:
+            done.set()
+
+    app = rstreams.Router()
+    app.add("slow", slow)
+    server = rstreams.Server(app)
+
+    async def main() -> None:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+                url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
+                async with rstreams.open_session(url) as session:
+                    async with session.subscribe("slow?gap=0.95&count=3") as subscription:
+                        async for element in subscription:
+                            assert element == bytes(4)
+                            break  # (the publisher is now asleep until its next element)
+                    await ended[0].wait()
+                    # The cancel ended the sleep, not the timer.
+                    [(deadline, woke)] = woke_at
+                    assert woke < deadline
+                    timers = _lent_timers()
+                    assert timers.lent == 0 and len(timers.free) == 1
+                    # The next paced stream takes the same timer.
+                    async with session.subscribe("slow?gap=0.001&count=4") as subscription:
+                        elements = [element async for element in subscription]
+                    assert elements == [i.to_bytes(4, "big") for i in range(4)]
+                    assert timers.lent == 0 and len(timers.free) == 1
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
