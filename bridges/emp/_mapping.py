@@ -106,14 +106,17 @@ async def pipe_publisher(
     session: Session,
     name: str,
     *,
-    window: int = 32,
+    window: int | None = None,
     compression: CompressionScheme | None = None,
 ) -> int:
     """Subscribe to ``name`` on ``session`` and send its elements as ``data``.
 
-    Demand goes to the publisher in windows of ``window`` elements (topped
-    up as they are written), so at most ``window`` elements are ever
-    buffered here. Returns how many were sent; a publisher error raises.
+    Demand goes to the publisher as they are written. By default it is the
+    subscription's adaptive demand: a small window that grows while the
+    EMP connection takes what arrives and shrinks when it falls behind,
+    bounded by the subscription's byte budget (see ``Session.subscribe``).
+    ``window`` fixes it instead: at most ``window`` elements are then ever
+    requested ahead. Returns how many were sent; a publisher error raises.
     """
     async with session.subscribe(name, prefetch=window) as elements:
         return await send_stream(connection, elements, compression=compression)
