@@ -117,7 +117,13 @@ async def pipe_publisher(
     bounded by the subscription's byte budget (see ``Session.subscribe``).
     ``window`` fixes it instead: at most ``window`` elements are then ever
     requested ahead. Returns how many were sent; a publisher error raises.
+
+    Raises:
+        ValueError: ``window`` is not positive (a window of 0 would ask
+            for nothing, and wait forever).
     """
+    if window is not None and window <= 0:
+        raise ValueError(f"window must be positive (or None: adaptive demand), got {window}")
     async with session.subscribe(name, prefetch=window) as elements:
         return await send_stream(connection, elements, compression=compression)
 

@@ -180,6 +180,14 @@ async def test_pipe_publisher_with_a_window_never_asks_for_more(emp_pair: Pair) 
     assert demands[0] == 5 and max(demands) <= 5
 
 
+@pytest.mark.parametrize("window", [0, -1])
+async def test_pipe_publisher_refuses_a_window_that_is_not_positive(emp_pair: Pair, window: int) -> None:
+    with trio.fail_after(5):
+        async with session_pair(server_app=rstreams.Router()) as (session, _):
+            with pytest.raises(ValueError, match="window must be positive"):
+                await pipe_publisher(emp_pair.client, session, "anything", window=window)
+
+
 class Watched:
     """A request handler that records how many requests are in flight at once."""
 
