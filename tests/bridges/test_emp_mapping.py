@@ -7,6 +7,7 @@ process (``rstreams.testing.session_pair``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import trio
@@ -124,9 +125,13 @@ async def test_pipe_publisher_sends_elements_as_data(emp_pair: Pair) -> None:
         assert [await emp_pair.server.receive_data() for _ in range(50)] == [b"%d" % n for n in range(50)]
 
 
-def _demand_recorder(app: rstreams.Router, demands: list[int]) -> None:
-    """``bulk?n=N``: N elements, as many at a time as the subscriber has
-    asked for; ``demands`` gets the demand it had each time."""
+async def _pipe_recording_demand(emp_pair: Pair, count: int, **options: Any) -> list[int]:
+    """``pipe_publisher`` of ``count`` elements from a publisher that sends
+    as many at a time as its subscriber asks for, drained by the EMP peer as
+    they come; every element arrives. Returns the demand the publisher had
+    each time it waited for some."""
+    demands: list[int] = []
+    app = rstreams.Router()
 
     @app.publisher("bulk")
     async def bulk(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
@@ -138,45 +143,31 @@ def _demand_recorder(app: rstreams.Router, demands: list[int]) -> None:
             await sink.send_many([b"e"] * run)
             left -= run
 
+    received: list[bytes] = []
+
+    async def drain() -> None:
+        while len(received) < count:
+            received.append(await emp_pair.server.receive_data())
+
+    with trio.fail_after(10):
+        async with session_pair(server_app=app) as (session, _):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain)
+                sent = await pipe_publisher(emp_pair.client, session, f"bulk?n={count}", **options)
+    assert sent == count and received == [b"e"] * count
+    return demands
+
 
 async def test_pipe_publisher_uses_the_subscriptions_adaptive_demand_by_default(emp_pair: Pair) -> None:
     # As any subscription given no prefetch (issue 19): a small first
     # window that grows while the EMP side keeps up.
-    app = rstreams.Router()
-    demands: list[int] = []
-    _demand_recorder(app, demands)
-    with trio.fail_after(10):
-        async with session_pair(server_app=app) as (session, _):
-            async with trio.open_nursery() as nursery:
-                received: list[bytes] = []
-
-                async def drain() -> None:
-                    while len(received) < 3000:
-                        received.append(await emp_pair.server.receive_data())
-
-                nursery.start_soon(drain)
-                sent = await pipe_publisher(emp_pair.client, session, "bulk?n=3000")
-        assert sent == 3000 and received == [b"e"] * 3000
+    demands = await _pipe_recording_demand(emp_pair, 3000)
     assert demands[0] == rstreams.ADAPTIVE_INITIAL
     assert max(demands) > rstreams.ADAPTIVE_INITIAL
 
 
 async def test_pipe_publisher_with_a_window_never_asks_for_more(emp_pair: Pair) -> None:
-    app = rstreams.Router()
-    demands: list[int] = []
-    _demand_recorder(app, demands)
-    with trio.fail_after(10):
-        async with session_pair(server_app=app) as (session, _):
-            async with trio.open_nursery() as nursery:
-                received: list[bytes] = []
-
-                async def drain() -> None:
-                    while len(received) < 500:
-                        received.append(await emp_pair.server.receive_data())
-
-                nursery.start_soon(drain)
-                sent = await pipe_publisher(emp_pair.client, session, "bulk?n=500", window=5)
-        assert sent == 500 and received == [b"e"] * 500
+    demands = await _pipe_recording_demand(emp_pair, 500, window=5)
     assert demands[0] == 5 and max(demands) <= 5
 
 

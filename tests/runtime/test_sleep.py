@@ -2,8 +2,11 @@
 of the sleeping task's own, without trio's cancel scope.
 
 Each test runs its own trio run (the timers lent to sleepers last as long as
-the run), so they are plain functions; each bounds itself with
-``trio.fail_after`` (real time) or pytest-timeout (under a mock clock).
+the run): the ones that need a run of their own make (a mock clock, say)
+are plain functions calling ``trio.run``; the paced publishers over TCP are
+async tests on the suite's ``connect`` fixture, which pytest-trio runs the
+same way. Each bounds itself with ``trio.fail_after`` (real time) or
+pytest-timeout (under a mock clock).
 """
 
 from __future__ import annotations
@@ -229,16 +232,21 @@ def test_a_negative_or_undefined_duration_is_refused_as_trio_refuses_it() -> Non
 
 
 # ---- publishers paced by rstreams.sleep_until, over a real socket -----------------
+#
+# Async tests on the suite's ``connect`` fixture (conftest.py), over TCP
+# only: the sleep is the publisher's, whatever carries its elements. Each
+# runs in its own trio run, as the plain tests above do, so the timers the
+# run lends are these tests' alone.
 
 
-def _record_trio_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the tasks that fall back to ``trio.sleep_until`` (the
-    session's own timers may use it; a paced publisher must not)."""
-    sleepers: list[str] = []
+def _record_trio_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[trio.lowlevel.Task]:
+    """The tasks that fall back to ``trio.sleep_until`` (the session's own
+    timers may use it; a paced publisher must not)."""
+    sleepers: list[trio.lowlevel.Task] = []
     original = trio.sleep_until
 
     async def recording(deadline: float) -> None:
-        sleepers.append(trio.lowlevel.current_task().name)
+        sleepers.append(trio.lowlevel.current_task())
         await original(deadline)
 
     monkeypatch.setattr(trio, "sleep_until", recording)
@@ -246,8 +254,9 @@ def _record_trio_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @linux_only
-def test_a_publisher_paced_by_sleep_until_sends_every_element_in_order_and_none_early_over_tcp(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("transport", ["tcp"])
+async def test_a_publisher_paced_by_sleep_until_sends_every_element_in_order_and_none_early_over_tcp(
+    connect: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # What the benchmark's paced publishers do, end to end: every element
     # arrives, in order, and none was sent before its deadline (the
@@ -255,9 +264,11 @@ def test_a_publisher_paced_by_sleep_until_sends_every_element_in_order_and_none_
     trio_sleepers = _record_trio_sleeps(monkeypatch)
     count, rate = 200, 2000.0
     waits = 0  # sleeps whose deadline was still ahead (on a busy machine, maybe none)
+    publisher_tasks: list[trio.lowlevel.Task] = []
 
     async def paced(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         nonlocal waits
+        publisher_tasks.append(trio.lowlevel.current_task())
         start = trio.current_time()
         for index in range(count):
             deadline = start + index / rate
@@ -268,30 +279,25 @@ def test_a_publisher_paced_by_sleep_until_sends_every_element_in_order_and_none_
 
     app = rstreams.Router()
     app.add("paced", paced)
-    server = rstreams.Server(app)
-
-    async def main() -> None:
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
-                url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
-                async with rstreams.open_session(url) as session:
-                    async with session.subscribe("paced") as subscription:
-                        received = [element async for element in subscription]
-                    assert [int.from_bytes(e[:4], "big") for e in received] == list(range(count))
-                    assert min(int.from_bytes(e[4:], "big", signed=True) for e in received) >= 0
-                    if waits:
-                        # The server's run lent the publisher a timerfd and has it back.
-                        timers = _lent_timers()
-                        assert timers is not None and timers.lent == 0 and len(timers.free) >= 1
-                nursery.cancel_scope.cancel()
-        assert not [name for name in trio_sleepers if "paced" in name]
-
-    trio.run(main)
+    with trio.fail_after(20):
+        async with connect(server_app=app) as (client, _):
+            async with client.subscribe("paced") as subscription:
+                received = [element async for element in subscription]
+    assert [int.from_bytes(e[:4], "big") for e in received] == list(range(count))
+    assert min(int.from_bytes(e[4:], "big", signed=True) for e in received) >= 0
+    if waits:
+        # The run lent the publisher a timerfd and has it back.
+        timers = _lent_timers()
+        assert timers is not None and timers.lent == 0 and len(timers.free) >= 1
+    [publisher] = publisher_tasks
+    assert publisher not in trio_sleepers
 
 
 @linux_only
-def test_a_subscriber_cancelling_while_its_publisher_sleeps_ends_the_sleep_and_the_timer_goes_back() -> None:
+@pytest.mark.parametrize("transport", ["tcp"])
+async def test_a_subscriber_cancelling_while_its_publisher_sleeps_ends_the_sleep_and_the_timer_goes_back(
+    connect: Any,
+) -> None:
     # A publisher asleep on a timerfd for most of a second is cancelled by
     # the subscriber's cancel: the sleep ends then, before its deadline
     # (nothing waits for the timer), the timer is back in the pool, and the
@@ -315,29 +321,20 @@ def test_a_subscriber_cancelling_while_its_publisher_sleeps_ends_the_sleep_and_t
 
     app = rstreams.Router()
     app.add("slow", slow)
-    server = rstreams.Server(app)
-
-    async def main() -> None:
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
-                url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
-                async with rstreams.open_session(url) as session:
-                    async with session.subscribe("slow?gap=0.95&count=3") as subscription:
-                        async for element in subscription:
-                            assert element == bytes(4)
-                            break  # (the publisher is now asleep until its next element)
-                    await ended[0].wait()
-                    # The cancel ended the sleep, not the timer.
-                    [(deadline, woke)] = woke_at
-                    assert woke < deadline
-                    timers = _lent_timers()
-                    assert timers.lent == 0 and len(timers.free) == 1
-                    # The next paced stream takes the same timer.
-                    async with session.subscribe("slow?gap=0.001&count=4") as subscription:
-                        elements = [element async for element in subscription]
-                    assert elements == [i.to_bytes(4, "big") for i in range(4)]
-                    assert timers.lent == 0 and len(timers.free) == 1
-                nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    with trio.fail_after(20):
+        async with connect(server_app=app) as (client, _):
+            async with client.subscribe("slow?gap=0.95&count=3") as subscription:
+                async for element in subscription:
+                    assert element == bytes(4)
+                    break  # (the publisher is now asleep until its next element)
+            await ended[0].wait()
+            # The cancel ended the sleep, not the timer.
+            [(deadline, woke)] = woke_at
+            assert woke < deadline
+            timers = _lent_timers()
+            assert timers.lent == 0 and len(timers.free) == 1
+            # The next paced stream takes the same timer.
+            async with client.subscribe("slow?gap=0.001&count=4") as subscription:
+                elements = [element async for element in subscription]
+            assert elements == [i.to_bytes(4, "big") for i in range(4)]
+            assert timers.lent == 0 and len(timers.free) == 1
