@@ -184,6 +184,15 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _read_paused_by_protocol(self) -> bool:
         return False
 
+    def _receive_size(self) -> int:
+        # The most bytes the next read asks for (a protocol may read more
+        # once its own flow control bounds what the peer may send).
+        return self.config.receive_size
+
+    def _largest_receive_size(self) -> int:
+        # The most bytes any read of this connection may ask for.
+        return self.config.receive_size
+
     def _say_goodbye(self) -> None:
         pass
 
@@ -254,7 +263,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         response too large), not awaited forever.
         """
         limit = self.budget.limit
-        room = max(limit - self.config.max_read_ahead - self.config.receive_size, limit // 2)
+        room = max(limit - self.config.max_read_ahead - self._largest_receive_size(), limit // 2)
         return room // COLLECT_COPIES
 
     def response_limit(self, max_bytes: int) -> int:
@@ -567,8 +576,9 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                 await self._reader_lot.park()
             try:
                 # Never more than the budget's room: what we read is ours to hold.
-                room = self._reading_room() or self.config.receive_size  # 0: _input_frees_budget()
-                data = await self.stream.receive_some(min(self.config.receive_size, room))
+                receive_size = self._receive_size()
+                room = self._reading_room() or receive_size  # 0: _input_frees_budget()
+                data = await self.stream.receive_some(min(receive_size, room))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # trio's error often says nothing itself ("BrokenResourceError()")
                 # while its cause does (a certificate that failed to verify).

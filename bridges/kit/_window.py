@@ -14,8 +14,8 @@ both take, give back and wait for room; they differ where it matters:
   waits (``take_nowait``), so that a large response is not starved by small
   ones; a window's waiters all look again at each acknowledgement, and a
   sender that has its room may take the rest of the window at once
-  (Relink's ``send_batch``: ``acquire()``, then ``acquire_nowait`` for as
-  many as are ``available``), which the budget's order would refuse while
+  (:meth:`SendWindow.acquire_up_to`, Relink's and MicroMsg2's batch
+  sends), which the budget's order would refuse while
   another send waits;
 * the budget counts bytes already in memory past its limit (``charge``), and
   keeps room for its waiters ahead of the reader (``room``); a window never
@@ -89,6 +89,26 @@ class SendWindow:
                 continue
             break
         await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def acquire_up_to(self, n: int) -> int:
+        """Wait for room for one message, then take room for as many of ``n`` as fit; how many.
+
+        The batch sender's form: whatever the acknowledgements freed while
+        it waited goes out in one step, so a window that frees many at
+        once is used at once, and one that frees one at a time still sends.
+
+        Raises:
+            ValueError: ``n`` is not positive.
+            The error given to :meth:`close`, once closed.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if n <= 0:
+            raise ValueError(f"n must be positive, got {n}")
+        await self.acquire(1)
+        more = min(self.available, n - 1)
+        self._in_flight += more
+        return 1 + more
 
     async def wait_room(self) -> None:
         """Wait until at least one message may be sent, taking nothing.

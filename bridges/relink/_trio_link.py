@@ -318,9 +318,7 @@ class RelinkLink:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return 0
         window = self._window(channel)
-        await window.acquire()
-        count = 1 + min(window.available, len(messages) - 1)
-        window.acquire_nowait(count - 1)
+        count = await window.acquire_up_to(len(messages))
         sent = taken = 0
         try:
             size = sum(len(part) for message in messages[:count] for part in message)

@@ -374,6 +374,31 @@ async def test_reader_reads_only_while_someone_waits() -> None:
                 assert connection.buffered_bytes == held * (ITEM_COST + 4)
 
 
+async def test_take_held_hands_over_what_one_read_brought_up_to_a_limit_and_a_stop() -> None:
+    # One read brings HELLO and seven data lines; after one take, take_held
+    # gives the held ones without reading, at most ``limit``, and stops at
+    # the first the predicate refuses (an end, for a protocol), releasing
+    # what it took from max_read_ahead.
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO", *(f"DATA {i}" for i in range(5)), "DATA end", "DATA 7")
+        async with open_connection(connection):
+            assert await connection.take() == "0"
+            await trio.testing.wait_all_tasks_blocked()
+            received = connection.bytes_received
+            assert len(connection.data) == 6
+            assert connection.data.take_held(2, str.isdigit) == ["1", "2"]
+            assert connection.buffered_bytes == 2 * (ITEM_COST + 1) + ITEM_COST + 3 + ITEM_COST + 1
+            assert connection.data.take_held(10, str.isdigit) == ["3", "4"]  # not "end"
+            assert connection.data.take_held(10, str.isdigit) == []
+            assert connection.data.take_held(0, lambda _: True) == []
+            assert len(connection.data) == 2
+            assert await connection.take() == "end"
+            assert connection.data.take_held(5, str.isdigit) == ["7"]
+            assert connection.buffered_bytes == 0
+            assert connection.bytes_received == received  # never read for them
+
+
 async def test_read_ahead_bound_stops_reading_even_with_a_waiter() -> None:
     # A ping waits for its pong, but what was read already (8 data lines)
     # is at the bound: the reader waits until the application takes it.
@@ -811,6 +836,34 @@ async def test_send_window_acquire_waits_for_release() -> None:
         with trio.move_on_after(0) as scope:
             await window.acquire(1)
         assert scope.cancelled_caught and window.in_flight == 3
+
+
+async def test_send_window_acquire_up_to_takes_what_the_window_has_room_for() -> None:
+    window = SendWindow(4)
+    got: list[int] = []
+
+    async def acquire_up_to(n: int) -> None:
+        got.append(await window.acquire_up_to(n))
+
+    with trio.fail_after(5):
+        for bad in (0, -1):
+            with pytest.raises(ValueError):
+                await window.acquire_up_to(bad)
+        assert await window.acquire_up_to(10) == 4  # all the room there is, not 10
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acquire_up_to, 3)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not got  # a full window: it waits for room for one
+            window.release(2)
+        assert got == [2] and window.in_flight == 4  # what the release freed, in one step
+        window.release(4)
+        assert await window.acquire_up_to(3) == 3 and window.in_flight == 3
+        with trio.move_on_after(0) as scope:
+            await window.acquire_up_to(1)
+        assert scope.cancelled_caught and window.in_flight == 3  # cancelled: nothing taken
+        window.close(LineLost("gone"))
+        with pytest.raises(LineLost):
+            await window.acquire_up_to(1)
 
 
 async def test_send_window_close_wakes_waiters_with_the_error() -> None:
