@@ -9,12 +9,13 @@ The mapping (``docs/bridges/micromsg2.md`` has a whole session byte for byte):
   sends ``completed;destination=D``; when it fails, or there is no such
   publisher, the ERROR ``error;destination=D,message=M`` (the connection
   stays; ``M`` starts with ``no such publisher:`` for the latter).
-* The ack window is the demand: the broker asks the publisher only for what
-  the window has room for (each subscription at most its share of the
-  window, ``window // subscriptions``, and at least 1), and sends within the
-  window, so an ack that frees m messages is, one element behind, a
-  ``request(m)`` upstream. Without acks it asks for
-  :data:`PUSH_BATCH` at a time and the transport paces it.
+* The ack window is the demand: the broker sends within the window, as
+  many messages at a time as it has room for, and asks the publisher for
+  its share of the window (``window // subscriptions``, at least 1) once it
+  has what it asked for before: so an ack that frees m messages becomes m
+  more sent, and the publisher is never more than the window and one share
+  ahead of the acks. Without acks it asks for :data:`PUSH_BATCH` at a
+  time and the transport paces it.
 * A filter keeps the messages whose properties match; the others are taken
   from the publisher and dropped (they use no window).
 * A SEND with destination ``D`` is published into the app's topic ``D``
@@ -34,7 +35,6 @@ through the same router, demand and topics as a TCP one.
 from __future__ import annotations
 
 import logging
-from collections import deque
 
 import trio
 
@@ -47,6 +47,7 @@ from ._errors import LocalProtocolError, MicroMsg2Error
 from ._events import Subscribe, Unsubscribe
 from ._extensions import PUBSUB, ExtensionSpec
 from ._filters import Filter
+from ._properties import Properties
 from ._settings import MicroMsg2Settings
 from ._trio import MicroMsg2Connection
 
@@ -182,17 +183,22 @@ class _Broker:
 
     def demand(self) -> int:
         # What one subscription asks its publisher for when it has nothing
-        # in hand: its share of the window's free room, at least 1.
+        # in hand: its share of the window, at least 1. Not of the window's
+        # free room, which is nothing right after a window's worth went
+        # out: asking for max(1, that) made every window's first element a
+        # step of its own (a request, a write, a wait), and with acks of
+        # one or two messages every element. What arrives beyond the free
+        # room waits in send_messages, counted in the budget: the broker
+        # holds at most one share beyond the window.
         window = self.connection.window
         if window is None:
             return PUSH_BATCH
-        share = max(1, window // max(1, len(self.scopes)))
-        return max(1, min(share, self.connection.send_credit or 0))
+        return max(1, window // max(1, len(self.scopes)))
 
     async def pump(self, upstream: Subscription, destination: str, filter: Filter | None) -> None:
         # Within the connection's memory budget: each element counts from
         # the moment it is taken out of the app session until its frames are
-        # queued (handed over to send_message). Room is taken when the
+        # queued (handed over to send_messages). Room is taken when the
         # elements are there and before they are taken
         # (kit.BatchesWithinBudget), not when they are asked for: their size
         # is unknown before the first, and a reservation at the ask would
@@ -220,25 +226,39 @@ class _Broker:
                 return
             outstanding -= len(batch)
             largest = max(largest, *map(len, batch), 1)
-            pending = deque(batch)  # let go of each element once sent
+            elements = list(batch)  # forward lets go of each once sent
             del batch
-            try:
-                while pending:
-                    await self.forward(destination, filter, pending.popleft())
-            finally:
-                budget.give_back(sum(map(len, pending)))  # (cancelled: not handed over)
+            await self.forward(destination, filter, elements)
 
-    async def forward(self, destination: str, filter: Filter | None, element: bytes | memoryview) -> None:
-        # One element, counted in the budget (handed over to its frames);
-        # its copies die with this call.
-        size = len(element)
-        properties, payload = unwrap(bytes(element))
-        del element
-        if filter is not None and not filter.matches(properties):
-            self.connection.budget.give_back(size)
+    async def forward(self, destination: str, filter: Filter | None, batch: list[bytes]) -> None:
+        # Elements counted in the budget, handed over to their frames as
+        # many at a time as the window takes (send_messages owns their
+        # bytes from then on); those the filter drops are given back at
+        # once. Each element is let go of as soon as its payload is taken
+        # out of it (the list is the caller's too).
+        budget = self.connection.budget
+        owned = sum(map(len, batch))  # what this call must hand over or give back
+        messages: list[tuple[bytes, Properties]] = []
+        sizes: list[int] = []
+        try:
+            for index, element in enumerate(batch):
+                batch[index] = b""
+                size = len(element)
+                properties, payload = unwrap(bytes(element))
+                del element
+                if filter is not None and not filter.matches(properties):
+                    budget.give_back(size)
+                    owned -= size
+                else:
+                    messages.append((payload, properties))
+                    sizes.append(size)
+        except BaseException:
+            budget.give_back(owned)
+            raise
+        if not messages:
             await trio.lowlevel.checkpoint()
             return
-        await self.connection.send_message(destination, payload, properties=properties, prepaid=size)
+        await self.connection.send_messages(destination, messages, prepaid=sizes)
 
 
 class MicroMsg2AppServer(MicroMsg2Server):

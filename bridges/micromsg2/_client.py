@@ -16,9 +16,10 @@ first demand is only where its window starts: the acks follow its demand. That i
 first subscription: the TCP (or TLS) connection is made at once, so a host
 that does not answer fails ``connect``, but a broker that refuses the
 handshake fails the first subscription, with the typed MicroMsg2 error.
-A stream takes (and so acknowledges) a message when its subscriber has
-demand for it, plus one message ahead, so that ``completed`` is seen
-without demand, as onComplete is over TCP; a subscriber that stops asking
+A stream takes (and so acknowledges) messages when its subscriber has
+demand for them, all that have arrived up to that demand in one batch with
+one ack, and one message ahead when it has none, so that ``completed`` is
+seen without demand, as onComplete is over TCP; a subscriber that stops asking
 stops the acks, so the broker stops sending. One window serves every subscription of the connection (the
 protocol has no other): a subscriber that never asks holds up to the window
 of its messages, and with them the others.
@@ -125,12 +126,13 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
         stream = await connection.subscribe(feed.name)
         try:
             while True:
-                # The next message is taken (and acknowledged) before the
-                # subscriber asks for it, so that ``completed`` is seen
-                # without demand, as onComplete is over TCP: one message
-                # beyond the window's demand at most.
+                # What the subscriber asks for is taken (and acknowledged)
+                # as one batch of what has arrived, and at least one message
+                # even without demand, so that ``completed`` is seen without
+                # demand, as onComplete is over TCP: one message beyond the
+                # demand at most.
                 try:
-                    message = await stream.receive()
+                    payloads = [message.payload for message in await stream.receive_batch(max(1, feed.demand))]
                 finally:
                     if not announced:
                         feed.subscribed()
@@ -138,7 +140,7 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
                 await feed.wait_demand()
                 if feed.ended:
                     return
-                feed.deliver([message.payload])
+                feed.deliver(payloads)
         except StreamError as exc:
             raise stream_error(feed.name, exc) from None
         except trio.EndOfChannel:

@@ -35,6 +35,11 @@ class MicroMsg2Settings(LinkSettings):
             that one read cannot carry a peer that pushes without acks past
             ``limits.max_pending_messages`` (the reader pauses before a read
             could): ``receive_size // 7`` must stay under that limit.
+        windowed_receive_size: the most bytes read at once when ``ack`` or
+            ``batch-ack`` is in use (64 KiB by default): the window then
+            bounds the messages the peer may have us hold, whatever one read
+            carries, and reads of a few KiB made a stream of large messages
+            cost a read, and a pass of the reader, every 4 KiB.
         keepalive_interval: None, always: MicroMsg2 has no ping.
     """
 
@@ -44,12 +49,15 @@ class MicroMsg2Settings(LinkSettings):
     accept: frozenset[str] | None = None
     limits: Limits = DEFAULT_LIMITS
     receive_size: int = 4 * KiB
+    windowed_receive_size: int = 64 * KiB
     keepalive_interval: float | None = None
 
     def __post_init__(self) -> None:
         LinkSettings.__post_init__(self)
         if self.keepalive_interval is not None:
             raise ValueError("MicroMsg2 has no ping: keepalive_interval must be None")
+        if self.windowed_receive_size <= 0:
+            raise ValueError("windowed_receive_size must be > 0")
         if self.receive_size // SMALLEST_MESSAGE >= self.limits.max_pending_messages:
             raise ValueError(
                 f"receive_size {self.receive_size} could carry more than max_pending_messages"

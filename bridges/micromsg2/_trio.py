@@ -15,9 +15,10 @@ frees m messages releases m, which is exactly a Reactive Streams
 only (``max_write_buffer``).
 
 *Receiving*: a client's message counts as consumed when the application
-takes it (:meth:`MessageStream.receive`), and taking it queues the ack at
-once (one ack frame per take, naming the last message taken; the writer
-coalesces them), so a peer that sent one message is never left waiting. A
+takes it (:meth:`MessageStream.receive`, or :meth:`~MessageStream.receive_batch`
+for all that one read brought), and taking it queues the ack at once (one
+ack frame per take, naming the last message taken; the writer coalesces
+them), so a peer that sent one message is never left waiting. A
 server acknowledges a SEND once it has handled it (:meth:`acknowledge`
 after :meth:`receive_send`: the broker, once the topic took it). Without acks, the reader reads only while someone waits for a
 message (the kit's :class:`~bridges.kit.InboundQueue`), and pauses before
@@ -45,14 +46,14 @@ first); a failing transport with :class:`MicroMsg2ConnectionLost`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
 import trio
 
 from ..kit import BridgeConnection, InboundQueue, SendWindow
 from ._connection import Connection
-from ._errors import MicroMsg2Closed, MicroMsg2ConnectionLost, MicroMsg2Timeout, PeerError, StreamError
+from ._errors import MicroMsg2Closed, MicroMsg2ConnectionLost, MicroMsg2Timeout, PeerError
 from ._events import (
     Acknowledged,
     Completed,
@@ -69,94 +70,18 @@ from ._filters import Filter
 from ._properties import FilterValue
 from ._settings import DEFAULT_SETTINGS, SMALLEST_MESSAGE, MicroMsg2Settings, MicroMsg2Statistics
 from ._state import ConnectionState, Role
+from ._stream import MessageStream
 
 __all__ = ["MicroMsg2Connection", "MessageStream", "Command"]
 
 #: A pubsub command from a client, as a server receives it.
 Command = Union[Subscribe, Unsubscribe]
-_StreamItem = Union[MessageReceived, Completed, StreamFailed]
 _OPEN_OR_HANDSHAKING = (
     ConnectionState.AWAITING_HELLO,
     ConnectionState.AWAITING_REPLY,
     ConnectionState.AWAITING_FINAL,
     ConnectionState.OPEN,
 )
-
-
-class MessageStream:
-    """A client's subscription to one destination: its messages, then its end.
-
-    Made by :meth:`MicroMsg2Connection.subscribe`. Each message taken is
-    acknowledged at once (that is the demand the server sees).
-    """
-
-    def __init__(self, connection: MicroMsg2Connection, destination: str) -> None:
-        self.connection = connection
-        self.destination = destination
-        self._queue: InboundQueue[_StreamItem] = InboundQueue(connection)
-        self._ended = False
-
-    @property
-    def ended(self) -> bool:
-        """True once ``completed`` or the stream's ERROR was taken, or it was unsubscribed."""
-        return self._ended
-
-    async def receive(self) -> MessageReceived:
-        """The next message for this destination.
-
-        Raises:
-            trio.EndOfChannel: the server sent ``completed``.
-            StreamError: the server sent ``error;destination=D,message=M``.
-            MicroMsg2Closed: the connection ended (closed) before either.
-            PeerError, RemoteProtocolError, MicroMsg2ConnectionLost: it ended
-                with an error.
-
-        Cancellation: nothing is taken. Always checkpoints.
-        """
-        if self._ended:
-            await trio.lowlevel.checkpoint()
-            raise trio.EndOfChannel
-        try:
-            item = await self._queue.take()
-        except trio.EndOfChannel:
-            reason = self.connection.end_reason
-            by_peer = reason.by_peer if isinstance(reason, MicroMsg2Closed) else True
-            raise MicroMsg2Closed(
-                f"the connection closed before {self.destination!r} completed", by_peer=by_peer
-            ) from None
-        if isinstance(item, MessageReceived):
-            self.connection._consumed(1)
-            return item
-        self._end()
-        if isinstance(item, StreamFailed):
-            raise StreamError(self.destination, item.message)
-        raise trio.EndOfChannel
-
-    def __aiter__(self) -> MessageStream:
-        return self
-
-    async def __anext__(self) -> MessageReceived:
-        try:
-            return await self.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
-
-    def unsubscribe(self) -> None:
-        """Send ``unsubscribe`` (if the stream is still open) and stop reading for it.
-
-        Messages held for it are dropped and acknowledged. Never blocks, so
-        it is safe in a ``finally`` of a cancelled task.
-        """
-        if self._ended:
-            return
-        self._end()
-        self.connection._unsubscribe(self.destination)
-
-    def _end(self) -> None:
-        self._ended = True
-        self.connection._streams.pop(self.destination, None)
-        dropped = self._queue.detach()
-        self.connection._consumed(sum(isinstance(item, MessageReceived) for item in dropped))
 
 
 class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
@@ -285,6 +210,14 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
             return False  # the window bounds the peer already
         per_read = self.config.receive_size // SMALLEST_MESSAGE
         return self._machine.pending_messages + per_read > self.config.limits.max_pending_messages
+
+    def _receive_size(self) -> int:
+        if self._machine.window is not None:
+            return self.config.windowed_receive_size  # the window bounds the peer
+        return self.config.receive_size
+
+    def _largest_receive_size(self) -> int:
+        return max(self.config.receive_size, self.config.windowed_receive_size)
 
     def _say_goodbye(self) -> None:
         if self._machine.state in _OPEN_OR_HANDSHAKING:
@@ -420,6 +353,77 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
                 window.release(1)
             raise
         return sequences[0]
+
+    async def send_messages(
+        self,
+        destination: str,
+        messages: Sequence[tuple[bytes, Mapping[str, FilterValue] | Iterable[tuple[str, FilterValue]]]],
+        *,
+        prepaid: Sequence[int] | None = None,
+    ) -> None:
+        """Send ``messages`` (payload, properties) in order, as many at a time as the window takes.
+
+        The batch form of :meth:`send_message` for high rates: each step
+        waits as that does for room in the window for one message, then
+        queues as many as the window has room for, so that the writer sends
+        them in one write and the peer reads them in one read, instead of
+        one write, one read and one ack each.
+
+        ``prepaid``: as :meth:`send_message`'s, one count per message, all
+        of them handed over: each with its message, and those of the
+        messages not sent given back if this raises.
+
+        Raises:
+            ValueError: no messages, or ``prepaid`` of another length.
+            LocalProtocolError: a bad destination or property (the messages
+                before it were sent).
+            MicroMsg2Closed and the other end errors: the connection ended.
+
+        Cancellation: the messages queued before stay queued; none is
+        half-sent. Always checkpoints.
+        """
+        if not messages or (prepaid is not None and len(prepaid) != len(messages)):
+            raise ValueError("send_messages needs messages, and as many prepaid counts when prepaid is given")
+        sent = 0
+        try:
+            while sent < len(messages):
+                await trio.lowlevel.checkpoint_if_cancelled()
+                self._check_open()
+                window = self._window
+                left = len(messages) - sent
+                count = left if window is None else await window.acquire_up_to(left)
+                batch = messages[sent : sent + count]
+                queued = 0
+
+                def queue() -> None:
+                    nonlocal queued
+                    self._check_open()
+                    machine = self._machine
+                    for payload, properties in batch:
+                        machine.send_message(destination, payload, properties=properties)
+                        queued += 1
+                    if machine.unacknowledged and self._all_acknowledged.is_set():
+                        self._all_acknowledged = trio.Event()
+                    self._wake_reader()  # the acks will need reading
+
+                try:
+                    if prepaid is None:
+                        await self._send_within_budget(sum(len(payload) for payload, _ in batch), queue)
+                    else:
+                        try:
+                            self._queue_prepaid(sum(prepaid[sent : sent + count]), queue)
+                        finally:
+                            sent += count  # their prepaid bytes are handed over, queued or not
+                        await trio.lowlevel.cancel_shielded_checkpoint()
+                        continue
+                except BaseException:
+                    if window is not None and count > queued:
+                        window.release(min(count - queued, window.in_flight))
+                    raise
+                sent += count
+        finally:
+            if prepaid is not None and sent < len(messages):
+                self.budget.give_back(sum(prepaid[sent:]))
 
     async def wait_acknowledged(self) -> None:
         """Wait until the peer has acknowledged every message we sent (at once without acks).

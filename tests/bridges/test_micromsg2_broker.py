@@ -179,10 +179,14 @@ async def test_the_window_is_demand(served: Served) -> None:
         assert await client.next_event() == Completed(destination="range?count=5")
 
 
-async def test_the_publisher_is_asked_for_what_the_window_has_room_for(served: Served) -> None:
-    # Window 3, no acks yet: the publisher sent the three in the window and
-    # one more, held by the broker (demand is one element behind the acks).
-    # An ack of 2 lets exactly two more through, and the publisher two more.
+async def test_the_publisher_is_asked_for_a_share_of_the_window_at_a_time(served: Served) -> None:
+    # Window 3, no acks yet: the broker asked for one element (to learn its
+    # size), then for its share of the window (3, the only subscription),
+    # sent the three the window takes and holds the fourth. An ack of 2
+    # lets exactly two more through (the raw client refuses a third), and
+    # once what it asked for has arrived the broker asks for 3 more: the
+    # publisher is never more than the window and one share ahead of the
+    # acks.
     with trio.fail_after(10):
         client = await handshake(served, window=3)
         await client.subscribe("count")
@@ -192,7 +196,12 @@ async def test_the_publisher_is_asked_for_what_the_window_has_room_for(served: S
         await client.ack(2)
         assert [(await client.next_event()).payload for _ in range(2)] == [number(3), number(4)]  # type: ignore[union-attr]
         await trio.testing.wait_all_tasks_blocked()
-        assert served.counted == [0, 1, 2, 3, 4, 5]
+        assert served.counted == [0, 1, 2, 3, 4, 5, 6]
+        assert served.connection().unacknowledged == 3  # and nothing more was sent
+        await client.ack(3)
+        assert [(await client.next_event()).payload for _ in range(3)] == [number(5), number(6), number(7)]  # type: ignore[union-attr]
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(served.counted) <= 5 + 3 + 3  # acked + the window + one share
 
 
 async def test_without_acks_the_broker_pushes_and_tcp_paces_it(served: Served) -> None:

@@ -22,6 +22,7 @@ NOT_SANS_IO = {
     "__init__.py",
     "_settings.py",
     "_trio.py",
+    "_stream.py",
     "_connect.py",
     "_broker.py",
     "_client.py",

@@ -17,6 +17,7 @@ from bridges.micromsg2 import (
     ExtensionSpec,
     Handshake,
     HandshakeCompleted,
+    LocalProtocolError,
     MicroMsg2AppServer,
     MicroMsg2Closed,
     MicroMsg2Connection,
@@ -290,3 +291,83 @@ async def test_closing_our_side_ends_open_streams_with_closed_by_us(nursery: tri
             with pytest.raises(MicroMsg2Closed) as caught:
                 await stream.receive()
             assert not caught.value.by_peer
+
+
+async def test_a_batch_is_taken_in_one_step_with_one_ack(nursery: trio.Nursery) -> None:
+    # The server sends ten messages in one step (send_messages, window 16),
+    # then completes. The client's one read brings them: receive_batch(4)
+    # takes four, receive_batch(100) the other six and not the end behind
+    # them, and each take is one ack frame (5 bytes at the server), where a
+    # take per message would be ten.
+    server_side: list[MicroMsg2Connection] = []
+    baseline: list[int] = []
+    acknowledged = trio.Event()
+
+    async def push(connection: MicroMsg2Connection) -> None:
+        server_side.append(connection)
+        command = await connection.receive_command()
+        baseline.append(connection.bytes_received)
+        await connection.send_messages(command.destination, [(b"%d" % n, {"n": n}) for n in range(10)])
+        await connection.complete(command.destination)
+        await connection.wait_acknowledged()
+        acknowledged.set()
+        with pytest.raises(trio.EndOfChannel):
+            await connection.receive_command()
+
+    settings = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(16), ExtensionSpec(name="pubsub")))
+    port = await start(nursery, MicroMsg2Server(push, settings=settings))
+    client = MicroMsg2Settings(required=(PUBSUB,), optional=(ExtensionSpec.batch_ack(16),))
+    with trio.fail_after(10):
+        async with open_micromsg2_connection("127.0.0.1", port, settings=client) as mm2:
+            assert mm2.window == 16
+            stream = await mm2.subscribe("d")
+            with pytest.raises(ValueError):
+                await stream.receive_batch(0)
+            first = await stream.receive_batch(4)
+            assert [(m.payload, dict(m.properties)) for m in first] == [(b"%d" % n, {"n": n}) for n in range(4)]
+            while server_side[0].unacknowledged != 6:
+                await trio.sleep(0.005)
+            rest = await stream.receive_batch(100)
+            assert [m.payload for m in rest] == [b"%d" % n for n in range(4, 10)]
+            await acknowledged.wait()
+            assert server_side[0].bytes_received - baseline[0] == 2 * 5  # two ack frames
+            with pytest.raises(trio.EndOfChannel):
+                await stream.receive_batch(100)
+
+
+async def test_send_messages_goes_out_within_the_window_and_hands_over_its_prepaid_bytes(nursery: trio.Nursery) -> None:
+    # Twenty messages through a window of 4 to a client taking one at a
+    # time: all arrive, in order (the client's machine refuses a server past
+    # the window). Then a batch whose third message has a bad property: the
+    # two before it go out and LocalProtocolError is raised. The bytes the
+    # server prepaid for both batches are all back in the budget.
+    budgets: list[tuple[int, int]] = []
+
+    async def push(connection: MicroMsg2Connection) -> None:
+        command = await connection.receive_command()
+        used = connection.budget.used
+        connection.budget.take_nowait(40)
+        await connection.send_messages(command.destination, [(b"%02d" % n, ()) for n in range(20)], prepaid=[2] * 20)
+        bad = [(b"a", ()), (b"b", ()), (b"c", (("k", 1), ("k", 2))), (b"d", ())]
+        connection.budget.take_nowait(4)
+        with pytest.raises(LocalProtocolError):
+            await connection.send_messages(command.destination, bad, prepaid=[1] * 4)
+        with pytest.raises(ValueError):
+            await connection.send_messages(command.destination, [(b"e", ())], prepaid=[1, 1])
+        await connection.complete(command.destination)
+        await connection.wait_acknowledged()
+        budgets.append((used, connection.budget.used))
+        with pytest.raises(trio.EndOfChannel):
+            await connection.receive_command()
+
+    settings = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(4), ExtensionSpec(name="pubsub")))
+    port = await start(nursery, MicroMsg2Server(push, settings=settings))
+    with trio.fail_after(10):
+        async with open_micromsg2_connection("127.0.0.1", port, settings=CLIENT) as mm2:
+            assert mm2.window == 4
+            stream = await mm2.subscribe("d")
+            assert [message.payload async for message in stream] == [b"%02d" % n for n in range(20)] + [b"a", b"b"]
+            while not budgets:
+                await trio.sleep(0.005)
+    [(before, after)] = budgets
+    assert after == before

@@ -205,3 +205,18 @@ def test_tls(tmp_path: Path) -> None:
         result = rstreams("sub", f"mm2s://{server.address}", "range?count=3", "--ca", str(tmp_path / "ca.pem"), "--format", "hex")
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == RANGE_3_HEX
+
+
+def test_mm2_sub_prints_what_decodes_before_a_message_that_does_not_and_stops_at_count(broker: Mm2Serve) -> None:
+    # The four messages arrive together and are taken as one batch: the two
+    # that decode as msgpack are printed, then the third fails with exit 5.
+    # --count stops at exactly its count, even inside a batch.
+    sent = rstreams("mm2", "send", broker.address, "chat", "1", "2", "hello", "3", "--property", "case:Tdecode")
+    assert sent.returncode == 0, sent.stderr
+    result = rstreams("mm2", "sub", broker.address, "chat?history=256", "--filter", "case=Tdecode", "--format", "msgpack")
+    assert result.returncode == 5, result.stderr
+    assert result.stdout.splitlines() == [b"49", b"50"]
+    assert b"message 2 is" in result.stderr
+    counted = rstreams("mm2", "sub", broker.address, "range?count=1000", "--count", "5", "--format", "hex")
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout.splitlines() == [f"{n:016x}".encode() for n in range(5)]
