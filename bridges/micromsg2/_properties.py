@@ -124,6 +124,8 @@ def make_properties(properties: Mapping[str, FilterValue] | Iterable[tuple[str, 
         MalformedTextError: a key that is not a FIELD or is repeated, or a
             value that is not a FILTER_VALUE.
     """
+    if not properties:
+        return ()  # (most messages: checked for every frame built and read)
     pairs = tuple(properties.items() if isinstance(properties, Mapping) else properties)
     keys = [check_field(key, "property name") for key, _ in pairs]
     if len(set(keys)) != len(keys):
