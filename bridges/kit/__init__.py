@@ -27,13 +27,14 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 * :class:`MemoryBudget`: the one memory budget of a connection, which
   every buffer takes from (``LinkSettings.max_connection_memory``);
 * :class:`BatchesWithinBudget`: an app's elements taken into that budget
+  (and :func:`next_ask`, how many to ask for)
   only once it has room for them (a publisher's first element included,
   whose size nobody knows when it is asked for);
 * :class:`LazyCli`: a bridge's command-line hooks, imported when called;
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
 
-from ._admit import BatchesWithinBudget
+from ._admit import BatchesWithinBudget, next_ask
 from ._app import COLLECT_COPIES, COLLECT_PREFETCH, ResponseTooLarge, collect_elements
 from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, pace_calls
@@ -76,6 +77,7 @@ __all__ = [
     "TopicPublisher",
     "collect_elements",
     "copy_error",
+    "next_ask",
     "open_app_session",
     "open_bridge_peer",
     "pace_calls",

@@ -40,7 +40,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 
-from ..kit import BatchesWithinBudget, TopicPublisher, open_app_session
+from ..kit import BatchesWithinBudget, TopicPublisher, next_ask, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
@@ -205,20 +205,21 @@ class _Broker:
         # be held for as long as the publisher sends nothing (two idle
         # subscriptions held the room of every other one). Until taken they
         # count in the app session's inbound half (that session has this
-        # budget's size, so that half is half of it). What is asked: one element first, then as many as this
-        # subscription's share of half the budget allows at its largest
-        # element so far (the other half stays the peer's to send commands
-        # and SENDs into), and within its share of the window. So a client
+        # budget's size, so that half is half of it). What is asked: one
+        # element first, then as many as this subscription's share of half
+        # the budget allows at its largest element so far, the half shared
+        # among the subscriptions open now (kit.next_ask; the other half
+        # stays the peer's to send commands and SENDs into), and within its
+        # share of the window. So a client
         # that subscribes to many streams and never acknowledges holds its
         # budget here, and then the app session's.
         budget = self.connection.budget
-        share = max(budget.limit // (2 * self.max_subscriptions), 1)
         largest = 0  # the largest element seen: the estimate for the next
         outstanding = 0  # asked of the publisher, not yet taken
         batches = BatchesWithinBudget(upstream, budget, max_bytes=self.connection.max_response_in_budget)
         while True:
             if outstanding == 0:
-                outstanding = max(1, min(self.demand(), share // largest)) if largest else 1
+                outstanding = next_ask(budget.limit, len(self.scopes), largest, self.demand())
                 upstream.request(outstanding)
             try:
                 batch = await batches.__anext__()  # its bytes are counted from here

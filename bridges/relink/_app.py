@@ -39,7 +39,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError
 
-from ..kit import BatchesWithinBudget, MemoryBudget, open_app_session
+from ..kit import BatchesWithinBudget, MemoryBudget, next_ask, open_app_session
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -51,8 +51,10 @@ __all__ = ["RelinkAppServer", "SUBSCRIBE_PREFETCH", "SHUTTING_DOWN", "TOO_MANY",
 logger = logging.getLogger("rstreams.bridges")
 
 #: The most demand per subscription on the app's side (the Relink window is
-#: the connector's); less when its elements are large (see _forward).
-SUBSCRIBE_PREFETCH = 64
+#: the connector's); less when its elements are large (see _forward). 64
+#: made the app server ask, and wait for its in-process session, every 64
+#: small elements: a quarter of its CPU per element.
+SUBSCRIBE_PREFETCH = 1024
 #: The error text sent to subscribers when the server stops.
 SHUTTING_DOWN = "server shutting down"
 #: The error text for a channel beyond ``max_subscriptions``.
@@ -145,14 +147,15 @@ class RelinkAppServer(RelinkServer):
             subscriptions.running -= 1
 
     async def _forward(
-        self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool], in_hand: MemoryBudget
+        self, link: RelinkLink, channel_id: int, elements: Subscription, sent: list[bool], subscriptions: _Subscriptions
     ) -> None:
         # The elements as messages, asked of the publisher a batch at a time
         # and only once the previous batch was handed to the link (which
         # waits for room in the connection's memory budget, where what it
         # keeps until acknowledged counts): one element first, to learn the
         # size, then as many as this subscription's share of half the budget
-        # allows at its largest element so far (at most SUBSCRIBE_PREFETCH).
+        # allows at its largest element so far, shared among the link's
+        # subscriptions running now (kit.next_ask; at most SUBSCRIBE_PREFETCH).
         # Whatever came goes out in one step, within the window. ``sent``
         # gets True once a message was handed over (even if this is then
         # cancelled: the channel must be closed after it).
@@ -165,7 +168,8 @@ class RelinkAppServer(RelinkServer):
         # for as long as the publisher sent nothing (one idle channel held
         # every other channel's first ask). Until taken, they count in the
         # app session's inbound half.
-        share = max(link.settings.max_connection_memory // (2 * self.max_subscriptions), 1)
+        in_hand = subscriptions.in_hand
+        budget_limit = link.settings.max_connection_memory
         count = 1
         largest = 0
         batches = BatchesWithinBudget(elements, in_hand, max_bytes=in_hand.limit)
@@ -197,7 +201,7 @@ class RelinkAppServer(RelinkServer):
                         del handed
                 finally:
                     in_hand.give_back(sum(len(element) for (element,) in messages))  # (not handed over)
-                count = max(1, min(SUBSCRIBE_PREFETCH, share // largest))
+                count = next_ask(budget_limit, subscriptions.running, largest, SUBSCRIBE_PREFETCH)
 
     async def _subscribe(
         self, link: RelinkLink, session: Session, channel: InboundChannel, subscriptions: _Subscriptions
@@ -224,7 +228,7 @@ class RelinkAppServer(RelinkServer):
                     else:
                         try:
                             async with session.subscribe(name, prefetch=0) as elements:
-                                await self._forward(link, channel_id, elements, forwarded, subscriptions.in_hand)
+                                await self._forward(link, channel_id, elements, forwarded, subscriptions)
                         except SubscriptionError as exc:
                             error = str(exc)
                     nursery.cancel_scope.cancel()

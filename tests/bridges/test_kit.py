@@ -40,6 +40,7 @@ from bridges.kit import (
     ResponseTooLarge,
     SendWindow,
     collect_elements,
+    next_ask,
     open_bridge_peer,
     open_connection,
 )
@@ -749,6 +750,18 @@ async def test_a_lost_connection_says_why_from_the_cause() -> None:
         with pytest.raises(LineLost, match=r"while reading: \[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed"):
             async with open_connection(LineConnection(FailingReadStream(ours), QUIET)):
                 pytest.fail("the handshake cannot complete")  # pragma: no cover
+
+
+def test_next_ask_shares_half_the_budget_among_the_subscriptions_open_now() -> None:
+    mib = 1024 * 1024
+    assert next_ask(64 * mib, 1, 0, 1024) == 1  # no element seen yet: one, to learn the size
+    assert next_ask(64 * mib, 1, 65536, 1024) == 512  # alone: all of the half
+    assert next_ask(64 * mib, 4, 65536, 1024) == 128  # four open: a quarter each
+    assert next_ask(64 * mib, 0, 65536, 1024) == 512  # (none counted yet: as one)
+    assert next_ask(64 * mib, 1, 8, 1024) == 1024  # small elements: the cap
+    assert next_ask(64 * mib, 1, 8, 16) == 16
+    assert next_ask(mib, 1, 4 * mib, 1024) == 1  # an element over the share: still one
+    assert next_ask(1, 1, 1, 1024) == 1
 
 
 # ---- SendWindow -------------------------------------------------------------------------

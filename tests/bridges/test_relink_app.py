@@ -424,3 +424,42 @@ async def test_channels_whose_peer_stopped_consuming_do_not_hold_back_the_others
             # (A window of one message: each element waits for the last one's ack.)
             await link.send(9, [b"range?count=3"])
             assert await everything(link, 9) == [element(n) for n in range(3)]
+
+
+async def test_a_lone_channel_asks_for_many_large_elements_at_once_and_a_second_halves_its_asks(nursery: trio.Nursery) -> None:
+    # A budget of 8 MiB, so half of it is 4 MiB: alone, a channel of 64 KiB
+    # elements asks for up to 64 at a time (its share is that whole half; a
+    # share of the 1,024 subscriptions that may run was 2 KiB, one element
+    # per ask). While a second channel runs (one that sent its element and
+    # holds), the asks are 32. The publisher records the demand it sees
+    # before each element.
+    app = rstreams.Router()
+    demands: dict[str, list[int]] = {"a": [], "b": [], "held": []}
+    release = trio.Event()
+
+    @app.publisher("big")
+    async def publish_big(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        seen = demands[request.params["name"]]
+        for _ in range(int(request.params["count"])):
+            await sink.wait_demand()
+            seen.append(sink.demand)
+            await sink.send(bytes(65536))
+        if request.params["name"] == "held":
+            await release.wait()
+
+    settings = RelinkSettings(max_connection_memory=8 * 1024 * 1024, shutdown_timeout=1.0)
+    server = RelinkAppServer(app, settings=settings)
+    listeners = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(20):
+        async with open_relink_link("127.0.0.1", listener_port(listeners[0]), config=sizes(1), settings=settings) as link:
+            await link.send(1, [b"big?name=a&count=200"])
+            assert len(await everything(link, 1)) == 200
+            assert max(demands["a"]) == 64
+            await link.send(2, [b"big?name=held&count=1"])
+            while not demands["held"]:
+                await trio.sleep(0.01)
+            await link.send(3, [b"big?name=b&count=200"])
+            assert len(await everything(link, 3)) == 200
+            assert max(demands["b"]) == 32
+            release.set()
+            assert len(await everything(link, 2)) == 1
