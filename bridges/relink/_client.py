@@ -118,8 +118,8 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                 # prefetch, which demand never exceeds).
                 ack_window = max(ack_window, feed.demand)
                 batch = [parts]
-                while len(batch) < feed.demand and len(inbound):
-                    batch.append(inbound.receive_nowait(consume=False))
+                if feed.demand > 1 and len(inbound):
+                    batch += inbound.receive_held(feed.demand - 1, consume=False)
                 inbound.consume(len(batch))  # one acknowledgement step for the batch
                 feed.deliver([_element(feed.name, parts) for parts in batch])
                 unacknowledged += len(batch)

@@ -429,7 +429,10 @@ class LinkEngine:
         link = self.link
         if link.peer_shutdown:
             raise RemoteProtocolError("message after the peer's shutdown")
-        for channel, count in Counter(packet.channels).items():
+        channels = packet.channels
+        # (A unicast message, nearly every one, needs no Counter.)
+        counts = ((channels[0], 1),) if len(channels) == 1 else Counter(channels).items()
+        for channel, count in counts:
             state = link.incoming.get(channel)
             if state is not None and state.closing:
                 raise RemoteProtocolError(f"message on channel {channel} after its close")

@@ -123,6 +123,30 @@ class InboundChannel:
         assert isinstance(item, MessageReceived)
         return item.parts
 
+    def receive_held(self, limit: int, *, consume: bool = True) -> list[tuple[bytes, ...]]:
+        """Up to ``limit`` of the messages held now, in order, stopping before anything else; their parts.
+
+        Never waits: for a reader that took one message and hands over the
+        others one read brought in one step, releasing what they held from
+        ``max_read_ahead`` once (one wake of the link's reader, not one per
+        message). ``consume`` as for :meth:`receive_event_nowait`.
+        """
+        items = self._items
+        taken: list[tuple[bytes, ...]] = []
+        released = 0
+        while items and len(taken) < limit:
+            item = items[0]
+            if not isinstance(item, MessageReceived):
+                break
+            items.popleft()
+            taken.append(item.parts)
+            released += _cost(item)
+        if released:
+            self._link._release(released)
+        if consume and taken:
+            self._link._consume(self.id, len(taken))
+        return taken
+
     async def receive(self, *, consume: bool = True) -> tuple[bytes, ...]:
         """Wait for the next message and consume it; its parts.
 

@@ -15,6 +15,7 @@ import pytest
 import trio
 import trustme
 
+from bridges.kit import ITEM_COST
 from bridges.relink import (
     CommitRequested,
     HandshakeRejected,
@@ -373,3 +374,46 @@ async def test_send_batch_hands_over_what_the_window_takes(nursery: trio.Nursery
                 del messages[: await link.send_batch(3, messages)]
             assert [await replies.receive() for _ in range(10)] == [(b"%d" % n,) for n in range(10)]
             assert await link.send_batch(3, []) == 0
+
+
+async def test_receive_held_takes_what_is_held_up_to_a_limit_and_stops_before_a_commit(nursery: trio.Nursery) -> None:
+    # Four items wait on the listener's channel: a, b, c and a commit
+    # request. After one receive, receive_held takes the held messages in
+    # one step, never past its limit nor the commit, and releases what they
+    # held from max_read_ahead at once.
+    config = LinkConfig(connector_id_size=1, listener_id_size=1, connector_transactions=True)
+    taken: list[object] = []
+    done = trio.Event()
+
+    async def judge(link: RelinkLink) -> None:
+        channel = await link.accept_channel()
+        await channel.wait_more_than(3)
+        held = link.held_bytes
+        taken.append(await channel.receive(consume=False))
+        taken.append(channel.receive_held(0))
+        taken.append(channel.receive_held(1, consume=False))
+        taken.append(channel.receive_held(10, consume=False))
+        taken.append(held - link.held_bytes)
+        channel.consume(3)
+        commit = await channel.receive_event()
+        assert isinstance(commit, CommitRequested)
+        await link.answer_commit(commit.channel, commit.sequence, committed=True)
+        await channel.wait_more_than(0)
+        taken.append(channel.receive_held(10))
+        taken.append(link.held_bytes)
+        done.set()
+        with pytest.raises(trio.EndOfChannel):
+            await channel.receive_event()
+
+    _, port = await start(nursery, handler=judge, config=config)
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, endpoint="test", config=config, settings=FAST) as link:
+            for body in (b"a", b"b", b"c"):
+                await link.send(3, [body])
+            assert await link.commit(3) is True
+            await link.send(3, [b"d"])
+            await done.wait()
+            await link.close_channel(3)
+    assert taken[:4] == [(b"a",), [], [(b"b",)], [(b"c",)]]
+    assert taken[4] == 3 * (ITEM_COST + 1)  # the three messages, released
+    assert taken[5:] == [[(b"d",)], 0]
