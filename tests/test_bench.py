@@ -10,6 +10,7 @@ Debian's nats-server); the parts that need them are skipped without them.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -243,3 +244,29 @@ def test_the_session_cost_answers_every_fetch() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "server" in result.stdout and "client" in result.stdout
+
+
+def test_the_bridge_stream_reads_through_every_bridge() -> None:
+    # One tiny stream through each bridge by URL (bench/bridge_stream.py, on
+    # this checkout): every scheme answers, with every element (the script
+    # asserts the count), or, for the request-response bridges, the typed
+    # error of a stream over their response limit.
+    root = str(BENCH.parent)
+    small = subprocess.run(
+        [sys.executable, str(BENCH / "bridge_stream.py"), root, "--count", "300"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert small.returncode == 0, small.stderr
+    rows = [json.loads(line) for line in small.stdout.splitlines()]
+    assert [row["scheme"] for row in rows] == ["tcp", "mm2", "relink", "emp", "epoxy"]
+    assert all(row["el_s"] > 0 for row in rows), rows
+    large = subprocess.run(
+        [sys.executable, str(BENCH / "bridge_stream.py"), root, "--schemes", "emp", "--count", "80", "--size", "65536"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert large.returncode == 0, large.stderr
+    assert "exceeds" in json.loads(large.stdout)["error"]
