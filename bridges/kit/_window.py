@@ -64,9 +64,12 @@ class SendWindow:
         """Take room for ``n`` messages.
 
         Raises:
+            ValueError: ``n`` is negative (it would free room).
             trio.WouldBlock: not enough room.
             The error given to :meth:`close`, once closed.
         """
+        if n < 0:
+            raise ValueError(f"n must not be negative, got {n}")
         if self._error is not None:
             raise copy_error(self._error)
         if n > self.available:

@@ -23,6 +23,8 @@ from urllib.parse import parse_qsl
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import rstreams
 from bridges.kit import (
@@ -877,6 +879,58 @@ async def test_send_window_acquire_up_to_takes_what_the_window_has_room_for() ->
         window.close(LineLost("gone"))
         with pytest.raises(LineLost):
             await window.acquire_up_to(1)
+
+
+window_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("acquire_nowait"), st.integers(-1, 10)),
+        st.tuples(st.just("acquire_up_to"), st.integers(-1, 10)),
+        st.tuples(st.just("release"), st.integers(-1, 10)),
+        st.tuples(st.just("reset"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(size=st.integers(1, 8), steps=window_steps)
+def test_send_window_follows_its_model(size: int, steps: list[tuple[str, int]]) -> None:
+    # The window against a model count: what is in flight never leaves
+    # [0, size]; acquire_nowait takes all or nothing; acquire_up_to (run
+    # only when it need not wait) takes min(n, room); a release of more than
+    # is in flight, or of a negative count, is refused and changes nothing.
+    window = SendWindow(size)
+    in_flight = 0
+
+    async def acquire_up_to(n: int) -> int:
+        return await window.acquire_up_to(n)
+
+    for op, n in steps:
+        if op == "acquire_nowait":
+            if 0 <= n <= size - in_flight:
+                window.acquire_nowait(n)
+                in_flight += n
+            else:
+                with pytest.raises(ValueError if n < 0 else trio.WouldBlock):
+                    window.acquire_nowait(n)
+        elif op == "acquire_up_to":
+            if n <= 0:
+                with pytest.raises(ValueError):
+                    trio.run(acquire_up_to, n)
+            elif in_flight < size:
+                assert trio.run(acquire_up_to, n) == min(n, size - in_flight)
+                in_flight += min(n, size - in_flight)
+        elif op == "release":
+            if 0 <= n <= in_flight:
+                window.release(n)
+                in_flight -= n
+            else:
+                with pytest.raises(ValueError):
+                    window.release(n)
+        else:
+            window.reset()
+            in_flight = 0
+        assert (window.in_flight, window.available) == (in_flight, size - in_flight)
 
 
 async def test_send_window_close_wakes_waiters_with_the_error() -> None:
