@@ -402,6 +402,38 @@ async def test_take_held_hands_over_what_one_read_brought_up_to_a_limit_and_a_st
             assert connection.bytes_received == received  # never read for them
 
 
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), st.text(alphabet="ab01", max_size=3)),
+            st.tuples(st.just("take_held"), st.integers(0, 5)),
+        ),
+        max_size=40,
+    )
+)
+def test_take_held_follows_its_model(steps: list[tuple[str, Any]]) -> None:
+    # Against a model list: take_held gives the held items in order, at most
+    # its limit, stopping at the first the predicate refuses (here: not all
+    # digits), and what stays held is exactly what counts against the
+    # read-ahead and the budget.
+    connection, _ = line_pair()
+    queue = connection.data
+    model: list[str] = []
+    for op, argument in steps:
+        if op == "put":
+            queue.put(argument, len(argument))
+            model.append(argument)
+        else:
+            expected: list[str] = []
+            while model and len(expected) < argument and model[0].isdigit():
+                expected.append(model.pop(0))
+            assert queue.take_held(argument, str.isdigit) == expected
+        assert len(queue) == len(model)
+        assert connection.buffered_bytes == sum(ITEM_COST + len(item) for item in model)
+        assert connection.budget.used == connection.buffered_bytes
+
+
 async def test_read_ahead_bound_stops_reading_even_with_a_waiter() -> None:
     # A ping waits for its pong, but what was read already (8 data lines)
     # is at the bound: the reader waits until the application takes it.
