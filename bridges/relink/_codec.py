@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import struct
 
+from rstreams.protocol import prechecked
+
 from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from ._packets import (
     DEFAULT_LIMITS,
@@ -75,6 +77,16 @@ _U64 = struct.Struct("<Q")
 _MAX_SHORT_LENGTH = 0xFF
 _MAX_SMALL_SIZE = 0xFFFF
 _COMPACT_AT = 64 * 1024  # drop consumed bytes from the buffer past this offset
+# The channel formats by their three bits (None: no such format), looked up
+# instead of calling the enum for every packet.
+_FORMATS: tuple[ChannelFormat | None, ...] = tuple(
+    ChannelFormat(bits) if bits in ChannelFormat._value2member_map_ else None for bits in range(8)
+)
+# A received message, built without MessagePacket's checks: the decoder made
+# every field itself (channels from their id bytes, one unless multicast;
+# parts as bytes, no more than max_parts), so they hold by construction, and
+# checking them again was a fifth of reading a small message.
+_decoded_message = prechecked(MessagePacket)
 
 
 def _pad(offset: int, alignment: int) -> int:
@@ -248,10 +260,9 @@ class PacketDecoder:
             if not self._available(8):
                 return None
             return GeneralPacket(type=general_type), 8
-        try:
-            channel_format = ChannelFormat((byte0 >> 2) & 7)
-        except ValueError:
-            raise RemoteProtocolError(f"unknown channel packet format {(byte0 >> 2) & 7}") from None
+        channel_format = _FORMATS[(byte0 >> 2) & 7]
+        if channel_format is None:
+            raise RemoteProtocolError(f"unknown channel packet format {(byte0 >> 2) & 7}")
         kind = _packet_type(channel_format, data)
         multicast = bool(byte0 & _MULTICAST)
         id_size = self.receiver_id_size if channel_format.names_receivers_channel else self.sender_id_size
@@ -270,10 +281,13 @@ class PacketDecoder:
             offset = 8
         if not self._available(offset + count * id_size):
             return None
-        channels = tuple(
-            int.from_bytes(buf[start + offset + i * id_size : start + offset + (i + 1) * id_size], "little")
-            for i in range(count)
-        )
+        at = start + offset
+        if count == 1:
+            channels: tuple[int, ...] = (int.from_bytes(buf[at : at + id_size], "little"),)
+        else:
+            channels = tuple(
+                int.from_bytes(buf[at + i * id_size : at + (i + 1) * id_size], "little") for i in range(count)
+            )
         offset += count * id_size
         if channel_format is ChannelFormat.MESSAGE:
             return self._parse_message(buf, start, offset, byte0, channels, multicast)
@@ -325,7 +339,9 @@ class PacketDecoder:
             offset += 2 * count
             offset += _pad(offset, 8)
         total = 0
+        length = offset
         for size in sizes:
+            length += size + (-size % 8)
             if size > limits.max_part_size:
                 raise LimitExceeded(
                     f"message part of {size} bytes; the limit is {limits.max_part_size}",
@@ -339,14 +355,13 @@ class PacketDecoder:
                 limit="max_message_size",
                 value=total,
             )
-        length = offset + sum(size + _pad(size, 8) for size in sizes)
         if not self._available(length):
             return None
         parts = []
         for size in sizes:
             parts.append(bytes(buf[start + offset : start + offset + size]))
             offset += size + _pad(size, 8)
-        return MessagePacket(channels=channels, parts=tuple(parts), multicast=multicast), length
+        return _decoded_message(channels, tuple(parts), multicast), length
 
 
 def _packet_type(

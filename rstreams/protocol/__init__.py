@@ -36,6 +36,7 @@ from ._messages import (
     Request,
     Subscribe,
     Subscribed,
+    prechecked,
 )
 from ._state import ConnectionState, PublicationState, SubscriptionState
 from ._timers import IdleTimer, KeepaliveAction, KeepaliveTimer
@@ -89,4 +90,5 @@ __all__ = [
     "UNBOUNDED",
     "encode",
     "message_from_wire",
+    "prechecked",
 ]
