@@ -451,25 +451,23 @@ class Connection:
             checked = make_properties(properties)
         except MalformedTextError as exc:
             raise LocalProtocolError(exc.message) from None
-        MessageFrame(sequence=1, destination=destination, properties=checked)  # validates
+        # The first frame is built (and so checked, payload included) before
+        # the sequence number is taken: a message refused here leaves no gap.
+        size, sending = len(payload), self._sending
+        first = MessageFrame(sequence=sending.next_sequence, destination=destination, properties=checked,
+                             payload=payload[:SPLIT_SIZE], continued=size > SPLIT_SIZE)  # fmt: skip
         if dotnet_type is not None and (not self.uses(DOTNET) or not dotnet_type):
             raise LocalProtocolError("a dotnet type needs the dotnet extension and a non-empty name")
-        if self._sending.credit == 0:
-            raise LocalProtocolError(f"the ack window of {self._sending.window} is full")
-        sequence = self._sending.take_sequence()
+        if sending.credit == 0:
+            raise LocalProtocolError(f"the ack window of {sending.window} is full")
+        sequence = sending.take_sequence()
         if dotnet_type is not None:
             self._queue(ExtensionFrame(extension_id=self._indexes[DOTNET], payload=dotnet_type.encode("utf-8")))
-        chunks = [payload[start : start + SPLIT_SIZE] for start in range(0, len(payload), SPLIT_SIZE)] or [b""]
-        for number, chunk in enumerate(chunks, start=1):
-            self._queue(
-                MessageFrame(
-                    sequence=sequence,
-                    destination=destination,
-                    properties=checked,
-                    payload=chunk,
-                    continued=number < len(chunks),
-                )
-            )
+        self._queue(first)
+        for start in range(SPLIT_SIZE, size, SPLIT_SIZE):  # the CONTINUED frames of a large payload
+            chunk, continued = payload[start : start + SPLIT_SIZE], start + SPLIT_SIZE < size
+            self._queue(MessageFrame(sequence=sequence, destination=destination, properties=checked,
+                                     payload=chunk, continued=continued))  # fmt: skip
         return sequence
 
     def acknowledge(self, count: int = 1) -> None:

@@ -183,6 +183,25 @@ def test_a_sequence_number_out_of_order_is_refused() -> None:
            "sequence number 2 where 1 was due")  # fmt: skip
 
 
+def test_a_message_refused_by_the_sender_takes_no_sequence_number() -> None:
+    # A payload that is not bytes, a bad destination, a full window: each is
+    # refused before a number is taken, so the next message gets the next
+    # number and the receiver (which refuses a gap) takes it.
+    pair = open_pair("", "", "batch-ack:max-count=1")
+    server, client = pair.server, pair.client
+    for destination, payload in (("t", bytearray(b"x")), ("t" * 256, b"x"), ("t", "text")):
+        with pytest.raises(LocalProtocolError):
+            server.send_message(destination, payload)  # type: ignore[arg-type]
+    assert server.send_message("t", b"one") == 1
+    with pytest.raises(LocalProtocolError, match="window"):
+        server.send_message("t", b"two")
+    assert [m.sequence for m in messages(pair.take_client_events())] == [1]
+    client.acknowledge(1)
+    pair.take_server_events()
+    assert server.send_message("t", b"two") == 2
+    assert [(m.sequence, m.payload) for m in messages(pair.take_client_events())] == [(2, b"two")]
+
+
 # ---- CONTINUED frames --------------------------------------------------------------
 
 
