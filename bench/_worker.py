@@ -65,7 +65,6 @@ async def rstreams_round_trips(port: int, total: int, concurrency: int, mode: st
     (rsocket-py's side of the pair is request-response too); ``iterate``:
     ``async with session.subscribe(...)`` and ``async for``.
     """
-    import trio
 
     import rstreams
 

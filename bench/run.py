@@ -772,7 +772,7 @@ def issue19_lines(cases: list[Case], phase: dict[str, Any], skipped: dict[str, s
     lines += [
         "",
         f"Goals held: **{held} of {counted}**" + ("" if enough else f" (indicative only: {rounds} rounds)")
-        + f". Ratios above 1 mean rstreams is faster, except latency, where below 1 means a lower p99.",
+        + ". Ratios above 1 mean rstreams is faster, except latency, where below 1 means a lower p99.",
     ]
     if latency:
         lines += [

@@ -10,7 +10,6 @@ in ``_serving``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import re

@@ -40,7 +40,6 @@ from ._common import (
     EXIT_CONNECTION,
     EXIT_DECODE,
     EXIT_FAILURE,
-    EXIT_GOODBYE,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_USAGE,

@@ -79,8 +79,6 @@ from operator import index
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, cast
 
-import msgpack
-
 from ._batch import ElementBatch, batch_of_one_size
 from ._codec import (
     FIXARRAY_4,

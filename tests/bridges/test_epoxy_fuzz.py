@@ -17,7 +17,6 @@ from bridges.epoxy import (
     ConnectionState,
     EpoxyHeaders,
     EpoxyLimits,
-    EpoxyMessageType,
     FrameDecoder,
     ProtocolError,
     RemoteProtocolError,

@@ -16,7 +16,6 @@ from bridges.micromsg2 import (
     ConnectionFailed,
     ConnectionState,
     ErrorFrame,
-    ExtensionFrame,
     Limits,
     LocalProtocolError,
     MessageFrame,
@@ -33,7 +32,7 @@ from bridges.micromsg2 import (
     encode_frame,
     parse_filter,
 )
-from tests.bridges.micromsg2_pair import Pair, ext, open_pair
+from tests.bridges.micromsg2_pair import Pair, open_pair
 
 
 def messages(events: Sequence[object]) -> list[MessageReceived]:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import SMALL_LIMITS
-from rstreams.protocol import UNBOUNDED, Connection, Elements, Hello, OnNextLastPart, OnNextPart, Subscribed, encode
+from rstreams.protocol import UNBOUNDED, Connection, Elements, OnNextLastPart, OnNextPart
 
 BUDGET = 40_000  # inbound half 20,000; the sender splits at most 10,000 at once
 
