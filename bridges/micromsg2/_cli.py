@@ -253,8 +253,7 @@ async def _send(args: argparse.Namespace) -> int:
     settings = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(args.window),), handshake_timeout=args.timeout)
     stream = await _connect(args)
     async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as mm2:
-        for payload in args.payloads:
-            await mm2.send_message(args.destination, payload.encode("utf-8"), properties=properties)
+        await mm2.send_messages(args.destination, [(payload.encode("utf-8"), properties) for payload in args.payloads])
         await mm2.wait_acknowledged()
         await _raise_if_refused(mm2)
     return EXIT_OK

@@ -319,39 +319,9 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         queued, the message may still go out (``prepaid`` is handed over or
         given back either way). Always checkpoints.
         """
-        try:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            self._check_open()
-            window = self._window
-            if window is not None:
-                await window.acquire(1)
-        except BaseException:
-            if prepaid:
-                self.budget.give_back(prepaid)
-            raise
-        sequences: list[int] = []
-
-        def queue() -> None:
-            self._check_open()
-            sequences.append(
-                self._machine.send_message(destination, payload, properties=properties, dotnet_type=dotnet_type)
-            )
-            if self._machine.unacknowledged and self._all_acknowledged.is_set():
-                self._all_acknowledged = trio.Event()
-            self._wake_reader()  # the ack will need reading
-
-        try:
-            # Within the connection's memory budget: room for the payload
-            # is waited for before the frames are built.
-            if prepaid is None:
-                await self._send_within_budget(len(payload), queue)
-            else:
-                self._queue_prepaid(prepaid, queue)
-                await trio.lowlevel.cancel_shielded_checkpoint()
-        except BaseException:
-            if not sequences and window is not None and window.in_flight:
-                window.release(1)
-            raise
+        sequences = await self._send_in_steps(
+            destination, [(payload, properties)], None if prepaid is None else [prepaid], dotnet_type
+        )
         return sequences[0]
 
     async def send_messages(
@@ -384,6 +354,22 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         """
         if not messages or (prepaid is not None and len(prepaid) != len(messages)):
             raise ValueError("send_messages needs messages, and as many prepaid counts when prepaid is given")
+        await self._send_in_steps(destination, messages, prepaid, None)
+
+    async def _send_in_steps(
+        self,
+        destination: str,
+        messages: Sequence[tuple[bytes, Mapping[str, FilterValue] | Iterable[tuple[str, FilterValue]]]],
+        prepaid: Sequence[int] | None,
+        dotnet_type: str | None,
+    ) -> list[int]:
+        # What send_message and send_messages share: each step waits for room
+        # in the window for one message, takes it for as many as it has
+        # (acquire_up_to), and queues those within the budget (their prepaid
+        # bytes handed over, or room waited for). The prepaid bytes of the
+        # messages not sent are given back if this raises. Their sequence
+        # numbers, in order.
+        sequences: list[int] = []
         sent = 0
         try:
             while sent < len(messages):
@@ -393,21 +379,22 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
                 left = len(messages) - sent
                 count = left if window is None else await window.acquire_up_to(left)
                 batch = messages[sent : sent + count]
-                queued = 0
+                queued = len(sequences)
 
                 def queue() -> None:
-                    nonlocal queued
                     self._check_open()
                     machine = self._machine
                     for payload, properties in batch:
-                        machine.send_message(destination, payload, properties=properties)
-                        queued += 1
+                        sequences.append(
+                            machine.send_message(destination, payload, properties=properties, dotnet_type=dotnet_type)
+                        )
                     if machine.unacknowledged and self._all_acknowledged.is_set():
                         self._all_acknowledged = trio.Event()
                     self._wake_reader()  # the acks will need reading
 
                 try:
                     if prepaid is None:
+                        # Room for the payloads is waited for before the frames are built.
                         await self._send_within_budget(sum(len(payload) for payload, _ in batch), queue)
                     else:
                         try:
@@ -417,13 +404,15 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
                         await trio.lowlevel.cancel_shielded_checkpoint()
                         continue
                 except BaseException:
-                    if window is not None and count > queued:
-                        window.release(min(count - queued, window.in_flight))
+                    unqueued = count - (len(sequences) - queued)
+                    if window is not None and unqueued:
+                        window.release(min(unqueued, window.in_flight))
                     raise
                 sent += count
         finally:
             if prepaid is not None and sent < len(messages):
                 self.budget.give_back(sum(prepaid[sent:]))
+        return sequences
 
     async def wait_acknowledged(self) -> None:
         """Wait until the peer has acknowledged every message we sent (at once without acks).

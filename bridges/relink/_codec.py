@@ -80,7 +80,7 @@ _COMPACT_AT = 64 * 1024  # drop consumed bytes from the buffer past this offset
 # The channel formats by their three bits (None: no such format), looked up
 # instead of calling the enum for every packet.
 _FORMATS: tuple[ChannelFormat | None, ...] = tuple(
-    ChannelFormat(bits) if bits in ChannelFormat._value2member_map_ else None for bits in range(8)
+    next((member for member in ChannelFormat if member == bits), None) for bits in range(8)
 )
 # A received message, built without MessagePacket's checks: the decoder made
 # every field itself (channels from their id bytes, one unless multicast;

@@ -83,9 +83,10 @@ def test_sub_mm2_cannot_connect() -> None:
     assert b"cannot connect" in result.stderr
 
 
-def test_sub_suggests_a_window_of_prefetch() -> None:
-    # A broker of our own (a sans-I/O machine on a socket in a thread)
-    # records the client's handshake: batch-ack's count is --prefetch.
+def _handshake_of(*command: str) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
+    """Run ``rstreams COMMAND`` (with ``{address}`` for the broker's) against a
+    broker of our own (a sans-I/O machine on a socket in a thread) that
+    answers one subscription with b"only"; the result and what the client sent."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     hellos: list[bytes] = []
@@ -113,13 +114,29 @@ def test_sub_suggests_a_window_of_prefetch() -> None:
     thread = threading.Thread(target=broker, daemon=True)
     thread.start()
     try:
-        result = rstreams("sub", f"mm2://127.0.0.1:{port}", "things", "--prefetch", "5")
+        result = rstreams(*(part.format(address=f"127.0.0.1:{port}") for part in command))
     finally:
         thread.join(20)
         listener.close()
+    return result, b"".join(hellos)
+
+
+def test_sub_suggests_a_window_of_prefetch() -> None:
+    # batch-ack's count in the client's handshake is --prefetch.
+    result, sent = _handshake_of("sub", "mm2://{address}", "things", "--prefetch", "5")
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"only\n"
-    assert b"batch-ack:max-count=5" in b"".join(hellos)
+    assert b"batch-ack:max-count=5" in sent
+
+
+def test_mm2_sub_suggests_the_largest_window_by_default() -> None:
+    # With no --window, rstreams mm2 sub suggests what the client may hold
+    # (max_pending_messages, 1024), as rstreams sub mm2:// does for an
+    # adaptive subscriber; its acks follow what it prints.
+    result, sent = _handshake_of("mm2", "sub", "{address}", "things")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"only\n"
+    assert b"batch-ack:max-count=1024" in sent
 
 
 # ---- rstreams mm2 sub | send ---------------------------------------------------------------
