@@ -13,10 +13,14 @@ from rstreams import Peer, SubscriptionError
 
 from ._budget import MemoryBudget
 
-__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH", "COLLECT_COPIES"]
+__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH", "COLLECT_MOST_ASKED", "COLLECT_COPIES"]
 
-#: Demand per subscription while collecting a response.
+#: The first ask of a response being collected, before the size of its
+#: elements is known (its later asks are sized by the room left).
 COLLECT_PREFETCH = 64
+
+#: The most elements a response being collected keeps asked for at once.
+COLLECT_MOST_ASKED = 65_536
 
 #: What a response being collected within a budget counts, per byte of its
 #: limit: its elements, and as much again for their copies on the way
@@ -42,13 +46,21 @@ async def collect_elements(
     name: str,
     *,
     max_bytes: int,
-    prefetch: int = COLLECT_PREFETCH,
+    prefetch: int | None = None,
     budget: MemoryBudget | None = None,
 ) -> list[bytes]:
     """Subscribe to ``name`` and return all its elements once it completes.
 
     Args:
         max_bytes: the most element bytes of the response.
+        prefetch: None (the default): ask for :data:`COLLECT_PREFETCH`
+            elements, then keep asked for as many as the room left in
+            ``max_bytes`` holds at the largest element seen so far (at least
+            one, at most :data:`COLLECT_MOST_ASKED`), topped up each time
+            half has come. So a stream of small elements is collected in
+            few asks, and what is asked for and not yet come never holds
+            more than the response may. An int: a fixed window of that many
+            elements, as ``Peer.subscribe``'s.
         budget: the connection's memory budget: ``COLLECT_COPIES *
             max_bytes`` (``max_bytes`` is first cut to what the budget can
             hold) is taken from it before subscribing, waiting for room, so
@@ -76,12 +88,28 @@ async def collect_elements(
     elements: list[bytes] = []
     size = 0
     try:
-        async with peer.subscribe(name, prefetch=prefetch) as subscription:
-            async for element in subscription:
-                size += len(element)
+        async with peer.subscribe(name, prefetch=0 if prefetch is None else prefetch) as subscription:
+            asked = outstanding = COLLECT_PREFETCH
+            largest = 0
+            if prefetch is None:
+                subscription.request(asked)
+            async for batch in subscription.batches():
+                size += sum(map(len, batch))
                 if size > max_bytes:
                     raise ResponseTooLarge(max_bytes)
-                elements.append(bytes(element))
+                elements.extend(map(bytes, batch))
+                if prefetch is None:
+                    outstanding -= len(batch)
+                    largest = max(largest, max(map(len, batch), default=0))
+                    if 2 * outstanding <= asked:
+                        # What is asked for and still to come fits in the
+                        # room left, by the largest element seen.
+                        room = (max_bytes - size) // max(largest, 1)
+                        more = min(room, COLLECT_MOST_ASKED) - outstanding
+                        if more > 0 or not outstanding:
+                            asked = max(more, 1)
+                            outstanding += asked
+                            subscription.request(asked)
     except BaseException:
         if budget is not None:
             budget.give_back(reserved)

@@ -1340,6 +1340,7 @@ async def test_collect_elements() -> None:
     app = rstreams.Router({"count": count_publisher})
     with trio.fail_after(10):
         async with rstreams.open_local_session(app) as session:
+            assert await collect_elements(session, "count?count=20000", max_bytes=80_000) == [u32(i) for i in range(20_000)]
             assert await collect_elements(session, "count?count=5", max_bytes=20) == [u32(i) for i in range(5)]
             assert await collect_elements(session, "count?count=0", max_bytes=0) == []
             assert await collect_elements(session, "count?count=200", max_bytes=800, prefetch=3) == [u32(i) for i in range(200)]
@@ -1351,6 +1352,37 @@ async def test_collect_elements() -> None:
                 await collect_elements(session, "missing", max_bytes=100)
             # The session is still usable.
             assert await collect_elements(session, "count?count=2", max_bytes=8) == [u32(0), u32(1)]
+
+
+async def test_collect_elements_asks_for_what_the_room_left_holds() -> None:
+    # By default the first ask is COLLECT_PREFETCH; every later one keeps
+    # what is asked for and still to come within the room left in max_bytes
+    # (by the largest element seen), so a long stream of small elements is
+    # collected in a few asks, and never more is asked for than may come.
+    seen: dict[str, int] = {"asks": 0, "worst": 0}
+    size, count = 100, 1000
+
+    async def hundreds(sink: rstreams.Sink) -> None:
+        for value in range(count):
+            before = sink.demand
+            seen["worst"] = max(seen["worst"], (value + before) * size)
+            await sink.send(value.to_bytes(size, "big"))
+            if sink.demand > before - 1:  # an ask came while it sent
+                seen["asks"] += 1
+                seen["worst"] = max(seen["worst"], (value + 1 + sink.demand) * size)
+
+    app = rstreams.Router({"hundreds": hundreds})
+    with trio.fail_after(10):
+        async with rstreams.open_local_session(app) as session:
+            elements = await collect_elements(session, "hundreds", max_bytes=size * count)
+            assert elements == [value.to_bytes(size, "big") for value in range(count)]
+            assert seen["worst"] <= size * count
+            assert 1 < seen["asks"] <= 4, seen  # a fixed window of 64 takes 30 or more
+            seen.update(asks=0, worst=0)
+            # One byte less than the stream: the last element does not fit.
+            with pytest.raises(ResponseTooLarge):
+                await collect_elements(session, "hundreds", max_bytes=size * count - 1)
+            assert seen["worst"] <= size * count - 1 + size  # the last ask is for one element
 
 
 async def test_batches_within_budget_take_room_once_the_elements_are_there() -> None:
