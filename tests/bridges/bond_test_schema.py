@@ -116,4 +116,5 @@ class Everything(bond.Struct):
     bonded: bond.Bonded[Derived] = field(5, bond.bonded(Derived))
     nested: Outer = field(6, Outer)
     sets: set[float] = field(7, bond.set_of(bond.DOUBLE))
+    blobs: list[bytes] = field(8, bond.list_of(bond.BLOB))  # rstreams' Elements: read in one loop
     wide_id: int = field(0xFFFF, bond.INT64)

@@ -187,6 +187,7 @@ def test_unknown_fields_of_every_type_are_skipped(protocol: Protocol) -> None:
         bonded=bond.Bonded(Derived(a=6, b=7)),
         nested=Outer(inner=Base(a=8)),
         sets={1.5, -2.0},
+        blobs=[b"", b"ab"],
         wide_id=-9,
     )
     wire = bond.serialize(everything, protocol)
@@ -375,3 +376,45 @@ def test_the_container_limit_spares_blobs_and_skipped_data() -> None:
     wire = bond.serialize(Containers(blob=bytes(100)), V1)
     assert bond.deserialize(Containers, wire, V1, limits=limits).blob == bytes(100)
     assert bond.read_tree(wire, V1, limits=limits).get(4) == bond.ListValue(bond.BondDataType.BT_INT8, bytes(100))
+
+
+class Blobs(bond.Struct):
+    items: list[bytes] = bond.field(0, bond.list_of(bond.BLOB))
+    maybe: bytes | None = bond.field(1, bond.nullable(bond.BLOB))
+
+
+@pytest.mark.parametrize("protocol", [V1, V2, FAST])
+def test_a_list_of_blobs_round_trips(protocol: Protocol) -> None:
+    # Each item of a list<blob> is read and written in one loop (rstreams'
+    # Elements response): what goes in comes out, empty and large items too.
+    value = Blobs(items=[b"", b"a", bytes(range(256)) * 2, bytearray(b"xy"), memoryview(b"z")], maybe=b"m")
+    back = bond.deserialize(Blobs, bond.serialize(value, protocol), protocol)
+    assert back.items == [b"", b"a", bytes(range(256)) * 2, b"xy", b"z"]
+    assert all(type(item) is bytes for item in back.items) and back.maybe == b"m"
+    with pytest.raises(bond.BondEncodeError, match="blob value must be bytes, got str"):
+        bond.serialize(Blobs(items=[b"a", "b"]), protocol)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("wire", "error", "message"),
+    [
+        # list<blob> of 2: "a", then a blob of int32 items.
+        (h("0b 0b 02 0e 01 61 10 01 02 00"), bond.BondDecodeError, "blob of BT_INT32"),
+        # list<blob> of 2: "a", then a blob of 5 bytes with 2 left.
+        (h("0b 0b 02 0e 01 61 0e 05 62 00"), bond.BondDecodeError, "blob of 5 items at offset 8, 2 bytes left"),
+        # list<blob> of 3 whose third item is cut off.
+        (h("0b 0b 03 0e 01 61 0e 00"), bond.BondDecodeError, "truncated"),
+    ],
+)
+def test_a_list_of_blobs_is_checked_item_by_item(wire: bytes, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        bond.deserialize(Blobs, wire, V1)
+
+
+def test_a_list_of_blobs_counts_its_items_one_level_deeper() -> None:
+    wire = bond.serialize(Blobs(items=[b"a"]), V1)
+    assert bond.deserialize(Blobs, wire, V1, limits=bond.BondLimits(max_depth=3)).items == [b"a"]
+    with pytest.raises(bond.BondLimitError, match="deeper than 2"):
+        bond.deserialize(Blobs, wire, V1, limits=bond.BondLimits(max_depth=2))
+    # An empty list has no item level.
+    assert bond.deserialize(Blobs, bond.serialize(Blobs(items=[]), V1), V1, limits=bond.BondLimits(max_depth=2)).items == []

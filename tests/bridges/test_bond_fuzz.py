@@ -128,6 +128,7 @@ everything = st.builds(
     bonded=deriveds.map(bond.Bonded),
     nested=st.builds(Outer, inner=bases),
     sets=st.sets(doubles, max_size=4),
+    blobs=st.lists(st.binary(max_size=9), max_size=5),
     wide_id=ints(64, True),
 )
 

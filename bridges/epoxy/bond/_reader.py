@@ -205,6 +205,21 @@ class Reader:
         self.pos = pos + count
         return bytes(self.data[pos : pos + count])
 
+    def read_blob(self) -> bytes:
+        """One blob, its list header included: a list of int8 or uint8, as bytes.
+
+        The one place the rules of a blob on the wire live, for a blob field
+        and for each item of a ``list<blob>`` (read in one loop: an
+        rstreams ``Elements`` response is a list of many blobs).
+        """
+        item_wire, count = self.list_header()
+        self.check_count(count, "blob", items=False)
+        if count and item_wire not in _BYTE_WIRES:
+            raise BondDecodeError(f"blob of {wire_name(item_wire)} items")
+        pos = self.pos
+        self.pos = pos + count
+        return bytes(self.data[pos : pos + count])
+
     def struct_end(self, end: int) -> None:
         if end >= 0 and self.pos != end:
             raise BondDecodeError(f"struct ends at offset {self.pos}, its length prefix says {end}")
@@ -267,13 +282,13 @@ class Reader:
         if kind == MAP:
             return self.read_map(field_type)  # type: ignore[arg-type]
         self.enter()
-        item_wire, count = self.list_header()
-        self.check_count(count, field_type.name, items=kind != BLOB_KIND)
         if kind == BLOB_KIND:
-            if count and item_wire not in _BYTE_WIRES:
-                raise BondDecodeError(f"blob of {wire_name(item_wire)} items")
-            result: Any = self.blob(count)
-        elif kind == NULLABLE:
+            result: Any = self.read_blob()
+            self.depth -= 1
+            return result
+        item_wire, count = self.list_header()
+        self.check_count(count, field_type.name)
+        if kind == NULLABLE:
             if count > 1:
                 raise BondDecodeError(f"{field_type.name} holding {count} values")
             result = self.read_items(field_type.element, item_wire, count)[0] if count else None  # type: ignore[attr-defined]
@@ -303,6 +318,13 @@ class Reader:
         if kind == STRUCT:
             struct_class = item_type.struct_class  # type: ignore[attr-defined]
             return [self.read_struct(struct_class) for _ in range(count)]
+        if kind == BLOB_KIND:
+            # As read_value reads each: one level deeper, the same rules.
+            self.enter()
+            read_blob = self.read_blob
+            blobs = [read_blob() for _ in range(count)]
+            self.depth -= 1
+            return blobs
         return [self.read_value(item_type, wire) for _ in range(count)]
 
     def read_map(self, map_type: MapType) -> dict[Any, Any]:

@@ -224,11 +224,7 @@ class Writer:
                 self.write_value(value_type, item)
             self.depth -= 1
         elif kind == BLOB_KIND:
-            if not isinstance(value, (bytes, bytearray, memoryview)):
-                raise BondEncodeError(f"blob value must be bytes, got {type(value).__name__}")
-            raw = bytes(value)
-            self.list_begin(_BT.BT_INT8, len(raw))
-            self.out += raw
+            self.write_blob(value)
         elif kind == NULLABLE:
             element = field_type.element  # type: ignore[attr-defined]
             if value is None:
@@ -264,9 +260,21 @@ class Writer:
             struct_class = item_type.struct_class  # type: ignore[attr-defined]
             for item in items:
                 self.write_struct(item, struct_class)
+        elif kind == BLOB_KIND:
+            write_blob = self.write_blob
+            for item in items:
+                write_blob(item)
         else:
             for item in items:
                 self.write_value(item_type, item)
+
+    def write_blob(self, value: Any) -> None:
+        """One blob as a list of int8: for a blob field and each item of a ``list<blob>`` alike."""
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise BondEncodeError(f"blob value must be bytes, got {type(value).__name__}")
+        raw = bytes(value)
+        self.list_begin(_BT.BT_INT8, len(raw))
+        self.out += raw
 
     def write_bonded(self, value: Any, field_type: StructType) -> None:
         if not isinstance(value, Bonded):
