@@ -25,19 +25,19 @@ application. A remote violation moves the machine to ``ERROR`` from
 
 from __future__ import annotations
 
-import enum
+from rstreams.protocol import StateEnum
 
 __all__ = ["ConnectionState", "ConnectionEvent", "CONNECTION_TRANSITIONS"]
 
 
-class ConnectionState(enum.Enum):
+class ConnectionState(StateEnum):
     HANDSHAKING = "handshaking"  # our hello is queued; the peer's has not arrived
     OPEN = "open"
     CLOSED = "closed"  # bye sent or received, or end of file: a normal end
     ERROR = "error"  # error sent or received, or a protocol violation
 
 
-class ConnectionEvent(enum.Enum):
+class ConnectionEvent(StateEnum):
     RECEIVE_HELLO = "receive hello"
     RECEIVE_BYE = "receive bye"
     RECEIVE_ERROR = "receive error"

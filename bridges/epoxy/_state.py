@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import enum
 
+from rstreams.protocol import StateEnum
+
 __all__ = ["Role", "ConnectionState", "StateInput", "TRANSITIONS", "LISTENING_STATES", "HANDSHAKE_STATES"]
 
 
@@ -44,7 +46,7 @@ class Role(enum.Enum):
     SERVER = "server"  # accepted; answers the client's Config frame; even conversation ids
 
 
-class ConnectionState(enum.Enum):
+class ConnectionState(StateEnum):
     CLIENT_AWAITING_CONFIG = "client awaiting the server's config"
     SERVER_AWAITING_CONFIG = "server awaiting the client's config"
     SERVER_DECIDING = "server deciding to accept or reject"
@@ -55,7 +57,7 @@ class ConnectionState(enum.Enum):
     ERROR = "error"  # an Error frame was sent or received
 
 
-class StateInput(enum.Enum):
+class StateInput(StateEnum):
     RECEIVE_CONFIG = "receive a Config frame"
     RECEIVE_MESSAGE = "receive a Message frame"
     RECEIVE_PROTOCOL_ERROR = "receive an Error frame"

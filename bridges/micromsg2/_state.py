@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import enum
 
+from rstreams.protocol import StateEnum
+
 __all__ = ["Role", "ConnectionState", "ConnectionEvent", "CONNECTION_TRANSITIONS"]
 
 
@@ -36,7 +38,7 @@ class Role(enum.Enum):
     SERVER = "server"
 
 
-class ConnectionState(enum.Enum):
+class ConnectionState(StateEnum):
     AWAITING_HELLO = "awaiting hello"  # server: nothing received yet
     AWAITING_REPLY = "awaiting reply"  # client: hello sent
     AWAITING_FINAL = "awaiting final"  # server: reply sent
@@ -45,7 +47,7 @@ class ConnectionState(enum.Enum):
     ERROR = "error"  # a connection ERROR frame sent or received
 
 
-class ConnectionEvent(enum.Enum):
+class ConnectionEvent(StateEnum):
     RECEIVE_HANDSHAKE = "receive a handshake"
     RECEIVE_FRAME = "receive a frame"
     RECEIVE_ERROR = "receive a connection error"

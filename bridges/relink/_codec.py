@@ -233,7 +233,8 @@ class PacketDecoder:
             RemoteProtocolError: the bytes are not a valid packet (or exceed
                 the limits: ``LimitExceeded``). The decoder is unusable after.
         """
-        if self.buffered < max(self._need, 2):
+        have = len(self._buffer) - self._offset  # (self.buffered, without a call per packet)
+        if have < 2 or have < self._need:
             return None
         parsed = self._parse()
         if parsed is None:
@@ -246,7 +247,7 @@ class PacketDecoder:
     def _available(self, length: int) -> bool:
         # Record how much the packet needs, so next_packet can wait cheaply.
         self._need = length
-        return self.buffered >= length
+        return len(self._buffer) - self._offset >= length
 
     def _parse(self) -> tuple[Packet, int] | None:
         buf, start = self._buffer, self._offset

@@ -30,10 +30,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from rstreams.protocol import prechecked
+
 from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from ._events import (
-    ChannelClosed,
     ChannelCloseAcknowledged,
+    ChannelClosed,
     CommitRequested,
     Committed,
     Consumed,
@@ -68,6 +70,12 @@ from ._packets import (
 from ._sequence import advance, distance
 
 __all__ = ["LinkEngine"]
+
+# A message of our own channel, built without MessagePacket's checks: its
+# parts passed _check_parts (bytes, within max_parts and the sizes) when it
+# was sent and its channel check_channel_id, and it is written again only
+# from the buffer they went into.
+_checked_message = prechecked(MessagePacket)
 
 _ACK_TYPES = {
     ChannelAckType.RECEIVED: SequenceAckType.RECEIVED,
@@ -269,7 +277,7 @@ class LinkEngine:
                 next_op += 1
             if index >= len(buffered):
                 break
-            self._write(MessagePacket(channels=(state.id,), parts=buffered[index]))
+            self._write(_checked_message((state.id,), buffered[index], False))
             index += 1
         state.sent = index
         state.operations = [op for op in state.operations if op.commit or not op.written]

@@ -198,5 +198,5 @@ def _cost(item: InboundItem) -> int:
     # What a held item counts against max_read_ahead: its bytes plus the
     # kit's per-item cost, so that a flood of tiny messages is bounded too.
     if isinstance(item, MessageReceived):
-        return ITEM_COST + sum(len(part) for part in item.parts)
+        return ITEM_COST + sum(map(len, item.parts))
     return ITEM_COST

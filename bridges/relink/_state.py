@@ -34,12 +34,12 @@ when it came from our own caller.
 
 from __future__ import annotations
 
-import enum
+from rstreams.protocol import StateEnum
 
 __all__ = ["ConnectionState", "ConnectionEvent", "CONNECTION_TRANSITIONS", "HANDSHAKE_STATES", "TERMINAL_STATES"]
 
 
-class ConnectionState(enum.Enum):
+class ConnectionState(StateEnum):
     AWAIT_LISTENER_VERSION = "await listener version"  # connector; our version is queued
     AWAIT_REPLY = "await reply"  # connector; our request is queued
     AWAIT_CONNECTOR_VERSION = "await connector version"  # listener
@@ -50,7 +50,7 @@ class ConnectionState(enum.Enum):
     ERROR = "error"  # the peer broke the protocol
 
 
-class ConnectionEvent(enum.Enum):
+class ConnectionEvent(StateEnum):
     RECEIVE_VERSION = "receive version"
     RECEIVE_REQUEST = "receive request"
     RECEIVE_REPLY = "receive reply"

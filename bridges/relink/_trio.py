@@ -42,6 +42,7 @@ from ._events import (
     LinkRefused,
     LinkRequested,
     LinkShutdown,
+    MessageReceived,
     Ping,
     Pong,
 )
@@ -101,6 +102,11 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
     # ---- the kit's hooks --------------------------------------------------------
 
     def _dispatch(self, event: Event) -> None:
+        if type(event) is MessageReceived:
+            # Nearly every event: straight to the link (as the last line does).
+            if self.handle is not None:
+                self.handle._on_event(event)
+            return
         if isinstance(event, LinkRequested):
             assert self._decide is not None, "a connector's machine never asks for a link decision"
             self._decide(self, event.request)

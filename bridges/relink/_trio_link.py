@@ -64,6 +64,10 @@ if TYPE_CHECKING:
 
 __all__ = ["RelinkLink"]
 
+#: The events that are items of an inbound channel (a tuple: isinstance
+#: with one is faster than with a union, once a message).
+_CHANNEL_ITEMS = (MessageReceived, CommitRequested, RollbackRequested)
+
 
 class RelinkLink:
     """The application's handle on a Relink link (see the module docstring).
@@ -552,7 +556,7 @@ class RelinkLink:
         self._wake()
 
     def _on_event(self, event: Event) -> None:
-        if isinstance(event, MessageReceived | CommitRequested | RollbackRequested):
+        if isinstance(event, _CHANNEL_ITEMS):
             inbound = self._inbound.get(event.channel)
             if inbound is None:
                 inbound = self._inbound[event.channel] = InboundChannel(self, event.channel)

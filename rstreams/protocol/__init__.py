@@ -38,7 +38,7 @@ from ._messages import (
     Subscribed,
     prechecked,
 )
-from ._state import ConnectionState, PublicationState, SubscriptionState
+from ._state import ConnectionState, PublicationState, StateEnum, SubscriptionState
 from ._timers import IdleTimer, KeepaliveAction, KeepaliveTimer
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "Request",
     "Subscribe",
     "Subscribed",
+    "StateEnum",
     "SubscriptionState",
     "UNBOUNDED",
     "encode",

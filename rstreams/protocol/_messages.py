@@ -127,14 +127,17 @@ _M = TypeVar("_M")
 def prechecked(cls: type[_M]) -> Callable[..., _M]:
     """A constructor for the message or event class ``cls`` that skips ``__post_init__``.
 
-    For the receive path only. The decoder checks every field of a received
-    message itself, at least as strictly as the class does and with
-    wire-level wording, so checking again here would only double the cost of
-    each control message received (a few per subscribe); the connection
-    builds an :class:`Elements` per run of elements, whose frozen dataclass
-    ``__init__`` alone costs more than the run. Fields are passed
-    positionally, in declaration order. Everyone else constructs messages
-    normally: an invalid message still cannot be made by mistake.
+    Only where every field was checked already, at least as strictly as the
+    class does. The receive path: the decoder checks every field of a
+    received message itself, with wire-level wording, so checking again here
+    would only double the cost of each control message received (a few per
+    subscribe); the connection builds an :class:`Elements` per run of
+    elements, whose frozen dataclass ``__init__`` alone costs more than the
+    run. (The bridges use it the same way: for what their decoders made,
+    and for messages a machine checked as they were handed to it and keeps
+    to write.) Fields are passed positionally, in declaration order.
+    Everyone else constructs messages normally: an invalid message still
+    cannot be made by mistake.
     """
     # One constructor per field count, with the slot setters bound: a loop
     # over the fields would cost about as much as the checks it skips.

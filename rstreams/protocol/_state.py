@@ -43,6 +43,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "StateEnum",
     "ConnectionState",
     "ConnectionEvent",
     "SubscriptionState",
@@ -56,14 +57,19 @@ __all__ = [
 ]
 
 
-class _State(enum.Enum):
-    # Members are singletons compared by identity, so hashing by identity is
-    # consistent, and it keeps Enum's Python-level __hash__ (hash of the
-    # name) off the path of every transition-table lookup.
+class StateEnum(enum.Enum):
+    """The base of the states and events that key a transition table.
+
+    Members are singletons compared by identity, so hashing by identity is
+    consistent, and it keeps Enum's Python-level ``__hash__`` (a hash of the
+    name, two calls for a ``(state, event)`` key) off every table lookup:
+    every message of every protocol built on a table goes through one.
+    """
+
     __hash__ = object.__hash__
 
 
-class ConnectionState(_State):
+class ConnectionState(StateEnum):
     HANDSHAKING = "handshaking"  # the peer's hello has not arrived yet
     OPEN = "open"
     GOODBYE_SENT = "goodbye sent"  # waiting for the peer's goodbye
@@ -72,7 +78,7 @@ class ConnectionState(_State):
     ERROR = "error"  # a protocol error; only our goodbye goes out
 
 
-class ConnectionEvent(_State):
+class ConnectionEvent(StateEnum):
     RECEIVE_HELLO = "receive hello"
     RECEIVE_GOODBYE = "receive goodbye"
     SEND_GOODBYE = "send goodbye"
@@ -99,14 +105,14 @@ CONNECTION_TRANSITIONS: dict[tuple[ConnectionState, ConnectionEvent], Connection
 }
 
 
-class SubscriptionState(_State):
+class SubscriptionState(StateEnum):
     SUBSCRIBING = "subscribing"  # subscribe sent, no answer yet
     ACTIVE = "active"  # subscribed received
     CANCELLED = "cancelled"  # we sent cancel; late messages are dropped
     DONE = "done"
 
 
-class SubscriptionEvent(_State):
+class SubscriptionEvent(StateEnum):
     RECEIVE_SUBSCRIBED = "receive subscribed"
     RECEIVE_ELEMENT = "receive element"
     RECEIVE_COMPLETE = "receive onComplete"
@@ -137,14 +143,14 @@ SUBSCRIPTION_TRANSITIONS: dict[tuple[SubscriptionState, SubscriptionEvent], Subs
 }
 
 
-class PublicationState(_State):
+class PublicationState(StateEnum):
     REQUESTED = "requested"  # subscribe received; the application decides
     ACTIVE = "active"  # subscribed sent; elements may be queued
     TERMINATING = "terminating"  # onComplete/onError queued behind elements
     DONE = "done"
 
 
-class PublicationEvent(_State):
+class PublicationEvent(StateEnum):
     SEND_SUBSCRIBED = "send subscribed"
     SEND_ELEMENTS = "send elements"
     SEND_COMPLETE = "send onComplete"
