@@ -162,16 +162,29 @@ def prechecked(cls: type[_M]) -> Callable[..., _M]:
             return message
 
         return construct2
-    set_a, set_b, set_c = setters
+    if len(setters) == 3:
+        set_a, set_b, set_c = setters
 
-    def construct3(a: object, b: object, c: object) -> _M:
+        def construct3(a: object, b: object, c: object) -> _M:
+            message = new(cls)
+            set_a(message, a)
+            set_b(message, b)
+            set_c(message, c)
+            return message
+
+        return construct3
+
+    # More fields (a bridge's frames): a loop, still far less than the
+    # checks of as many fields.
+    def construct(*values: object) -> _M:
+        if len(values) != len(setters):
+            raise TypeError(f"{cls.__name__} takes {len(setters)} fields, got {len(values)}")
         message = new(cls)
-        set_a(message, a)
-        set_b(message, b)
-        set_c(message, c)
+        for set_field, value in zip(setters, values):
+            set_field(message, value)
         return message
 
-    return construct3
+    return construct
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

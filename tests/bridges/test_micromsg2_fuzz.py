@@ -86,6 +86,14 @@ def drain(decoder: Decoder, handshake: bool = False) -> None:
             return
         if item is None:
             return
+        if isinstance(item, MessageFrame):
+            # Built without MessageFrame's checks (prechecked): whatever the
+            # bytes, what the decoder made must pass them.
+            rebuilt = MessageFrame(
+                sequence=item.sequence, destination=item.destination, properties=item.properties,
+                payload=item.payload, continued=item.continued,
+            )  # fmt: skip
+            assert rebuilt == item and type(item.continued) is bool
     raise AssertionError("the decoder never stopped")
 
 

@@ -150,3 +150,25 @@ def test_request_demand_covers_the_wire_range() -> None:
 
 def test_goodbye_response_answers_any_goodbye() -> None:
     assert Goodbye(reason="protocol error: x").response() == Goodbye(reason="goodbye")
+
+
+def test_prechecked_builds_any_number_of_fields_in_order_and_checks_the_count() -> None:
+    # The core's messages have up to three fields; a bridge's frames more
+    # (MicroMsg2's MessageFrame: five), built by a loop over the setters.
+    from rstreams.protocol import prechecked
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Five:
+        a: int
+        b: int
+        c: int
+        d: int
+        e: int
+
+        def __post_init__(self) -> None:
+            raise AssertionError("prechecked must skip the checks")
+
+    five = prechecked(Five)(1, 2, 3, 4, 5)
+    assert (five.a, five.b, five.c, five.d, five.e) == (1, 2, 3, 4, 5)
+    with pytest.raises(TypeError, match="Five takes 5 fields, got 4"):
+        prechecked(Five)(1, 2, 3, 4)
