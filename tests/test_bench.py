@@ -270,3 +270,19 @@ def test_the_bridge_stream_reads_through_every_bridge() -> None:
     )
     assert large.returncode == 0, large.stderr
     assert "exceeds" in json.loads(large.stdout)["error"]
+
+
+def test_the_bridge_protocol_cost_runs_both_machines() -> None:
+    # bench/bridge_protocol_cost.py on this checkout, a few small rounds: both
+    # protocols' machines exchange every message (the script asserts the
+    # count) and a cost is printed for each direction.
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "bridge_protocol_cost.py"), "--rounds", "20", "--batch", "50", "--size", "100"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["protocol"] for row in rows] == ["relink", "micromsg2"]
+    assert all(row["send_us"] > 0 and row["receive_us"] > 0 and row["size"] == 100 for row in rows), rows

@@ -1,0 +1,151 @@
+"""CPU per message of the bridges' sans-I/O machines alone, sending and receiving.
+
+    python bench/bridge_protocol_cost.py [ROOT] [--rounds N] [--batch N] [--size B]
+
+``bench/bridge_stream.py`` measures a stream through each bridge end to
+end, two processes and their scheduling included; this measures only what
+a change to a protocol machine changes: two machines of one protocol wired
+back to back in this process, after their handshake, one sending ``--batch``
+messages of ``--size`` bytes that the other receives and acknowledges (so
+the windows never fill). Prints one JSON line per protocol: microseconds a
+message to queue and encode it (send), and to decode it into an event
+(receive), from the fastest tenth of the rounds after a tenth for warming
+up (as ``protocol_cost.py`` does).
+
+* ``relink``: a connector sends on channel 5; the listener consumes and
+  flushes its acks.
+* ``micromsg2``: a server sends MESSAGE frames to a client that negotiated
+  ``batch-ack`` (max-count 1024) and acknowledges each batch.
+
+ROOT (default: this checkout) is where ``bridges`` and ``rstreams`` are
+imported from, for an A/B between two commits' copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("root", nargs="?", default=str(Path(__file__).resolve().parent.parent))
+parser.add_argument("--rounds", type=int, default=400, help="batches to run (default 400)")
+parser.add_argument("--batch", type=int, default=500, help="messages per batch (default 500)")
+parser.add_argument("--size", type=int, default=8, help="bytes per message (default 8)")
+args = parser.parse_args()
+sys.path.insert(0, str(Path(args.root).resolve()))
+
+import bridges.micromsg2  # noqa: E402  (from ROOT)
+import bridges.relink  # noqa: E402
+
+#: One round: send a batch, then receive it; returns (send s, receive s).
+Round = Callable[[], tuple[float, float]]
+
+
+def relink_round(batch: int, payload: bytes) -> Round:
+    relink = bridges.relink
+    config = relink.LinkConfig(connector_id_size=2, listener_id_size=1)
+    registry = relink.LinkRegistry(1_700_000_000_000_000)
+    sender = relink.Connection(relink.Role.CONNECTOR, config=config, endpoint_name="bench", send_window=65536)
+    receiver = relink.Connection(
+        relink.Role.LISTENER, endpoints={"bench": config}, epoch=registry.epoch, send_window=65536
+    )
+    for _ in range(10):  # the handshake
+        if not (sender.has_data_to_send or receiver.has_data_to_send):
+            break
+        if sender.has_data_to_send:
+            receiver.receive_data(sender.data_to_send())
+        for event in receiver.events():
+            if isinstance(event, relink.LinkRequested):
+                receiver.accept_link(new_link_id=registry.new_link_id())
+        if receiver.has_data_to_send:
+            sender.receive_data(receiver.data_to_send())
+        sender.events()
+    assert sender.state is relink.ConnectionState.OPEN, sender.state
+
+    def run() -> tuple[float, float]:
+        start = time.perf_counter()
+        for _ in range(batch):
+            sender.send_message(5, [payload])
+        data = sender.data_to_send()
+        sent = time.perf_counter()
+        receiver.receive_data(data)
+        events = receiver.events()
+        received = time.perf_counter()
+        assert sum(isinstance(event, relink.MessageReceived) for event in events) == batch
+        receiver.consume(5, sequence=None, count=batch)
+        receiver.flush_acks()
+        sender.receive_data(receiver.data_to_send())
+        sender.events()
+        return sent - start, received - sent
+
+    return run
+
+
+def micromsg2_round(batch: int, payload: bytes) -> Round:
+    micromsg2 = bridges.micromsg2
+    spec = micromsg2.ExtensionSpec(name="batch-ack", properties=(("max-count", "1024"),))
+    pubsub = micromsg2.ExtensionSpec(name="pubsub")
+    client = micromsg2.Connection(micromsg2.Role.CLIENT, identity="bench", required=[pubsub])
+    server = micromsg2.Connection(micromsg2.Role.SERVER, optional=[spec])
+    for _ in range(10):  # the handshake
+        moved = False
+        for source, target in ((client, server), (server, client)):
+            data = source.data_to_send()
+            if data:
+                target.receive_data(data)
+                moved = True
+            target.events()
+        if not moved:
+            break
+
+    def run() -> tuple[float, float]:
+        start = time.perf_counter()
+        for _ in range(batch):
+            server.send_message("bench", payload)
+        data = server.data_to_send()
+        sent = time.perf_counter()
+        client.receive_data(data)
+        events = client.events()
+        received = time.perf_counter()
+        assert sum(isinstance(event, micromsg2.MessageReceived) for event in events) == batch
+        client.acknowledge(batch)
+        server.receive_data(client.data_to_send())
+        server.events()
+        return sent - start, received - sent
+
+    return run
+
+
+def main() -> None:
+    # Only now: protocol_cost (next to this file) puts this checkout on
+    # sys.path when imported, and ROOT's packages are loaded already.
+    from protocol_cost import fastest_tenth
+
+    assert Path(bridges.relink.__file__).is_relative_to(Path(args.root).resolve()), "bridges not from ROOT"
+    payload = bytes(args.size)
+    for name, make in (("relink", relink_round), ("micromsg2", micromsg2_round)):
+        run = make(args.batch, payload)
+        sends, receives = [], []
+        for _ in range(args.rounds):
+            send, receive = run()
+            sends.append(send)
+            receives.append(receive)
+        warm = args.rounds // 10
+        print(
+            json.dumps(
+                {
+                    "protocol": name,
+                    "send_us": round(fastest_tenth(sends[warm:]) / args.batch * 1e6, 2),
+                    "receive_us": round(fastest_tenth(receives[warm:]) / args.batch * 1e6, 2),
+                    "size": args.size,
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
