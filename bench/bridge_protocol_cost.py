@@ -1,6 +1,6 @@
 """CPU per message of the bridges' sans-I/O machines alone, sending and receiving.
 
-    python bench/bridge_protocol_cost.py [ROOT] [--rounds N] [--batch N] [--size B]
+    python bench/bridge_protocol_cost.py [ROOT] [--rounds N] [--batch N] [--size B] [--protocols relink,micromsg2]
 
 ``bench/bridge_stream.py`` measures a stream through each bridge end to
 end, two processes and their scheduling included; this measures only what
@@ -35,6 +35,7 @@ parser.add_argument("root", nargs="?", default=str(Path(__file__).resolve().pare
 parser.add_argument("--rounds", type=int, default=400, help="batches to run (default 400)")
 parser.add_argument("--batch", type=int, default=500, help="messages per batch (default 500)")
 parser.add_argument("--size", type=int, default=8, help="bytes per message (default 8)")
+parser.add_argument("--protocols", default="relink,micromsg2", help="comma-separated (default relink,micromsg2)")
 args = parser.parse_args()
 sys.path.insert(0, str(Path(args.root).resolve()))
 
@@ -127,7 +128,9 @@ def main() -> None:
 
     assert Path(bridges.relink.__file__).is_relative_to(Path(args.root).resolve()), "bridges not from ROOT"
     payload = bytes(args.size)
-    for name, make in (("relink", relink_round), ("micromsg2", micromsg2_round)):
+    makers = {"relink": relink_round, "micromsg2": micromsg2_round}
+    for name in args.protocols.split(","):
+        make = makers[name]
         run = make(args.batch, payload)
         sends, receives = [], []
         for _ in range(args.rounds):

@@ -71,9 +71,7 @@ _CHANNEL = 0x01
 _MULTICAST = 0x02
 _LONG = 0x01  # message flags, in the format-specific data (header bits 5-7)
 _LARGE = 0x02
-_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
 _MAX_SHORT_LENGTH = 0xFF
 _MAX_SMALL_SIZE = 0xFFFF
 _COMPACT_AT = 64 * 1024  # drop consumed bytes from the buffer past this offset
@@ -87,6 +85,11 @@ _FORMATS: tuple[ChannelFormat | None, ...] = tuple(
 # parts as bytes, no more than max_parts), so they hold by construction, and
 # checking them again was a fifth of reading a small message.
 _decoded_message = prechecked(MessagePacket)
+
+
+#: Padding of 0 to 7 bytes, made once.
+_ZEROS = tuple(bytes(count) for count in range(8))
+_MESSAGE_FORMAT = int(ChannelFormat.MESSAGE) << 2
 
 
 def _pad(offset: int, alignment: int) -> int:
@@ -150,28 +153,27 @@ def encode_packet(packet: Packet, *, sender_id_size: int, receiver_id_size: int)
 
 def _encode_message(packet: MessagePacket, id_size: int) -> bytes:
     parts = packet.parts
+    sizes = list(map(len, parts))
     flags = 0
     if len(parts) > _MAX_SHORT_LENGTH:
         flags |= _LONG
-    if any(len(part) > _MAX_SMALL_SIZE for part in parts):
+    if sizes and max(sizes) > _MAX_SMALL_SIZE:
         flags |= _LARGE
-    header = _CHANNEL | (_MULTICAST if packet.multicast else 0) | ChannelFormat.MESSAGE << 2 | flags << 5
+    header = _CHANNEL | (_MULTICAST if packet.multicast else 0) | _MESSAGE_FORMAT | flags << 5
     out = bytearray((header, 0 if flags & _LONG else len(parts)))
     out += _channel_part(packet, id_size)
-    out += bytes(_pad(len(out), 2))
+    out += _ZEROS[_pad(len(out), 2)]
     if flags & _LONG:
         out += _U32.pack(len(parts))
     if flags & _LARGE:
-        out += bytes(_pad(len(out), 8))
-        for part in parts:
-            out += _U64.pack(len(part))
+        out += _ZEROS[_pad(len(out), 8)]
+        out += struct.pack(f"<{len(sizes)}Q", *sizes)
     else:
-        for part in parts:
-            out += _U16.pack(len(part))
-        out += bytes(_pad(len(out), 8))
-    for part in parts:
+        out += struct.pack(f"<{len(sizes)}H", *sizes)
+        out += _ZEROS[_pad(len(out), 8)]
+    for part, size in zip(parts, sizes):
         out += part
-        out += bytes(_pad(len(part), 8))
+        out += _ZEROS[-size % 8]
     return bytes(out)
 
 
@@ -331,14 +333,14 @@ class PacketDecoder:
             offset += _pad(offset, 8)
             if not self._available(offset + 8 * count):
                 return None
-            sizes = [_U64.unpack_from(buf, start + offset + 8 * i)[0] for i in range(count)]
+            sizes = struct.unpack_from(f"<{count}Q", buf, start + offset)
             offset += 8 * count
         else:
             if not self._available(offset + 2 * count):
                 return None
-            sizes = [_U16.unpack_from(buf, start + offset + 2 * i)[0] for i in range(count)]
+            sizes = struct.unpack_from(f"<{count}H", buf, start + offset)
             offset += 2 * count
-            offset += _pad(offset, 8)
+            offset += -offset % 8
         total = 0
         length = offset
         for size in sizes:
@@ -359,9 +361,10 @@ class PacketDecoder:
         if not self._available(length):
             return None
         parts = []
+        at = start + offset
         for size in sizes:
-            parts.append(bytes(buf[start + offset : start + offset + size]))
-            offset += size + _pad(size, 8)
+            parts.append(bytes(buf[at : at + size]))
+            at += size + (-size % 8)
         return _decoded_message(channels, tuple(parts), multicast), length
 
 

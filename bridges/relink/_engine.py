@@ -134,11 +134,12 @@ class LinkEngine:
     def _check_parts(self, parts: Iterable[bytes]) -> tuple[bytes, ...]:
         result = tuple(parts)
         limits = self.limits
-        if not all(isinstance(part, bytes) for part in result):
-            raise LocalProtocolError("message parts must be bytes")
+        for part in result:
+            if not isinstance(part, bytes):
+                raise LocalProtocolError("message parts must be bytes")
         if len(result) > limits.max_parts:
             raise LocalProtocolError(f"a message has at most {limits.max_parts} parts, got {len(result)}")
-        sizes = [len(part) for part in result]
+        sizes = list(map(len, result))
         if sizes and max(sizes) > limits.max_part_size:
             raise LocalProtocolError(f"a message part is at most {limits.max_part_size} bytes")
         if sum(sizes) > limits.max_message_size:
@@ -260,7 +261,8 @@ class LinkEngine:
         if state.resuming:
             return
         buffered = state.buffered
-        operations = _unwritten(state)
+        # (No list built for a channel without transactions: nearly all.)
+        operations = _unwritten(state) if state.operations else ()
         # The close waits for the answers to the channel's commits: the
         # receiver forgets a closed channel, answers included, so a close
         # and an answer both lost in a drop would leave a commit unresolved.
@@ -268,21 +270,23 @@ class LinkEngine:
         if state.sent >= len(buffered) and not operations and not closing:
             return
         index, next_op = state.sent, 0
+        channels = (state.id,)
         while True:
             while next_op < len(operations) and self._position(state, operations[next_op]) <= index:
                 op = operations[next_op]
                 kind = SequenceOpType.COMMIT if op.commit else SequenceOpType.ROLLBACK
-                self._write(SequenceOp(type=kind, channels=(state.id,), sequence=op.sequence))
+                self._write(SequenceOp(type=kind, channels=channels, sequence=op.sequence))
                 op.written = True
                 next_op += 1
             if index >= len(buffered):
                 break
-            self._write(_checked_message((state.id,), buffered[index], False))
+            self._write(_checked_message(channels, buffered[index], False))
             index += 1
         state.sent = index
-        state.operations = [op for op in state.operations if op.commit or not op.written]
+        if operations:
+            state.operations = [op for op in state.operations if op.commit or not op.written]
         if closing:
-            self._write(ChannelOp(type=ChannelOpType.CLOSE, channels=(state.id,)))
+            self._write(ChannelOp(type=ChannelOpType.CLOSE, channels=channels))
             state.close_sent = True
 
     @staticmethod
