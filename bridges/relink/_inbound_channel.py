@@ -62,7 +62,8 @@ class InboundChannel:
                 return
         self._items.append(item)
         self._link._hold(_cost(item))
-        self._lot.unpark_all()
+        if self._lot:  # (trio's unpark_all costs a generator even for no one: once a message)
+            self._lot.unpark_all()
 
     def _finish(self, error: BaseException) -> None:
         if self._end is None:

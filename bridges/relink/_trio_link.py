@@ -273,7 +273,7 @@ class RelinkLink:
         Cancellation: either the message was handed over (and will arrive)
         or nothing happened. Always checkpoints.
         """
-        message = tuple(bytes(part) for part in parts)
+        message = tuple(map(bytes, parts))
         await trio.lowlevel.checkpoint_if_cancelled()
         window = self._window(channel)
         await window.acquire()
@@ -329,7 +329,7 @@ class RelinkLink:
             connection, taken = await self._sendable(channel, size)
             machine = connection.machine
             for message in messages[:count]:
-                machine.send_message(channel, tuple(bytes(part) for part in message))
+                machine.send_message(channel, tuple(map(bytes, message)))
                 sent += 1
         except BaseException:
             if self._windows.get(channel) is window:
