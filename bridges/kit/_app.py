@@ -94,13 +94,15 @@ async def collect_elements(
             if prefetch is None:
                 subscription.request(asked)
             async for batch in subscription.batches():
-                size += sum(map(len, batch))
+                taken = list(map(bytes, batch))  # (a packed batch is sliced once)
+                sizes = list(map(len, taken))
+                size += sum(sizes)
                 if size > max_bytes:
                     raise ResponseTooLarge(max_bytes)
-                elements.extend(map(bytes, batch))
+                elements += taken
                 if prefetch is None:
-                    outstanding -= len(batch)
-                    largest = max(largest, max(map(len, batch), default=0))
+                    outstanding -= len(taken)
+                    largest = max(largest, max(sizes, default=0))
                     if 2 * outstanding <= asked:
                         # What is asked for and still to come fits in the
                         # room left, by the largest element seen.
