@@ -35,7 +35,14 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 """
 
 from ._admit import BatchesWithinBudget, next_ask
-from ._app import COLLECT_COPIES, COLLECT_MOST_ASKED, COLLECT_PREFETCH, ResponseTooLarge, collect_elements
+from ._app import (
+    COLLECT_COPIES,
+    COLLECT_EMPTY_ELEMENT_BYTES,
+    COLLECT_MOST_ASKED,
+    COLLECT_PREFETCH,
+    ResponseTooLarge,
+    collect_elements,
+)
 from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, pace_calls
 from ._client import BridgePeer, open_bridge_peer
@@ -59,6 +66,7 @@ __all__ = [
     "BudgetStatistics",
     "BridgeServer",
     "COLLECT_COPIES",
+    "COLLECT_EMPTY_ELEMENT_BYTES",
     "COLLECT_MOST_ASKED",
     "COLLECT_PREFETCH",
     "ITEM_COST",

@@ -13,7 +13,14 @@ from rstreams import Peer, SubscriptionError
 
 from ._budget import MemoryBudget
 
-__all__ = ["collect_elements", "ResponseTooLarge", "COLLECT_PREFETCH", "COLLECT_MOST_ASKED", "COLLECT_COPIES"]
+__all__ = [
+    "collect_elements",
+    "ResponseTooLarge",
+    "COLLECT_PREFETCH",
+    "COLLECT_MOST_ASKED",
+    "COLLECT_EMPTY_ELEMENT_BYTES",
+    "COLLECT_COPIES",
+]
 
 #: The first ask of a response being collected, before the size of its
 #: elements is known (its later asks are sized by the room left).
@@ -21,6 +28,14 @@ COLLECT_PREFETCH = 64
 
 #: The most elements a response being collected keeps asked for at once.
 COLLECT_MOST_ASKED = 65_536
+
+#: What an empty element counts against a response's ``max_bytes`` (any
+#: other counts its size). Without it a stream of empty elements, which a
+#: peer can ask for (the demo's ``blob?size=0``), would never reach the
+#: limit, and the response would grow without bound: 2 million of them held
+#: 19 MB. With it, a response holds at most ``max_bytes`` elements, as one
+#: of 1-byte elements always could.
+COLLECT_EMPTY_ELEMENT_BYTES = 1
 
 #: What a response being collected within a budget counts, per byte of its
 #: limit: its elements, and as much again for their copies on the way
@@ -52,7 +67,9 @@ async def collect_elements(
     """Subscribe to ``name`` and return all its elements once it completes.
 
     Args:
-        max_bytes: the most element bytes of the response.
+        max_bytes: the most element bytes of the response, an empty
+            element counting :data:`COLLECT_EMPTY_ELEMENT_BYTES` (so at most
+            ``max_bytes`` elements, empty ones included).
         prefetch: None (the default): ask for :data:`COLLECT_PREFETCH`
             elements, then keep asked for as many as the room left in
             ``max_bytes`` holds at the largest element seen so far (at least
@@ -86,7 +103,8 @@ async def collect_elements(
         reserved = COLLECT_COPIES * max_bytes
         await budget.take(reserved)
     elements: list[bytes] = []
-    size = 0
+    size = 0  # the elements' bytes
+    counted = 0  # what they count against max_bytes: an empty one COLLECT_EMPTY_ELEMENT_BYTES
     try:
         async with peer.subscribe(name, prefetch=0 if prefetch is None else prefetch) as subscription:
             asked = outstanding = COLLECT_PREFETCH
@@ -97,7 +115,8 @@ async def collect_elements(
                 taken = list(map(bytes, batch))  # (a packed batch is sliced once)
                 sizes = list(map(len, taken))
                 size += sum(sizes)
-                if size > max_bytes:
+                counted += sum(sizes) + COLLECT_EMPTY_ELEMENT_BYTES * sizes.count(0)
+                if counted > max_bytes:
                     raise ResponseTooLarge(max_bytes)
                 elements += taken
                 if prefetch is None:
@@ -106,7 +125,7 @@ async def collect_elements(
                     if 2 * outstanding <= asked:
                         # What is asked for and still to come fits in the
                         # room left, by the largest element seen.
-                        room = (max_bytes - size) // max(largest, 1)
+                        room = (max_bytes - counted) // max(largest, COLLECT_EMPTY_ELEMENT_BYTES)
                         more = min(room, COLLECT_MOST_ASKED) - outstanding
                         if more > 0 or not outstanding:
                             asked = max(more, 1)

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 import rstreams
 from bridges.kit import (
+    COLLECT_EMPTY_ELEMENT_BYTES,
     ITEM_COST,
     BatchesWithinBudget,
     BridgeConnection,
@@ -1383,6 +1384,34 @@ async def test_collect_elements_asks_for_what_the_room_left_holds() -> None:
             with pytest.raises(ResponseTooLarge):
                 await collect_elements(session, "hundreds", max_bytes=size * count - 1)
             assert seen["worst"] <= size * count - 1 + size  # the last ask is for one element
+
+
+async def test_collect_elements_counts_an_empty_element_so_a_stream_of_them_ends() -> None:
+    # A stream of empty elements never reaches a byte limit by its bytes: an
+    # empty element counts COLLECT_EMPTY_ELEMENT_BYTES, so an endless one
+    # ends with ResponseTooLarge instead of growing the response forever.
+    async def empties(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        count = request.int_param("count", -1)
+        sent = 0
+        while count < 0 or sent < count:
+            run = 1000 if count < 0 else min(1000, count - sent)
+            await sink.send_many([b""] * run)
+            sent += run
+
+    app = rstreams.Router({"empties": empties, "count": count_publisher})
+    limit = 1000 * COLLECT_EMPTY_ELEMENT_BYTES
+    with trio.fail_after(10):
+        async with rstreams.open_local_session(app) as session:
+            with pytest.raises(ResponseTooLarge):
+                await collect_elements(session, "empties", max_bytes=limit)  # endless
+            assert await collect_elements(session, "empties?count=1000", max_bytes=limit) == [b""] * 1000
+            with pytest.raises(ResponseTooLarge):
+                await collect_elements(session, "empties?count=1001", max_bytes=limit)
+            # Other elements count their size, as before.
+            assert len(await collect_elements(session, "count?count=1000", max_bytes=4000)) == 1000
+            budget = MemoryBudget(4 * limit)
+            assert len(await collect_elements(session, "empties?count=10", max_bytes=limit, budget=budget)) == 10
+            assert budget.used == 0  # empty elements: nothing for the caller to hand over
 
 
 async def test_batches_within_budget_take_room_once_the_elements_are_there() -> None:
