@@ -49,7 +49,8 @@ class SessionConfig:
         write_size: about how many bytes the writer coalesces per send.
         max_queued_bytes: per publication, bytes queued but not yet written
             before ``sink.send`` waits: with demand, this bounds the memory a
-            fast publisher can pin behind a slow connection. Twice
+            fast publisher can pin behind a slow connection (an empty
+            element counts one byte, so a queue of them is bounded too). Twice
             ``write_size`` by default, so that a publisher fills the next
             write while the writer sends the current one: with the two
             equal, a write took about the whole queue and, whenever the

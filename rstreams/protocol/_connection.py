@@ -123,7 +123,7 @@ from ._messages import (
     Subscribed,
     prechecked,
 )
-from ._outbound import Outbound, Publication, QueuedElement, SameSizeElements
+from ._outbound import EMPTY_ELEMENT_BYTES, Outbound, Publication, QueuedElement, SameSizeElements
 from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, ON_NEXT_CODE, RunReader, read_on_next_header
 from ._split import Reassembler
 from ._state import (
@@ -1568,7 +1568,8 @@ class Connection:
         return publication.demand.outstanding
 
     def queued_bytes(self, subscriber: int) -> int:
-        """Bytes queued on the publication and not yet handed out."""
+        """Bytes queued on the publication and not yet handed out (an empty
+        element counting one: see ``EMPTY_ELEMENT_BYTES`` in ``_outbound``)."""
         publication = self._publications.get(subscriber)
         return publication.pending_bytes if publication is not None else 0
 
@@ -1630,10 +1631,12 @@ class Connection:
                 # Our own copy (the caller may reuse its list), marked so
                 # that the scheduler need not measure its elements again.
                 chunk = SameSizeElements(elements)
-                nbytes = count * sizes.pop()
+                nbytes = count * (sizes.pop() or EMPTY_ELEMENT_BYTES)
             else:
                 chunk = list(elements)
                 nbytes = sum(map(len, chunk))
+                if 0 in sizes:
+                    nbytes += EMPTY_ELEMENT_BYTES * sum(1 for element in chunk if not len(element))
         self._take_demand(publication, count)
         self._outbound.enqueue(publication, chunk, count, nbytes)
 

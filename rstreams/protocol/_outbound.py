@@ -61,7 +61,16 @@ from ._demand import Demand
 from ._messages import MessageType
 from ._state import PUBLICATION_TRANSITIONS, PublicationEvent, PublicationState
 
-__all__ = ["Publication", "Outbound", "OutBuffer", "SameSizeElements"]
+__all__ = ["Publication", "Outbound", "OutBuffer", "SameSizeElements", "EMPTY_ELEMENT_BYTES"]
+
+#: What an empty element counts in a publication's queued bytes (and so in
+#: ``max_queued_bytes`` and the connection's memory budget); any other
+#: element counts its length. Without it a publisher of empty elements (the
+#: demo's ``blob?size=0``) facing a subscriber with demand that does not
+#: read filled the queue without ever reaching a byte bound: the server grew
+#: by 65 MB a second. With it a queue holds at most ``max_queued_bytes``
+#: elements, as one of 1-byte elements always could.
+EMPTY_ELEMENT_BYTES = 1
 
 #: One buffer of a gathered write (see ``Outbound.buffers_to_send``).
 OutBuffer = bytearray | memoryview
@@ -237,13 +246,14 @@ class Outbound:
         chunks = publication.chunks
         last = chunks[-1] if chunks else None
         if type(last) is not SameSizeElements or len(last[-1]) != nbytes:
-            self.enqueue(publication, SameSizeElements((element,)), 1, nbytes)
+            self.enqueue(publication, SameSizeElements((element,)), 1, nbytes or EMPTY_ELEMENT_BYTES)
             return
         # (enqueue's counting, written out: this runs for every send of a run)
         last.append(element)
         publication.queued_count += 1
-        publication.queued_bytes += nbytes
-        self.data_bytes += nbytes
+        counted = nbytes or EMPTY_ELEMENT_BYTES
+        publication.queued_bytes += counted
+        self.data_bytes += counted
         self.schedule(publication)
 
     def drop(self, publication: Publication) -> int:
@@ -407,7 +417,7 @@ class Outbound:
                             out += header
                             out += header.join(run)
                         head += count
-                        nbytes = count * length
+                        nbytes = count * (length or EMPTY_ELEMENT_BYTES)
                         joined = True
                 while not joined and head < end:
                     queued = chunk[head]
@@ -427,7 +437,7 @@ class Outbound:
                     cached = headers.get(length)
                     out += cached if cached is not None else pub.on_next_header(length)
                     out += queued
-                    nbytes += length
+                    nbytes += length or EMPTY_ELEMENT_BYTES
                     head += 1
                     if len(out) >= limit:
                         break

@@ -485,3 +485,30 @@ def test_a_single_buffer_of_another_type_on_a_fixed_size_stream_is_copied(pair: 
     element[:] = b"zzzz"
     pair.server.send_elements(subscriber, [b"efgh"])
     assert elements_of(pair.send(pair.server), subscriber) == [b"abcd", b"efgh"]
+
+
+def test_an_empty_element_counts_one_byte_queued_however_it_was_queued(pair: ConnectionPair) -> None:
+    # Else a queue of empty elements never reached max_queued_bytes nor the
+    # memory budget (tests/runtime/test_empty_elements.py); every path that
+    # queues or writes elements counts them the same way, and all of it
+    # comes back once written.
+    subscriber = pair.open_stream(pair.client, initial_demand=100)
+    server = pair.server
+    control = server.outbound_bytes
+    server.send_elements(subscriber, [b""] * 5)  # one size
+    assert server.queued_bytes(subscriber) == 5
+    server.send_elements(subscriber, [b"", b"ab", b""])  # mixed sizes
+    assert server.queued_bytes(subscriber) == 5 + 4
+    for _ in range(3):
+        server.send_elements(subscriber, [b""])  # one at a time (joined into one chunk)
+    server.send_elements(subscriber, [b"cd"])
+    server.send_elements(subscriber, [b""])
+    assert server.queued_bytes(subscriber) == 5 + 4 + 3 + 2 + 1
+    assert server.outbound_bytes == control + 15
+    written = bytes(server.data_to_send(control + 7))  # the control, then part of the elements
+    assert 0 < server.queued_bytes(subscriber) < 15
+    assert server.outbound_bytes == server.queued_bytes(subscriber)
+    written += pair.drain(server)
+    assert server.queued_bytes(subscriber) == 0 and server.outbound_bytes == 0
+    pair.client.receive_data(written)
+    assert elements_of(pair.client.events(), subscriber) == [b""] * 6 + [b"ab"] + [b""] * 4 + [b"cd", b""]
