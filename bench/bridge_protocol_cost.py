@@ -28,6 +28,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Any, NamedTuple
 from pathlib import Path
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -42,11 +43,52 @@ sys.path.insert(0, str(Path(args.root).resolve()))
 import bridges.micromsg2  # noqa: E402  (from ROOT)
 import bridges.relink  # noqa: E402
 
-#: One round: send a batch, then receive it; returns (send s, receive s).
-Round = Callable[[], tuple[float, float]]
+class Machines(NamedTuple):
+    """Two machines of one protocol after their handshake, and what a round does with them."""
+
+    sender: Any
+    receiver: Any
+    send_one: Callable[[], object]  # queue one message on the sender
+    received: type  # the receiver's event for a message
+    acknowledge: Callable[[int], object]  # the receiver acknowledges that many
 
 
-def relink_round(batch: int, payload: bytes) -> Round:
+def exchange(a: Any, b: Any, on_event: Callable[[object], object] = lambda event: None) -> None:
+    """Move bytes both ways until neither side has any (a handshake); each event to ``on_event``."""
+    for _ in range(10):
+        moved = False
+        for source, target in ((a, b), (b, a)):
+            data = source.data_to_send()
+            if data:
+                target.receive_data(data)
+                moved = True
+            for event in target.events():
+                on_event(event)
+        if not moved:
+            return
+    raise AssertionError("the machines never went quiet")
+
+
+def timed_round(machines: Machines, batch: int) -> tuple[float, float]:
+    """Send ``batch`` messages, then receive them: (seconds sending, seconds receiving); then the acks."""
+    sender, receiver = machines.sender, machines.receiver
+    send_one = machines.send_one
+    start = time.perf_counter()
+    for _ in range(batch):
+        send_one()
+    data = sender.data_to_send()
+    sent = time.perf_counter()
+    receiver.receive_data(data)
+    events = receiver.events()
+    received = time.perf_counter()
+    assert sum(isinstance(event, machines.received) for event in events) == batch
+    machines.acknowledge(batch)
+    sender.receive_data(receiver.data_to_send())
+    sender.events()
+    return sent - start, received - sent
+
+
+def relink_machines(payload: bytes) -> Machines:
     relink = bridges.relink
     config = relink.LinkConfig(connector_id_size=2, listener_id_size=1)
     registry = relink.LinkRegistry(1_700_000_000_000_000)
@@ -54,71 +96,31 @@ def relink_round(batch: int, payload: bytes) -> Round:
     receiver = relink.Connection(
         relink.Role.LISTENER, endpoints={"bench": config}, epoch=registry.epoch, send_window=65536
     )
-    for _ in range(10):  # the handshake
-        if not (sender.has_data_to_send or receiver.has_data_to_send):
-            break
-        if sender.has_data_to_send:
-            receiver.receive_data(sender.data_to_send())
-        for event in receiver.events():
-            if isinstance(event, relink.LinkRequested):
-                receiver.accept_link(new_link_id=registry.new_link_id())
-        if receiver.has_data_to_send:
-            sender.receive_data(receiver.data_to_send())
-        sender.events()
+
+    def decide(event: object) -> None:
+        if isinstance(event, relink.LinkRequested):
+            receiver.accept_link(new_link_id=registry.new_link_id())
+
+    exchange(sender, receiver, decide)
     assert sender.state is relink.ConnectionState.OPEN, sender.state
 
-    def run() -> tuple[float, float]:
-        start = time.perf_counter()
-        for _ in range(batch):
-            sender.send_message(5, [payload])
-        data = sender.data_to_send()
-        sent = time.perf_counter()
-        receiver.receive_data(data)
-        events = receiver.events()
-        received = time.perf_counter()
-        assert sum(isinstance(event, relink.MessageReceived) for event in events) == batch
-        receiver.consume(5, sequence=None, count=batch)
+    def acknowledge(count: int) -> None:
+        receiver.consume(5, sequence=None, count=count)
         receiver.flush_acks()
-        sender.receive_data(receiver.data_to_send())
-        sender.events()
-        return sent - start, received - sent
 
-    return run
+    return Machines(sender, receiver, lambda: sender.send_message(5, [payload]), relink.MessageReceived, acknowledge)
 
 
-def micromsg2_round(batch: int, payload: bytes) -> Round:
+def micromsg2_machines(payload: bytes) -> Machines:
     micromsg2 = bridges.micromsg2
     spec = micromsg2.ExtensionSpec(name="batch-ack", properties=(("max-count", "1024"),))
     pubsub = micromsg2.ExtensionSpec(name="pubsub")
     client = micromsg2.Connection(micromsg2.Role.CLIENT, identity="bench", required=[pubsub])
     server = micromsg2.Connection(micromsg2.Role.SERVER, optional=[spec])
-    for _ in range(10):  # the handshake
-        moved = False
-        for source, target in ((client, server), (server, client)):
-            data = source.data_to_send()
-            if data:
-                target.receive_data(data)
-                moved = True
-            target.events()
-        if not moved:
-            break
-
-    def run() -> tuple[float, float]:
-        start = time.perf_counter()
-        for _ in range(batch):
-            server.send_message("bench", payload)
-        data = server.data_to_send()
-        sent = time.perf_counter()
-        client.receive_data(data)
-        events = client.events()
-        received = time.perf_counter()
-        assert sum(isinstance(event, micromsg2.MessageReceived) for event in events) == batch
-        client.acknowledge(batch)
-        server.receive_data(client.data_to_send())
-        server.events()
-        return sent - start, received - sent
-
-    return run
+    exchange(client, server)
+    return Machines(
+        server, client, lambda: server.send_message("bench", payload), micromsg2.MessageReceived, client.acknowledge
+    )
 
 
 def main() -> None:
@@ -128,13 +130,12 @@ def main() -> None:
 
     assert Path(bridges.relink.__file__).is_relative_to(Path(args.root).resolve()), "bridges not from ROOT"
     payload = bytes(args.size)
-    makers = {"relink": relink_round, "micromsg2": micromsg2_round}
+    makers = {"relink": relink_machines, "micromsg2": micromsg2_machines}
     for name in args.protocols.split(","):
-        make = makers[name]
-        run = make(args.batch, payload)
+        machines = makers[name](payload)
         sends, receives = [], []
         for _ in range(args.rounds):
-            send, receive = run()
+            send, receive = timed_round(machines, args.batch)
             sends.append(send)
             receives.append(receive)
         warm = args.rounds // 10

@@ -37,7 +37,6 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 from ._admit import BatchesWithinBudget, next_ask
 from ._app import (
     COLLECT_COPIES,
-    COLLECT_EMPTY_ELEMENT_BYTES,
     COLLECT_MOST_ASKED,
     COLLECT_PREFETCH,
     ResponseTooLarge,
@@ -66,7 +65,6 @@ __all__ = [
     "BudgetStatistics",
     "BridgeServer",
     "COLLECT_COPIES",
-    "COLLECT_EMPTY_ELEMENT_BYTES",
     "COLLECT_MOST_ASKED",
     "COLLECT_PREFETCH",
     "ITEM_COST",

@@ -10,6 +10,7 @@ with :func:`collect_elements`, bounded in bytes.
 from __future__ import annotations
 
 from rstreams import Peer, SubscriptionError
+from rstreams.protocol import EMPTY_ELEMENT_BYTES
 
 from ._budget import MemoryBudget
 
@@ -18,7 +19,6 @@ __all__ = [
     "ResponseTooLarge",
     "COLLECT_PREFETCH",
     "COLLECT_MOST_ASKED",
-    "COLLECT_EMPTY_ELEMENT_BYTES",
     "COLLECT_COPIES",
 ]
 
@@ -29,13 +29,6 @@ COLLECT_PREFETCH = 64
 #: The most elements a response being collected keeps asked for at once.
 COLLECT_MOST_ASKED = 65_536
 
-#: What an empty element counts against a response's ``max_bytes`` (any
-#: other counts its size). Without it a stream of empty elements, which a
-#: peer can ask for (the demo's ``blob?size=0``), would never reach the
-#: limit, and the response would grow without bound: 2 million of them held
-#: 19 MB. With it, a response holds at most ``max_bytes`` elements, as one
-#: of 1-byte elements always could.
-COLLECT_EMPTY_ELEMENT_BYTES = 1
 
 #: What a response being collected within a budget counts, per byte of its
 #: limit: its elements, and as much again for their copies on the way
@@ -68,8 +61,11 @@ async def collect_elements(
 
     Args:
         max_bytes: the most element bytes of the response, an empty
-            element counting :data:`COLLECT_EMPTY_ELEMENT_BYTES` (so at most
-            ``max_bytes`` elements, empty ones included).
+            element counting ``rstreams.protocol.EMPTY_ELEMENT_BYTES`` as it
+            does in a publication's queue (so at most ``max_bytes``
+            elements, empty ones included: without it a stream of empty
+            elements, which a peer can ask for, ``blob?size=0``, grew the
+            response without bound; 2 million of them held 19 MB).
         prefetch: None (the default): ask for :data:`COLLECT_PREFETCH`
             elements, then keep asked for as many as the room left in
             ``max_bytes`` holds at the largest element seen so far (at least
@@ -104,7 +100,7 @@ async def collect_elements(
         await budget.take(reserved)
     elements: list[bytes] = []
     size = 0  # the elements' bytes
-    counted = 0  # what they count against max_bytes: an empty one COLLECT_EMPTY_ELEMENT_BYTES
+    counted = 0  # what they count against max_bytes: an empty one EMPTY_ELEMENT_BYTES
     try:
         async with peer.subscribe(name, prefetch=0 if prefetch is None else prefetch) as subscription:
             asked = outstanding = COLLECT_PREFETCH
@@ -115,7 +111,7 @@ async def collect_elements(
                 taken = list(map(bytes, batch))  # (a packed batch is sliced once)
                 sizes = list(map(len, taken))
                 size += sum(sizes)
-                counted += sum(sizes) + COLLECT_EMPTY_ELEMENT_BYTES * sizes.count(0)
+                counted += sum(sizes) + EMPTY_ELEMENT_BYTES * sizes.count(0)
                 if counted > max_bytes:
                     raise ResponseTooLarge(max_bytes)
                 elements += taken
@@ -125,7 +121,7 @@ async def collect_elements(
                     if 2 * outstanding <= asked:
                         # What is asked for and still to come fits in the
                         # room left, by the largest element seen.
-                        room = (max_bytes - counted) // max(largest, COLLECT_EMPTY_ELEMENT_BYTES)
+                        room = (max_bytes - counted) // max(largest, EMPTY_ELEMENT_BYTES)
                         more = min(room, COLLECT_MOST_ASKED) - outstanding
                         if more > 0 or not outstanding:
                             asked = max(more, 1)

@@ -38,6 +38,7 @@ from ._messages import (
     Subscribed,
     prechecked,
 )
+from ._outbound import EMPTY_ELEMENT_BYTES
 from ._state import ConnectionState, PublicationState, StateEnum, SubscriptionState
 from ._timers import IdleTimer, KeepaliveAction, KeepaliveTimer
 
@@ -49,6 +50,7 @@ __all__ = [
     "MESSAGE_HEADER_BOUND",
     "DEFAULT_LIMITS",
     "DEFAULT_WRITE_SIZE",
+    "EMPTY_ELEMENT_BYTES",
     "Demand",
     "AdaptiveDemand",
     "DemandWindow",

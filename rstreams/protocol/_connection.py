@@ -1569,7 +1569,7 @@ class Connection:
 
     def queued_bytes(self, subscriber: int) -> int:
         """Bytes queued on the publication and not yet handed out (an empty
-        element counting one: see ``EMPTY_ELEMENT_BYTES`` in ``_outbound``)."""
+        element counting :data:`EMPTY_ELEMENT_BYTES`)."""
         publication = self._publications.get(subscriber)
         return publication.pending_bytes if publication is not None else 0
 

@@ -65,7 +65,8 @@ __all__ = ["Publication", "Outbound", "OutBuffer", "SameSizeElements", "EMPTY_EL
 
 #: What an empty element counts in a publication's queued bytes (and so in
 #: ``max_queued_bytes`` and the connection's memory budget); any other
-#: element counts its length. Without it a publisher of empty elements (the
+#: element counts its length. (The bridges' responses count it the same:
+#: ``bridges.kit.collect_elements``.) Without it a publisher of empty elements (the
 #: demo's ``blob?size=0``) facing a subscriber with demand that does not
 #: read filled the queue without ever reaching a byte bound: the server grew
 #: by 65 MB a second. With it a queue holds at most ``max_queued_bytes``

@@ -27,8 +27,8 @@ from hypothesis import given, settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import rstreams
+from rstreams.protocol import EMPTY_ELEMENT_BYTES
 from bridges.kit import (
-    COLLECT_EMPTY_ELEMENT_BYTES,
     ITEM_COST,
     BatchesWithinBudget,
     BridgeConnection,
@@ -1388,7 +1388,7 @@ async def test_collect_elements_asks_for_what_the_room_left_holds() -> None:
 
 async def test_collect_elements_counts_an_empty_element_so_a_stream_of_them_ends() -> None:
     # A stream of empty elements never reaches a byte limit by its bytes: an
-    # empty element counts COLLECT_EMPTY_ELEMENT_BYTES, so an endless one
+    # empty element counts EMPTY_ELEMENT_BYTES, so an endless one
     # ends with ResponseTooLarge instead of growing the response forever.
     async def empties(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         count = request.int_param("count", -1)
@@ -1399,7 +1399,7 @@ async def test_collect_elements_counts_an_empty_element_so_a_stream_of_them_ends
             sent += run
 
     app = rstreams.Router({"empties": empties, "count": count_publisher})
-    limit = 1000 * COLLECT_EMPTY_ELEMENT_BYTES
+    limit = 1000 * EMPTY_ELEMENT_BYTES
     with trio.fail_after(10):
         async with rstreams.open_local_session(app) as session:
             with pytest.raises(ResponseTooLarge):

@@ -16,8 +16,7 @@ import trio
 
 import rstreams
 import rstreams.demo
-from rstreams.protocol import MessageType
-from rstreams.protocol._outbound import EMPTY_ELEMENT_BYTES
+from rstreams.protocol import EMPTY_ELEMENT_BYTES, MessageType
 
 from ._support import RawPeer, new_session
 from .test_memory_budget import wait_until_stuck
