@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-__all__ = ["ElementBatch", "batch_of_one_size"]
+__all__ = ["ElementBatch", "batch_of_known_size"]
 
 
 class ElementBatch(Sequence[bytes]):
@@ -124,10 +124,10 @@ class ElementBatch(Sequence[bytes]):
         return f"<ElementBatch of {self._count} ({kind})>"
 
 
-def batch_of_one_size(items: list[bytes], size: int) -> ElementBatch:
-    """A list batch whose elements are all ``size`` bytes long, as its maker
-    knows (the connection, of elements a run of onNext carried): its
-    ``nbytes`` is then counted, not measured element by element."""
+def batch_of_known_size(items: list[bytes], nbytes: int) -> ElementBatch:
+    """A list batch whose elements' byte count its maker knows (the
+    connection, of elements runs of onNext carried): ``nbytes`` is then
+    that count, not measured element by element."""
     batch = ElementBatch(items)
-    batch._nbytes = len(items) * size
+    batch._nbytes = nbytes
     return batch

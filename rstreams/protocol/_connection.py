@@ -79,7 +79,7 @@ from operator import index
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, cast
 
-from ._batch import ElementBatch, batch_of_one_size
+from ._batch import ElementBatch, batch_of_known_size
 from ._codec import (
     FIXARRAY_4,
     MAX_PART_HEADER_SIZE,
@@ -320,10 +320,13 @@ class Connection:
         self._fed = 0
         self._message_end = 0
         self._run_subscriber = 0
-        # How many of the run's first elements came from _receive_runs, all
-        # of _run_size bytes (-1: the run is not of one size).
-        self._run_sized = 0
-        self._run_size = 0
+        # The byte count of the run's first _run_counted elements: what
+        # _receive_runs took it counts (header size times elements), and what
+        # the Unpacker's path added before that is measured once, there. The
+        # run's batch then knows its byte count (a read that ends inside an
+        # onNext sends that one message through the Unpacker, in most reads).
+        self._run_counted = 0
+        self._run_bytes = 0
         # A part whose payload is being taken from _waiting (see "Large
         # parts"): its stream (None: dropped), whether it is a last part,
         # and how many of its bytes are still to come.
@@ -677,7 +680,7 @@ class Connection:
         # Elements collected before a bad message are valid and within
         # demand: they are handed over before the error is raised.
         run: list[bytes] = []
-        self._run_sized = 0
+        self._run_counted = self._run_bytes = 0
         try:
             self._parse_into(events, run, max_events)
         except RemoteProtocolError:
@@ -687,13 +690,17 @@ class Connection:
 
     def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
         if run:
-            if self._run_sized == len(run):
-                batch = batch_of_one_size(run[:], self._run_size)
+            counted = self._run_counted
+            if counted:
+                nbytes = self._run_bytes
+                if counted != len(run):
+                    nbytes += sum(map(len, run[counted:]))  # (the Unpacker's, after the last run)
+                batch = batch_of_known_size(run[:], nbytes)
             else:
-                batch = ElementBatch(run[:])
+                batch = ElementBatch(run[:])  # (measured if asked)
             events.append(_new_elements(self._run_subscriber, batch))
             run.clear()
-        self._run_sized = 0
+        self._run_counted = self._run_bytes = 0
 
     def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
         unpacker = self._unpacker
@@ -869,14 +876,12 @@ class Connection:
             if run and self._run_subscriber != header.subscriber:
                 self._flush_run(events, run)
             self._run_subscriber = header.subscriber
-            # The run holds elements of one size while all came from here
-            # with that size (its batch then knows its byte count).
-            if self._run_sized == len(run) and (not run or self._run_size == header.size):
-                self._run_size = header.size
-                self._run_sized += len(elements)
-            else:
-                self._run_sized = -1
+            # Counted, not measured (see _run_counted).
+            if self._run_counted != len(run):
+                self._run_bytes += sum(map(len, run[self._run_counted :]))
             run += elements
+            self._run_bytes += len(elements) * header.size
+            self._run_counted = len(run)
             taken = len(elements) * length
             if taken < len(front):
                 waiting[0] = front[taken:]

@@ -394,6 +394,50 @@ def test_messages_that_are_not_a_run_go_to_the_unpacker_whole(kind: str) -> None
     assert [(stream, one) for stream, elements in normalized(events) for one in elements] == messages  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    ("pieces", "counted"),
+    [
+        # A read that ends inside a message: the Unpacker finishes that one,
+        # and the rest of the next read is a run.
+        ([(8, 5), "cut", (8, 6)], True),
+        # A run, then the same stream's element of another size, last.
+        ([(8, 6), (3, 1)], True),
+        # Finished by the Unpacker, a run, another size last.
+        ([(8, 5), "cut", (8, 6), (3, 1)], True),
+        # A read that starts with no run goes to the Unpacker whole.
+        ([(3, 1), (8, 6), (5, 1)], False),
+    ],
+    ids=["read-ends-inside", "other-size-last", "around-a-run", "no-run-first"],
+)
+def test_a_batch_knows_its_byte_count_whichever_path_took_its_elements(pieces: list[object], counted: bool) -> None:
+    """A batch's byte count is its elements' (the session charges it against
+    the memory budget); where a run took elements, the connection counts it
+    as it takes them rather than have it measured element by element."""
+    client, opening = opened_client([1 << 40])
+    client.receive_data(opening)
+    client.events()
+    wire = bytearray()
+    cuts = []
+    index = 0
+    for piece in pieces:
+        if piece == "cut":
+            cuts.append(len(wire) - 3)
+            continue
+        size, count = piece  # type: ignore[misc]
+        for _ in range(count):
+            wire += on_next(1, element(1, index, size))
+            index += 1
+    bounds = [0, *cuts, len(wire)]
+    batches = []
+    for start, end in zip(bounds, bounds[1:]):
+        client.receive_data(bytes(wire[start:end]))
+        batches += [event.elements for event in client.events() if type(event) is Elements]
+    assert sum(map(len, batches)) == index
+    assert (batches[-1]._nbytes is not None) == counted
+    for batch in batches:
+        assert batch.nbytes == sum(map(len, batch))
+
+
 def test_elements_are_bytes_that_do_not_hold_the_read() -> None:
     client, opening = opened_client([1 << 40])
     client.receive_data(opening + on_next(1, b"a" * 8) * 4)
