@@ -296,9 +296,11 @@ class Subscription(_OneWaiter):
         self._busy = False
         # The session's count of held element bytes (None for owners that
         # keep none, like the bridges' clients), and the bytes of each chunk
-        # in _chunks, released as each chunk is used up.
+        # in _chunks, released as each chunk is used up (made with the first
+        # chunk: an empty deque costs 760 bytes, as much as the rest of an
+        # idle subscription, and most of many idle ones never get one).
         self._held: HeldElements | None = getattr(session, "held_elements", None)
-        self._chunk_bytes: deque[int] = deque()
+        self._chunk_bytes: deque[int] | None = None
 
     # ---- called by the session's reader (synchronously) ----------------
 
@@ -313,7 +315,10 @@ class Subscription(_OneWaiter):
         held = self._held
         if held is not None:
             nbytes = batch.nbytes
-            self._chunk_bytes.append(nbytes)
+            chunk_bytes = self._chunk_bytes
+            if chunk_bytes is None:
+                chunk_bytes = self._chunk_bytes = deque()
+            chunk_bytes.append(nbytes)
             held.held += nbytes
         count = len(batch)
         self._buffered += count
@@ -549,6 +554,7 @@ class Subscription(_OneWaiter):
                 held = self._held
                 if held is not None:
                     nbytes = sum(map(len, rest))
+                    assert self._chunk_bytes is not None  # (made with the first chunk)
                     self._chunk_bytes.appendleft(nbytes)
                     held.held += nbytes
             self._buffered += len(rest)
@@ -648,6 +654,7 @@ class Subscription(_OneWaiter):
         self._chunks.popleft()
         held = self._held
         if held is not None:
+            assert self._chunk_bytes is not None  # (made with the first chunk)
             held.release(self._chunk_bytes.popleft())
 
     def _release_all(self) -> None:
@@ -657,7 +664,7 @@ class Subscription(_OneWaiter):
         held, self._held = self._held, None
         if held is not None and self._chunk_bytes:
             held.release(sum(self._chunk_bytes))
-        self._chunk_bytes.clear()
+        self._chunk_bytes = None
 
     def batches(self, max_elements: int = 2**31) -> _BatchIterator:
         """Iterate over everything buffered at once, for high-rate consumers.
