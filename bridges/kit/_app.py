@@ -110,8 +110,9 @@ async def collect_elements(
             async for batch in subscription.batches():
                 taken = list(map(bytes, batch))  # (a packed batch is sliced once)
                 sizes = list(map(len, taken))
-                size += sum(sizes)
-                counted += sum(sizes) + EMPTY_ELEMENT_BYTES * sizes.count(0)
+                nbytes = sum(sizes)
+                size += nbytes
+                counted += nbytes + EMPTY_ELEMENT_BYTES * sizes.count(0)
                 if counted > max_bytes:
                     raise ResponseTooLarge(max_bytes)
                 elements += taken

@@ -46,6 +46,7 @@ from ._frames import (
     FrameFlags,
     Handshake,
     MessageFrame,
+    check_sequence,
 )
 from ._payloads import NamedArguments
 from ._properties import decode_properties, encode_properties
@@ -263,9 +264,9 @@ class Decoder:
         length, start = sized
         raw = self._take(start + length)
         sequence = int.from_bytes(raw[1:3], "big")
-        if not sequence:
-            raise RemoteProtocolError("bad message frame: sequence number must be an integer in [1, 65535], not 0")
         try:
+            if not sequence:  # (two bytes: 0 is the one value out of range)
+                check_sequence(sequence)
             return _decoded_message(
                 sequence,
                 raw[4:properties_at].decode("utf-8"),

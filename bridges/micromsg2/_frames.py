@@ -56,6 +56,13 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise LocalProtocolError(f"{name} must be an integer in [{low}, {high}], not {value!r}")
 
 
+def check_sequence(sequence: int) -> None:
+    """A MESSAGE frame's sequence number, 1..MAX_SEQUENCE: the rule for a
+    frame built here and for one the decoder reads (which builds it
+    without the frame's checks). Raises LocalProtocolError."""
+    _check_range("sequence number", sequence, 1, MAX_SEQUENCE)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Handshake:
     """One handshake message (the three steps all have this layout).
@@ -110,7 +117,7 @@ class MessageFrame:
     continued: bool = False
 
     def __post_init__(self) -> None:
-        _check_range("sequence number", self.sequence, 1, MAX_SEQUENCE)
+        check_sequence(self.sequence)
         try:
             size = len(self.destination.encode("utf-8"))
         except UnicodeEncodeError:

@@ -102,24 +102,27 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
     # ---- the kit's hooks --------------------------------------------------------
 
     def _dispatch(self, event: Event) -> None:
-        if type(event) is MessageReceived:
-            # Nearly every event: straight to the link (as the last line does).
+        # A message (nearly every event) skips the connection's own checks.
+        if type(event) is MessageReceived or not self._handled_here(event):
             if self.handle is not None:
                 self.handle._on_event(event)
-            return
+
+    def _handled_here(self, event: Event) -> bool:
+        """Whether ``event`` is the connection's own, handled here; the
+        others are the link's."""
         if isinstance(event, LinkRequested):
             assert self._decide is not None, "a connector's machine never asks for a link decision"
             self._decide(self, event.request)
             if self._machine.state is ConnectionState.CLOSED:
                 # Refused: the zero link id is queued; the writer flushes it and closes.
                 self._finish(LinkLostError("the connector required a link this listener does not know"))
-            return
+            return True
         if isinstance(event, HandshakeComplete):
             self.resumed = event.resumed
             self._handshake_complete()
             assert self.handle is not None
             self.handle._attach(self, event)
-            return
+            return True
         if isinstance(event, LinkRefused):
             error = LinkLostError(
                 "the listener no longer knows this link",
@@ -129,22 +132,21 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             if self.handle is not None:
                 self.handle._lose(error)
             self._finish(error)
-            return
+            return True
         if isinstance(event, Pong):
             self._pong_received()
-            return
+            return True
         if isinstance(event, Ping):
-            return  # the machine queued the pong
+            return True  # the machine queued the pong
         if isinstance(event, LinkShutdown):
             if self.handle is not None:
                 self.handle._shut_down()
             self._finish(RelinkClosed("the link was shut down by both peers"), normal=True)
-            return
+            return True
         if isinstance(event, ConnectionClosed):
             self._finish(self._lost("the peer closed the connection"))
-            return
-        if self.handle is not None:
-            self.handle._on_event(event)
+            return True
+        return False
 
     def _wants_more_input(self) -> bool:
         # Relink's windows bound what the peer sends: read (see the module docstring).

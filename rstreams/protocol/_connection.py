@@ -1641,7 +1641,7 @@ class Connection:
                 chunk = list(elements)
                 nbytes = sum(map(len, chunk))
                 if 0 in sizes:
-                    nbytes += EMPTY_ELEMENT_BYTES * sum(1 for element in chunk if not len(element))
+                    nbytes += EMPTY_ELEMENT_BYTES * list(map(len, chunk)).count(0)
         self._take_demand(publication, count)
         self._outbound.enqueue(publication, chunk, count, nbytes)
 
