@@ -322,7 +322,7 @@ class Connection:
         self._run_subscriber = 0
         # The byte count of the run's first _run_counted elements: what
         # _receive_runs took it counts (header size times elements), and what
-        # the Unpacker's path added before that is measured once, there. The
+        # the Unpacker's path added is measured once (_counted_run_bytes). The
         # run's batch then knows its byte count (a read that ends inside an
         # onNext sends that one message through the Unpacker, in most reads).
         self._run_counted = 0
@@ -690,17 +690,23 @@ class Connection:
 
     def _flush_run(self, events: list[Event], run: list[bytes]) -> None:
         if run:
-            counted = self._run_counted
-            if counted:
-                nbytes = self._run_bytes
-                if counted != len(run):
-                    nbytes += sum(map(len, run[counted:]))  # (the Unpacker's, after the last run)
-                batch = batch_of_known_size(run[:], nbytes)
+            if self._run_counted:
+                batch = batch_of_known_size(run[:], self._counted_run_bytes(run))
             else:
                 batch = ElementBatch(run[:])  # (measured if asked)
             events.append(_new_elements(self._run_subscriber, batch))
             run.clear()
         self._run_counted = self._run_bytes = 0
+
+    def _counted_run_bytes(self, run: list[bytes]) -> int:
+        """The run's byte count: what runs took, counted as they took it,
+        plus what the Unpacker's path appended after the last of them,
+        measured here once (usually nothing)."""
+        counted = self._run_counted
+        if counted != len(run):
+            self._run_bytes += sum(map(len, run[counted:]))
+            self._run_counted = len(run)
+        return self._run_bytes
 
     def _parse_into(self, events: list[Event], run: list[bytes], max_events: int) -> None:
         unpacker = self._unpacker
@@ -877,10 +883,8 @@ class Connection:
                 self._flush_run(events, run)
             self._run_subscriber = header.subscriber
             # Counted, not measured (see _run_counted).
-            if self._run_counted != len(run):
-                self._run_bytes += sum(map(len, run[self._run_counted :]))
+            self._run_bytes = self._counted_run_bytes(run) + len(elements) * header.size
             run += elements
-            self._run_bytes += len(elements) * header.size
             self._run_counted = len(run)
             taken = len(elements) * length
             if taken < len(front):
