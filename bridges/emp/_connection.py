@@ -31,6 +31,8 @@ a protocol error; at most ``max_pending_requests`` may be outstanding).
 
 from __future__ import annotations
 
+from bridges.machine import ProtocolMachine
+
 from ._codec import DEFAULT_LIMITS, Decoder, EmpLimits, Framing, encode
 from ._errors import (
     ErrorCode,
@@ -68,7 +70,7 @@ _DEAF_STATES = (ConnectionState.CLOSED, ConnectionState.ERROR)
 _MAX_ERROR_TEXT = 1000  # characters of an exception text repeated to the peer
 
 
-class Connection:
+class Connection(ProtocolMachine[Event, RemoteProtocolError]):
     """A sans-I/O EMP connection; client and server behave the same.
 
     Creating it queues our ``hello``: send it (:meth:`data_to_send`) first.
@@ -93,9 +95,8 @@ class Connection:
         self.auto_pong = auto_pong
         self._state = ConnectionState.HANDSHAKING
         self._decoder = Decoder(framing=framing, limits=limits)
-        self._outbound = bytearray(encode(Hello(version=PROTOCOL_VERSION), framing=framing))
+        super().__init__(RemoteProtocolError, output=encode(Hello(version=PROTOCOL_VERSION), framing=framing))
         self._eof = False
-        self._deferred_error: RemoteProtocolError | None = None
         self._ping_outstanding = False
         self._last_request_id = 0
         self._our_requests: set[int] = set()
@@ -171,19 +172,7 @@ class Connection:
             UnsupportedVersionError: the peer's hello named a version we do
                 not speak.
         """
-        if self._deferred_error is not None:
-            error, self._deferred_error = self._deferred_error, None
-            raise error
-        events: list[Event] = []
-        try:
-            self._parse(events)
-        except RemoteProtocolError as exc:
-            self._fail(exc)
-            if events:
-                self._deferred_error = exc
-                return events
-            raise
-        return events
+        return self._take_events()
 
     @property
     def buffered_input_size(self) -> int:
@@ -401,19 +390,6 @@ class Connection:
         error = Error(code=code, extension_id=extension_id, extension_code=extension_code, message=message)
         self._transition(ConnectionEvent.SEND_ERROR)
         self._queue(error)
-
-    # ---- output ---------------------------------------------------------------
-
-    @property
-    def has_data_to_send(self) -> bool:
-        """True while bytes wait to be written."""
-        return bool(self._outbound)
-
-    def data_to_send(self) -> bytes:
-        """Take all the bytes queued for the peer."""
-        data = bytes(self._outbound)
-        self._outbound.clear()
-        return data
 
     def __repr__(self) -> str:
         return (

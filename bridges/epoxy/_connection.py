@@ -51,6 +51,8 @@ had its response) is dropped, as the spec allows, and counted in
 
 from __future__ import annotations
 
+from bridges.machine import ProtocolMachine
+
 from . import bond
 from ._errors import ConversationIdsExhaustedError, LocalProtocolError, RemoteProtocolError
 from ._events import (
@@ -86,7 +88,7 @@ def _remote(message: str, code: ProtocolErrorCode) -> RemoteProtocolError:
     return RemoteProtocolError(message, error_code=code)
 
 
-class Connection:
+class Connection(ProtocolMachine[EpoxyEvent, RemoteProtocolError]):
     """A sans-I/O Epoxy connection, for either end.
 
     A client queues its Config frame on creation: send it
@@ -118,9 +120,8 @@ class Connection:
         self.max_conversation_id = max_conversation_id
         self._config = config if config is not None else EpoxyConfig()
         self._decoder = FrameDecoder(limits=limits)
-        self._outbound = bytearray()
+        super().__init__(RemoteProtocolError)
         self._eof = False
-        self._deferred_error: RemoteProtocolError | None = None
         self._parity = 1 if role is Role.CLIENT else 0
         self._next_id = 1 if role is Role.CLIENT else 2
         self._our_requests: set[int] = set()
@@ -200,19 +201,7 @@ class Connection:
                 events before the offending frame have been returned). The
                 Error frame is queued and the state is ``ERROR``.
         """
-        if self._deferred_error is not None:
-            error, self._deferred_error = self._deferred_error, None
-            raise error
-        events: list[EpoxyEvent] = []
-        try:
-            self._parse(events)
-        except RemoteProtocolError as exc:
-            self._fail(exc)
-            if events:
-                self._deferred_error = exc
-                return events
-            raise
-        return events
+        return self._take_events()
 
     def _parse(self, events: list[EpoxyEvent]) -> None:
         while self._state in LISTENING_STATES:
@@ -597,19 +586,6 @@ class Connection:
             LocalProtocolError: our side is already closed, or an error ended the connection.
         """
         self._state = self._local_transition(StateInput.SEND_CLOSE)
-
-    # ---- output --------------------------------------------------------------------
-
-    @property
-    def has_data_to_send(self) -> bool:
-        """True while bytes wait to be written."""
-        return bool(self._outbound)
-
-    def data_to_send(self) -> bytes:
-        """Take all the bytes queued for the peer."""
-        data = bytes(self._outbound)
-        self._outbound.clear()
-        return data
 
     def __repr__(self) -> str:
         return (

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from bridges.machine import ProtocolMachine
+
 from ._codec import DEFAULT_LIMITS, MIB, Decoder, Limits, encode_frame, encode_handshake
 from ._errors import (
     LocalProtocolError,
@@ -78,7 +80,7 @@ _HANDSHAKING = (ConnectionState.AWAITING_HELLO, ConnectionState.AWAITING_REPLY, 
 _MAX_ERROR_TEXT = 1000  # characters of an exception's text repeated to the peer
 
 
-class Connection:
+class Connection(ProtocolMachine[Event, RemoteProtocolError]):
     """A sans-I/O MicroMsg2 connection, client or server.
 
     A client queues its handshake when created: send it
@@ -122,9 +124,8 @@ class Connection:
         self.limits = limits
         self._state = ConnectionState.AWAITING_REPLY if role is Role.CLIENT else ConnectionState.AWAITING_HELLO
         self._decoder = Decoder(limits)
-        self._outbound = bytearray()
+        super().__init__(RemoteProtocolError)
         self._eof = False
-        self._deferred_error: RemoteProtocolError | None = None
         self._reassembler = Reassembler(limits.max_message_size)
         self._sending = OutboundWindow(None)
         self._receiving = InboundWindow(None, limits.max_pending_messages)
@@ -236,19 +237,7 @@ class Connection:
                 been returned). The ERROR frame is queued and the state is
                 ``ERROR``.
         """
-        if self._deferred_error is not None:
-            error, self._deferred_error = self._deferred_error, None
-            raise error
-        events: list[Event] = []
-        try:
-            self._parse(events)
-        except RemoteProtocolError as exc:
-            self._fail(exc)
-            if events:
-                self._deferred_error = exc
-                return events
-            raise
-        return events
+        return self._take_events()
 
     def _parse(self, events: list[Event]) -> None:
         while self._state not in _DEAF_STATES:
@@ -564,19 +553,6 @@ class Connection:
             LocalProtocolError: the connection has already ended.
         """
         self._transition(ConnectionEvent.CLOSE)
-
-    # ---- output ---------------------------------------------------------------
-
-    @property
-    def has_data_to_send(self) -> bool:
-        """True while bytes wait to be written."""
-        return bool(self._outbound)
-
-    def data_to_send(self) -> bytes:
-        """Take all the bytes queued for the peer."""
-        data = bytes(self._outbound)
-        self._outbound.clear()
-        return data
 
     def __repr__(self) -> str:
         return (

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from bridges.machine import ProtocolMachine
+
 from ._codec import PacketDecoder, encode_packet
 from ._config import DEFAULT_SEND_WINDOW, RelinkStatistics
 from ._engine import LinkEngine
@@ -54,7 +56,7 @@ __all__ = ["Connection"]
 _MAX_EARLY_BYTES = 64 * 1024
 
 
-class Connection:
+class Connection(ProtocolMachine[Event, RemoteProtocolError]):
     """A sans-I/O Relink connection, either end.
 
     The connector's version block is queued at creation: send it first.
@@ -103,10 +105,9 @@ class Connection:
         self.send_window = send_window
         self.ack_window = ack_window
         self.limits = limits
-        self._outbound = bytearray()
+        super().__init__(RemoteProtocolError)
         self._inbound = bytearray()
-        self._pending: list[Event] = []
-        self._deferred_error: RemoteProtocolError | None = None
+        self._pending: list[Event] = []  # what the handshake and the engine emit, until events() takes it
         self._eof = False
         self._engine: LinkEngine | None = None
         self._decoder: PacketDecoder | None = None
@@ -256,22 +257,20 @@ class Connection:
                 differs from the endpoint's.
             LimitExceeded: the peer exceeded one of ``limits``.
         """
-        if self._deferred_error is not None:
-            error, self._deferred_error = self._deferred_error, None
-            raise error
-        try:
-            self._parse()
-        except RemoteProtocolError as exc:
-            self._state, self._outbound = ConnectionState.ERROR, bytearray()  # nothing more is sent
-            if self._pending:
-                self._deferred_error = exc
-            else:
-                raise
-        events = self._pending[:]
-        self._pending.clear()  # the engine appends to this very list
-        return events
+        return self._take_events()
 
-    def _parse(self) -> None:
+    def _parse(self, events: list[Event]) -> None:
+        try:
+            self._parse_received()
+        finally:
+            # What was emitted, the events before a violation included.
+            events.extend(self._pending)
+            self._pending.clear()  # the engine appends to this very list
+
+    def _fail(self, error: RemoteProtocolError) -> None:
+        self._state, self._outbound = ConnectionState.ERROR, bytearray()  # nothing more is sent
+
+    def _parse_received(self) -> None:
         while self.state in HANDSHAKE_STATES and self._handshake_step():
             pass
         if self._state in HANDSHAKE_STATES and len(self._inbound) > _MAX_EARLY_BYTES:
@@ -583,17 +582,6 @@ class Connection:
         self._counts[3] += 1
         if isinstance(packet, MessagePacket):
             self._counts[5] += len(packet.channels)
-
-    @property
-    def has_data_to_send(self) -> bool:
-        """True while bytes wait to be written."""
-        return bool(self._outbound)
-
-    def data_to_send(self) -> bytes:
-        """Take all the bytes queued for the peer."""
-        data = bytes(self._outbound)
-        self._outbound.clear()
-        return data
 
     def __repr__(self) -> str:
         link = f" link {self._link.link_id}" if self._link is not None else ""
