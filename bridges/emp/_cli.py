@@ -187,14 +187,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     async def main() -> int:
-        try:
-            with trio.fail_after(args.timeout):
-                return await _act(args, config, ssl_context)
-        except trio.TooSlowError:
-            raise CommandError(f"no answer within {args.timeout} s", EXIT_CONNECTION) from None
-        except (EmpError, OSError, trio.EndOfChannel) as exc:
-            status = error_status(exc)
-            assert status is not None
-            raise CommandError(status[1], status[0]) from None
+        with trio.fail_after(args.timeout):
+            return await _act(args, config, ssl_context)
 
-    return run_command(main)
+    return run_command(main, error_status=error_status, too_slow=f"no answer within {args.timeout} s")

@@ -245,17 +245,10 @@ def run_call(args: argparse.Namespace) -> int:
     payload = _hex(args.payload_hex)
 
     async def main() -> int:
-        try:
-            with trio.fail_after(args.timeout):
-                return await _call(args, payload, ssl_context)
-        except trio.TooSlowError:
-            raise CommandError(f"no answer within {args.timeout} s", EXIT_CONNECTION) from None
-        except (EpoxyError, OSError, trio.EndOfChannel) as exc:
-            status = error_status(exc)
-            assert status is not None
-            raise CommandError(status[1], status[0]) from None
+        with trio.fail_after(args.timeout):
+            return await _call(args, payload, ssl_context)
 
-    return run_command(main)
+    return run_command(main, error_status=error_status, too_slow=f"no answer within {args.timeout} s")
 
 
 def run_decode(args: argparse.Namespace) -> int:

@@ -297,15 +297,8 @@ def run(args: argparse.Namespace) -> int:
     _ssl_context(args)  # argument errors first
 
     async def main() -> int:
-        try:
-            if args.action == "sub":
-                return await _subscribe(args)
-            return await _send(args)
-        except trio.TooSlowError:
-            raise CommandError(f"could not connect within {args.timeout} s", EXIT_CONNECTION) from None
-        except (MicroMsg2Error, OSError) as exc:
-            status = error_status(exc)
-            assert status is not None
-            raise CommandError(status[1], status[0]) from None
+        if args.action == "sub":
+            return await _subscribe(args)
+        return await _send(args)
 
-    return run_command(main)
+    return run_command(main, error_status=error_status, too_slow=f"could not connect within {args.timeout} s")

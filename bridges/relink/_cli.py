@@ -183,27 +183,20 @@ def run_send(args: argparse.Namespace) -> int:
     host, port = args.address
 
     async def main() -> int:
-        try:
-            with trio.fail_after(args.timeout):
-                async with open_relink_link(
-                    host or "127.0.0.1", port, endpoint=args.endpoint, config=config, ssl_context=ssl_context, settings=settings
-                ) as link:
-                    replies = link.inbound(args.channel)
-                    await link.send(args.channel, [part.encode("utf-8") for part in args.parts])
-                    for _ in range(args.replies):
-                        parts = await replies.receive()
-                        link.flush_acks()  # a listener with a small window waits for them
-                        sys.stdout.write(json.dumps([_part_json(part) for part in parts]) + "\n")
-                        sys.stdout.flush()
-            return EXIT_OK
-        except trio.TooSlowError:
-            raise CommandError(f"no answer within {args.timeout} s", EXIT_CONNECTION) from None
-        except (RelinkError, OSError, trio.EndOfChannel) as exc:
-            status = error_status(exc)
-            assert status is not None
-            raise CommandError(status[1], status[0]) from None
+        with trio.fail_after(args.timeout):
+            async with open_relink_link(
+                host or "127.0.0.1", port, endpoint=args.endpoint, config=config, ssl_context=ssl_context, settings=settings
+            ) as link:
+                replies = link.inbound(args.channel)
+                await link.send(args.channel, [part.encode("utf-8") for part in args.parts])
+                for _ in range(args.replies):
+                    parts = await replies.receive()
+                    link.flush_acks()  # a listener with a small window waits for them
+                    sys.stdout.write(json.dumps([_part_json(part) for part in parts]) + "\n")
+                    sys.stdout.flush()
+        return EXIT_OK
 
-    return run_command(main)
+    return run_command(main, error_status=error_status, too_slow=f"no answer within {args.timeout} s")
 
 
 def _echo_config(request: HandshakeRequest) -> LinkConfig | None:

@@ -488,12 +488,29 @@ def _sole_error(error: BaseException) -> BaseException:
     return error
 
 
-def run_command(function: Callable[[], Awaitable[int]], *, precise_timers: bool = True) -> int:
+def run_command(
+    function: Callable[[], Awaitable[int]],
+    *,
+    precise_timers: bool = True,
+    error_status: Callable[[BaseException], tuple[int, str] | None] | None = None,
+    too_slow: str | None = None,
+) -> int:
     """Run a command under trio, with timers that wake to the microsecond
     (:func:`rstreams.run`: a publisher of ``rstreams serve`` paced by
     ``trio.sleep_until`` sends on time) unless ``precise_timers`` is False
     (a server's ``--no-precise-timers``); report a CommandError as
-    ``rstreams: ...``."""
+    ``rstreams: ...``.
+
+    A client command also names how its other failures end it, so that no
+    command writes out the same translation:
+
+    Args:
+        error_status: the exit status and message for an error that ended
+            the command (a bridge's ``error_status``; None: not one of its
+            errors, which then propagates).
+        too_slow: the message for a ``trio.TooSlowError`` (the command's
+            ``--timeout`` passed), which exits with ``EXIT_CONNECTION``.
+    """
     import trio
 
     from .._timers import run
@@ -508,4 +525,12 @@ def run_command(function: Callable[[], Awaitable[int]], *, precise_timers: bool 
         if isinstance(error, KeyboardInterrupt):
             # Only before the signal handlers are in place (while starting).
             return EXIT_INTERRUPTED
-        raise
+        status: tuple[int, str] | None = None
+        if too_slow is not None and isinstance(error, trio.TooSlowError):
+            status = EXIT_CONNECTION, too_slow
+        elif error_status is not None and isinstance(error, Exception):
+            status = error_status(error)
+        if status is None:
+            raise
+        warn(status[1])
+        return status[0]
