@@ -237,12 +237,6 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             self._machine.handshake_timed_out()
         return EpoxyTimeout(f"no handshake within {self.config.handshake_timeout} s")
 
-    def _input_held_by_machine(self) -> int:
-        return self._machine.buffered_input_size
-
-    def _memory_budget_exceeded(self, message: str) -> BaseException:
-        return self._machine.fail_memory_budget(message)
-
     def _on_finish(self, error: BaseException) -> None:
         for call in self._calls.values():
             call.fail(error)

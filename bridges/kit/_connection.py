@@ -63,7 +63,8 @@ What a subclass provides (the contract)
 * ``_on_finish(error)``: resolve whatever waits on the connection's own
   bookkeeping (pending calls);
 * ``_input_held_by_machine()``: bytes of the peer's input the machine holds
-  (its decoder's buffer, a reassembly), counted against the budget;
+  (its decoder's buffer, a reassembly), counted against the budget; by
+  default the machine's ``buffered_input_size``;
 * ``_output_kept()``: bytes of ours the machine keeps for the peer
   beyond the write queue (Relink's messages kept until acknowledged, to
   resend), counted against the budget;
@@ -74,18 +75,21 @@ What a subclass provides (the contract)
   the application outside the kit's queues (Relink's channels, which
   outlive a connection), counted against the budget;
 * ``_memory_budget_exceeded(message)``: queue the protocol's error for a
-  peer over the budget and return the error to end with. Abstract: every
-  protocol says it its own way, and there is no error the kit could send.
+  peer over the budget and return the error to end with; by default the
+  machine's ``fail_memory_budget(message)``, since every protocol says it
+  its own way and there is no error the kit could send.
 
 The machine must offer ``receive_data(data)``, ``events()`` (raising a
 subclass of ``rstreams.RemoteProtocolError`` for a peer's violation, after
 queueing whatever the protocol says then), ``has_data_to_send`` and
-``data_to_send()``.
+``data_to_send()`` (``bridges.machine.ProtocolMachine`` has the output and
+the order of events and errors), and for the memory budget
+``buffered_input_size`` and ``fail_memory_budget(message)``: the type
+checker then finds a machine whose held input the budget would not count.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -121,6 +125,11 @@ class SansIOMachine(Protocol):
     def has_data_to_send(self) -> bool: ...
 
     def data_to_send(self) -> bytes: ...
+
+    @property
+    def buffered_input_size(self) -> int: ...
+
+    def fail_memory_budget(self, message: str) -> BaseException: ...
 
 
 MachineT = TypeVar("MachineT", bound=SansIOMachine)
@@ -215,7 +224,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         pass
 
     def _input_held_by_machine(self) -> int:
-        return 0
+        return self._machine.buffered_input_size
 
     def _input_held_for_application(self) -> int:
         return 0
@@ -226,8 +235,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _output_kept(self) -> int:
         return 0
 
-    @abstractmethod
-    def _memory_budget_exceeded(self, message: str) -> BaseException: ...
+    def _memory_budget_exceeded(self, message: str) -> BaseException:
+        return self._machine.fail_memory_budget(message)
 
     # ---- state --------------------------------------------------------------
 

@@ -235,12 +235,6 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
             self._machine.send_error(message)
         return MicroMsg2Timeout(message)
 
-    def _input_held_by_machine(self) -> int:
-        return self._machine.buffered_input_size
-
-    def _memory_budget_exceeded(self, message: str) -> BaseException:
-        return self._machine.fail_memory_budget(message)
-
     def _input_frees_budget(self) -> bool:
         # Acknowledgements let the messages we hold (window waiters) go out.
         return self._window is not None and self._window.in_flight > 0

@@ -178,9 +178,6 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             )
         return RelinkConnectionLost(message)
 
-    def _input_held_by_machine(self) -> int:
-        return self._machine.buffered_input_size
-
     def _input_held_for_application(self) -> int:
         # The link's channels hold what the application has not taken; the
         # link outlives this connection, so the connection carrying it
@@ -199,9 +196,6 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
 
     def _input_frees_budget(self) -> bool:
         return self._output_kept() > 0
-
-    def _memory_budget_exceeded(self, message: str) -> BaseException:
-        return self._machine.fail_memory_budget(message)
 
     def _closed_locally(self) -> BaseException:
         return RelinkConnectionLost("connection closed by this side")

@@ -172,6 +172,14 @@ class LineMachine:
     def send_line(self, line: str) -> None:
         self._outbox += line.encode("ascii") + b"\n"
 
+    @property
+    def buffered_input_size(self) -> int:
+        return len(self._inbox)
+
+    def fail_memory_budget(self, message: str) -> BaseException:
+        self.send_line(f"ERR {message}")
+        return LineProtocolError(message)
+
 
 QUIET = LinkSettings(keepalive_interval=None)
 
@@ -220,10 +228,6 @@ class LineConnection(BridgeConnection[LineMachine, LinkSettings]):
     def _handshake_timed_out(self) -> BaseException:
         self._machine.send_line("ERR timeout")
         return LineTimeout(f"no hello within {self.config.handshake_timeout} s")
-
-    def _memory_budget_exceeded(self, message: str) -> BaseException:
-        self._machine.send_line(f"ERR {message}")
-        return LineProtocolError(message)
 
     async def take(self) -> str:
         return await self.data.take()
@@ -736,6 +740,22 @@ async def test_every_waiter_gets_its_own_typed_error(ending: str) -> None:
         assert "WHAT" in str(reason)
     if ending == "peer error":
         assert all(error.text == "boom" for error in errors)  # type: ignore[attr-defined]
+
+
+async def test_input_the_machine_holds_counts_against_the_budget_by_default() -> None:
+    # A line that never ends stays in the machine's inbox. The kit counts it
+    # through the machine's buffered_input_size and, past the budget, ends
+    # the connection with the machine's fail_memory_budget: no override.
+    connection, peer = line_pair(settings(max_connection_memory=4096, receive_size=1024))
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            with pytest.raises(LineProtocolError, match="memory budget exceeded"):
+                await peer.stream.send_all(b"DATA " + b"x" * 8192)  # no newline
+                await connection.take()
+        assert isinstance(connection.end_reason, LineProtocolError)
+        answer = await peer.receive_until_eof()
+    assert answer[0] == "HELLO" and answer[1].startswith("ERR memory budget exceeded")
 
 
 async def test_a_failed_write_ends_the_connection_as_lost(autojump_clock: trio.testing.MockClock) -> None:
