@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import trio
 
-from ..kit import BridgeConnection, InboundQueue
+from ..kit import BridgeConnection, InboundQueue, PendingCalls
 from ..kit import PendingCall as KitPendingCall
 from ._config import DEFAULT_CONFIG, EmpConfig, EmpRequest, EmpStatistics
 from ._connection import Connection
@@ -64,7 +64,7 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         super().__init__(stream, Connection(framing=config.framing, limits=config.limits), config)
         self._data: InboundQueue[bytes] = InboundQueue(self)
         self._requests: InboundQueue[EmpRequest] = InboundQueue(self)
-        self._calls: dict[int, PendingCall] = {}
+        self._calls: PendingCalls[bytes] = PendingCalls()
 
     # ---- state and statistics -------------------------------------------
 
@@ -84,14 +84,14 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
             bytes_received=self.bytes_received,
             bytes_sent=self.bytes_sent,
             buffered_bytes=self.buffered_bytes,
-            pending_calls=sum(not call._done.is_set() for call in self._calls.values()),
+            pending_calls=len(self._calls),
             reading=self._wants_input(),
         )
 
     # ---- the kit's hooks ------------------------------------------------------
 
     def _wants_more_input(self) -> bool:
-        return any(not call._done.is_set() for call in self._calls.values())
+        return self._calls.waiting
 
     def _read_paused_by_protocol(self) -> bool:
         # Half the limit: one read (receive_size bytes, 28 bytes per smallest
@@ -120,9 +120,7 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         return EmpTimeout(f"no hello within {self.config.handshake_timeout} s")
 
     def _on_finish(self, error: BaseException) -> None:
-        for call in self._calls.values():
-            call.fail(error)
-        self._calls.clear()
+        self._calls.fail_all(error)
 
     def _dispatch(self, event: object) -> None:
         if isinstance(event, Data):
@@ -134,9 +132,7 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
                 compression = next((b.scheme for b in event.extensions if isinstance(b, Compression)), None)
                 self._requests.put(EmpRequest(block.request_id, event.body, compression), size)
             else:
-                call = self._calls.pop(block.request_id, None)
-                if call is not None:
-                    call.deliver(event.body)
+                self._calls.deliver(block.request_id, event.body)
         elif isinstance(event, Pong):
             self._pong_received()
         elif isinstance(event, Hello):
@@ -274,7 +270,7 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         self._check_open()
         request_id = self._machine.send_request(body, compression=compression)
         call = PendingCall(self, request_id)
-        self._calls[request_id] = call
+        self._calls.add(request_id, call)
         self._wake_reader()
         try:
             await self._send_queued()

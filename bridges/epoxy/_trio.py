@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..kit import BridgeConnection, InboundQueue
+from ..kit import BridgeConnection, InboundQueue, PendingCalls
 from ..kit import PendingCall as KitPendingCall
 from . import bond
 from ._connection import Connection
@@ -163,7 +163,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self._accept = accept
         self._requests: InboundQueue[Request] = InboundQueue(self)
         self._events: InboundQueue[Event] = InboundQueue(self)
-        self._calls: dict[int, PendingCall] = {}
+        self._calls: PendingCalls[Response] = PendingCalls()
         self._peer_closed = False
         self._info: ConnectionInfo | None = None
 
@@ -198,7 +198,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             bytes_received=self.bytes_received,
             bytes_sent=self.bytes_sent,
             buffered_bytes=self.buffered_bytes,
-            pending_calls=sum(not call.done for call in self._calls.values()),
+            pending_calls=len(self._calls),
             requests_to_answer=len(self._machine.peer_pending_requests),
             dropped_responses=self._machine.dropped_responses,
             reading=self._wants_input(),
@@ -207,7 +207,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
     # ---- the kit's hooks ------------------------------------------------------
 
     def _wants_more_input(self) -> bool:
-        return any(not call.done for call in self._calls.values())
+        return self._calls.waiting
 
     def _read_paused_by_protocol(self) -> bool:
         # After the peer's end of file there is nothing left to read. And at
@@ -238,9 +238,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         return EpoxyTimeout(f"no handshake within {self.config.handshake_timeout} s")
 
     def _on_finish(self, error: BaseException) -> None:
-        for call in self._calls.values():
-            call.fail(error)
-        self._calls.clear()
+        self._calls.fail_all(error)
 
     def _dispatch(self, event: object) -> None:
         if isinstance(event, Request):
@@ -248,9 +246,8 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         elif isinstance(event, Event):
             self._events.put(event, len(event.payload))
         elif isinstance(event, Response):
-            call = self._calls.pop(event.conversation_id, None)
-            if call is not None:  # "frames with unexpected conversation IDs may be dropped"
-                call.deliver(event)
+            # "frames with unexpected conversation IDs may be dropped"
+            self._calls.deliver(event.conversation_id, event)
         elif isinstance(event, ConfigReceived):
             self._config_received()
         elif isinstance(event, ProtocolErrorReceived):
@@ -300,9 +297,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             return
         self._peer_closed = True
         closed = EpoxyClosed("the peer closed the connection", by_peer=True)
-        for call in self._calls.values():
-            call.fail(closed)  # it has sent everything it will
-        self._calls.clear()
+        self._calls.fail_all(closed)  # it has sent everything it will
         self._end_if_answered()
         if self._end is None and self._nursery is not None:
             self._nursery.start_soon(self._close_after_half_close)
@@ -433,7 +428,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             await self._close_with(exc)
             raise
         call = PendingCall(self, conversation_id)
-        self._calls[conversation_id] = call
+        self._calls.add(conversation_id, call)
         self._wake_reader()
         try:
             await self._send_queued()

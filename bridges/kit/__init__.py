@@ -13,8 +13,9 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
 * :class:`SendWindow`: windowed outbound delivery (at most W unacknowledged,
   for protocols whose acknowledgements are demand);
 * :class:`RequestSlots`: bounded concurrent requests;
-* :class:`PendingCall`, :func:`pace_calls`: a request and the response it
-  awaits, and calls sent only within a subscriber's demand;
+* :class:`PendingCall`, :class:`PendingCalls`, :func:`pace_calls`: a request
+  and the response it awaits, a connection's calls by id, and calls sent
+  only within a subscriber's demand;
 * :func:`open_tcp_stream`, :func:`open_connection`, :func:`start_connection`:
   connecting, over TCP or TLS;
 * :class:`BridgeServer`, :class:`ListenerService`: accepting, and serving
@@ -43,7 +44,7 @@ from ._app import (
     collect_elements,
 )
 from ._budget import BudgetStatistics, MemoryBudget
-from ._calls import PendingCall, pace_calls
+from ._calls import PendingCall, PendingCalls, pace_calls
 from ._client import BridgePeer, open_bridge_peer
 from ._config import KiB, LinkSettings, MiB
 from ._connection import MEMORY_BUDGET_EXCEEDED, BridgeConnection, SansIOMachine
@@ -77,6 +78,7 @@ __all__ = [
     "MemoryBudget",
     "MiB",
     "PendingCall",
+    "PendingCalls",
     "RequestSlots",
     "ResponseTooLarge",
     "SansIOMachine",

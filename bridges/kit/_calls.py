@@ -4,7 +4,8 @@ Every request-response protocol a bridge speaks (EMP's requests, Epoxy's
 conversations, and any later one) needs the same two things on the trio
 side, so they are written once here:
 
-* :class:`PendingCall`: one request on the wire and the response it awaits.
+* :class:`PendingCall`: one request on the wire and the response it awaits;
+  :class:`PendingCalls`, a connection's calls by their ids.
   The reader delivers the response (or fails the call when the connection
   ends); whoever waits takes the response once, or abandons it (a
   cancelled wait, a stream that was cancelled), and then the response is
@@ -32,7 +33,7 @@ from ._inbound import ITEM_COST
 if TYPE_CHECKING:
     from ._connection import BridgeConnection
 
-__all__ = ["PendingCall", "pace_calls"]
+__all__ = ["PendingCall", "PendingCalls", "pace_calls"]
 
 R = TypeVar("R")
 Q = TypeVar("Q")
@@ -106,6 +107,45 @@ class PendingCall(Generic[R]):
         assert response is not None
         self._connection._release(ITEM_COST + self._size(response))
         return response
+
+
+class PendingCalls(Generic[R]):
+    """A connection's calls that await their responses, by the id the protocol gives each.
+
+    The reader hands each response to the call with its id
+    (:meth:`deliver`; a response for no call is dropped, as a protocol whose
+    peer may answer a call we abandoned must allow), the connection's end
+    fails every call still waiting (:meth:`fail_all`), and the connection
+    reads for its calls while one waits (:attr:`waiting`).
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[int, PendingCall[R]] = {}
+
+    def add(self, call_id: int, call: PendingCall[R]) -> None:
+        """``call`` awaits the response with ``call_id``."""
+        self._calls[call_id] = call
+
+    def deliver(self, call_id: int, response: R) -> None:
+        """The reader's part: the response with ``call_id`` arrived."""
+        call = self._calls.pop(call_id, None)
+        if call is not None:
+            call.deliver(response)
+
+    def fail_all(self, error: BaseException) -> None:
+        """The connection ended (or can no longer be answered): every call fails with ``error``."""
+        for call in self._calls.values():
+            call.fail(error)
+        self._calls.clear()
+
+    @property
+    def waiting(self) -> bool:
+        """True while a call waits for its response (the reader should read)."""
+        return any(not call.done for call in self._calls.values())
+
+    def __len__(self) -> int:
+        """How many calls wait for their responses."""
+        return sum(not call.done for call in self._calls.values())
 
 
 async def pace_calls(

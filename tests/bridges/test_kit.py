@@ -37,6 +37,8 @@ from bridges.kit import (
     BridgeServer,
     InboundQueue,
     LinkSettings,
+    PendingCall,
+    PendingCalls,
     ListenerService,
     MemoryBudget,
     RequestSlots,
@@ -756,6 +758,31 @@ async def test_input_the_machine_holds_counts_against_the_budget_by_default() ->
         assert isinstance(connection.end_reason, LineProtocolError)
         answer = await peer.receive_until_eof()
     assert answer[0] == "HELLO" and answer[1].startswith("ERR memory budget exceeded")
+
+
+async def test_pending_calls_by_id() -> None:
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            calls: PendingCalls[str] = PendingCalls()
+            first, second, third = (PendingCall[str](connection, len) for _ in range(3))
+            for call_id, call in enumerate((first, second, third), start=1):
+                calls.add(call_id, call)
+            assert calls.waiting and len(calls) == 3
+            calls.deliver(2, "two")
+            calls.deliver(2, "again")  # that call has its response: dropped
+            calls.deliver(9, "nobody's")  # no such call: dropped, as the protocols allow
+            assert calls.waiting and len(calls) == 2
+            assert await second.response() == "two"
+            assert connection.buffered_bytes == 0  # the response was counted until taken
+            first.abandon()
+            calls.deliver(1, "late")  # abandoned: dropped, never counted
+            assert connection.buffered_bytes == 0 and len(calls) == 1
+            calls.fail_all(LineLost("gone"))
+            assert not calls.waiting and len(calls) == 0
+            with pytest.raises(LineLost, match="gone"):
+                await third.response()
 
 
 async def test_a_failed_write_ends_the_connection_as_lost(autojump_clock: trio.testing.MockClock) -> None:
