@@ -457,18 +457,7 @@ class Connection(ProtocolMachine[EpoxyEvent, RemoteProtocolError]):
             ConversationIdsExhaustedError: our ids ran out; the Error frame is
                 queued and the state is ``ERROR``.
         """
-        next_state = self._local_transition(StateInput.SEND_MESSAGE)
-        self._check_names(service_name, method_name)
-        conversation_id = self._new_conversation()
-        headers = EpoxyHeaders(
-            conversation_id=conversation_id,
-            message_type=EpoxyMessageType.REQUEST,
-            service_name=service_name,
-            method_name=method_name,
-        )
-        self._outbound += self._message(headers, payload, layer_data)
-        self._state = next_state
-        self._next_id = conversation_id + 2
+        conversation_id = self._start_conversation(EpoxyMessageType.REQUEST, service_name, method_name, payload, layer_data)
         self._our_requests.add(conversation_id)
         return conversation_id
 
@@ -486,12 +475,24 @@ class Connection(ProtocolMachine[EpoxyEvent, RemoteProtocolError]):
             LocalProtocolError: as :meth:`send_request`.
             ConversationIdsExhaustedError: as :meth:`send_request`.
         """
+        return self._start_conversation(EpoxyMessageType.EVENT, service_name, method_name, payload, layer_data)
+
+    def _start_conversation(
+        self,
+        message_type: EpoxyMessageType,
+        service_name: str,
+        method_name: str,
+        payload: bytes | bytearray | memoryview | bond.Struct,
+        layer_data: bytes | bytearray | memoryview | bond.Struct | None,
+    ) -> int:
+        # A request or an event: a new conversation id, committed (with the
+        # state) only once the message has encoded.
         next_state = self._local_transition(StateInput.SEND_MESSAGE)
         self._check_names(service_name, method_name)
         conversation_id = self._new_conversation()
         headers = EpoxyHeaders(
             conversation_id=conversation_id,
-            message_type=EpoxyMessageType.EVENT,
+            message_type=message_type,
             service_name=service_name,
             method_name=method_name,
         )
