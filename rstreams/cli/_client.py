@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ from ._common import EXIT_CONNECTION, EXIT_GOODBYE, EXIT_USAGE, CommandError, cl
 
 if TYPE_CHECKING:
     import ssl
+
+    import trio
 
     from .._errors import SessionClosed
 
@@ -38,6 +41,9 @@ __all__ = [
     "add_ca_argument",
     "client_token",
     "TOKEN_VARIABLE",
+    "SignalStop",
+    "stop_at_signal",
+    "silence_stdout",
 ]
 
 #: The environment variable that gives a client command its URL when none is given.
@@ -152,3 +158,46 @@ def with_cause(reason: str, exc: BaseException) -> str:
         reason = f"{reason}: {detail}" if reason else detail
     # "connection lost: connection lost: ..." says it twice.
     return reason.removeprefix("connection lost: ") or "no reason given"
+
+
+class SignalStop:
+    """Whether a client command was stopped by a signal, and the status it then exits with.
+
+    Attributes:
+        status: 128 + the signal's number (130 for SIGINT, 143 for SIGTERM,
+            as shells report a process a signal ended), or None while no
+            signal came.
+    """
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+
+
+def stop_at_signal(signals: AsyncIterator[int], nursery: trio.Nursery) -> SignalStop:
+    """Cancel ``nursery`` at the first of ``signals`` (a ``trio.open_signal_receiver``).
+
+    The command's work runs in ``nursery`` and ends there at Ctrl-C or
+    SIGTERM like any cancellation (a session says goodbye on its way out);
+    the command then exits with the returned :attr:`SignalStop.status`,
+    whatever its work reported on the way out.
+    """
+    stop = SignalStop()
+
+    async def watch() -> None:
+        signum = await signals.__anext__()
+        stop.status = 128 + signum
+        nursery.cancel_scope.cancel()
+
+    nursery.start_soon(watch)
+    return stop
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: its reader went away (``| head``).
+
+    That is a normal way to stop a command that prints; with stdout gone
+    the interpreter's final flush does not complain either.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

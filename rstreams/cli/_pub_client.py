@@ -45,7 +45,7 @@ from .._connect import open_session
 from .._errors import PublisherError, SessionClosed
 from .._publish import Router, Sink
 from .._url import SCHEMES, url_scheme
-from ._client import client_ssl, client_token, client_url, report, session_closed
+from ._client import client_ssl, client_token, client_url, report, session_closed, silence_stdout, stop_at_signal
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, run_command
 from ._lines import LineReader
 
@@ -184,14 +184,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
     status = EXIT_OK
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-
-            async def on_signal() -> None:
-                nonlocal status
-                signum = await signals.__anext__()
-                status = 128 + signum  # 130 for SIGINT, as shells report it
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(on_signal)
+            stop = stop_at_signal(signals, nursery)
             nursery.start_soon(source.lines.run)
             try:
                 async with open_session(url, app=app, ssl_context=ssl_context, token=client_token(args)) as session:
@@ -205,11 +198,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
                         EXIT_DECODE,
                     )
             except BrokenPipeError:
-                # The reader of our stdout went away (``| head``): a normal
-                # way to stop listening to what comes back.
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-                os.close(devnull)
+                silence_stdout()  # a normal way to stop listening to what comes back
             except OSError as exc:
                 status = report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
             except PublisherError as exc:
@@ -217,6 +206,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             except SessionClosed as exc:
                 status = session_closed(exc)
             nursery.cancel_scope.cancel()
+    status = status if stop.status is None else stop.status
     if status == EXIT_OK:
         print(f"rstreams: published {source.sent} lines into {args.name}", file=sys.stderr, flush=True)
     return status
@@ -229,14 +219,7 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
     published = 0
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-
-            async def on_signal() -> None:
-                nonlocal status
-                signum = await signals.__anext__()
-                status = 128 + signum  # 130 for SIGINT, as shells report it
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(on_signal)
+            stop = stop_at_signal(signals, nursery)
             nursery.start_soon(source.lines.run)
             try:
                 published = await publish(url, args.name, source, ssl_context=ssl_context)
@@ -256,6 +239,7 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
                 else:
                     raise
             nursery.cancel_scope.cancel()
+    status = status if stop.status is None else stop.status
     if status == EXIT_OK:
         print(f"rstreams: published {published} lines into {args.name}", file=sys.stderr, flush=True)
     return status

@@ -23,7 +23,7 @@ from .._connect import connect
 from .._errors import PublisherError, RStreamsError, SessionBroken, SessionClosed
 from .._registry import url_is_secure
 from .._stats_publisher import DEFAULT_STATS_INTERVAL, MIN_STATS_INTERVAL, STATS_PUBLISHER
-from ._client import add_ca_argument, client_token
+from ._client import add_ca_argument, client_token, stop_at_signal
 from ._common import (
     EXIT_CODES_HELP,
     EXIT_CONNECTION,
@@ -238,14 +238,7 @@ async def _watch(args: argparse.Namespace, ssl_context: ssl.SSLContext | None, o
                 warn(f"cannot connect to {args.url}: {exc.strerror or exc}")
                 return EXIT_CONNECTION
             async with trio.open_nursery() as nursery:
-
-                async def on_signal() -> None:
-                    nonlocal status
-                    signum = await signals.__anext__()
-                    status = 128 + signum  # 130 for SIGINT, as shells report it
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(on_signal)
+                stop = stop_at_signal(signals, nursery)
                 try:
                     previous: dict[str, Any] | None = None
                     async with peer.subscribe(name, prefetch=1, codec="json") as records:
@@ -263,7 +256,7 @@ async def _watch(args: argparse.Namespace, ssl_context: ssl.SSLContext | None, o
                 except RStreamsError as exc:
                     status = _report(str(exc), EXIT_FAILURE)
                 nursery.cancel_scope.cancel()
-    return status
+    return status if stop.status is None else stop.status
 
 
 def _report(message: str, code: int) -> int:

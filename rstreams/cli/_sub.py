@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import ssl
 import sys
@@ -49,7 +48,18 @@ from ._common import (
     configure_logging,
     run_command,
 )
-from ._client import URL_HELP, add_ca_argument, client_ssl, client_token, client_url, report, session_closed, set_json_errors
+from ._client import (
+    URL_HELP,
+    add_ca_argument,
+    client_ssl,
+    client_token,
+    client_url,
+    report,
+    session_closed,
+    set_json_errors,
+    silence_stdout,
+    stop_at_signal,
+)
 from ._formats import DECODERS, FORMATS, DecodeError, JsonLines
 from ._progress import Progress
 
@@ -349,14 +359,7 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                 connected = True
                 bound.deadline = math.inf
                 async with trio.open_nursery() as nursery:
-
-                    async def on_signal() -> None:
-                        nonlocal status
-                        signum = await signals.__anext__()
-                        status = 128 + signum  # 130 for SIGINT, as shells report it
-                        nursery.cancel_scope.cancel()
-
-                    nursery.start_soon(on_signal)
+                    stop = stop_at_signal(signals, nursery)
                     idle = trio.CancelScope()
 
                     def restart_idle_timeout() -> None:
@@ -376,7 +379,7 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                         except DecodeError as exc:
                             status = report(str(exc), EXIT_DECODE)
                         except BrokenPipeError:
-                            _silence_stdout()
+                            silence_stdout()
                         except RStreamsError as exc:
                             status = _bridge_error(url, exc)
                         finally:
@@ -391,6 +394,8 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                     if status == EXIT_TIMEOUT:
                         bound.deadline = trio.current_time() + TIMEOUT_GOODBYE_GRACE
                     nursery.cancel_scope.cancel()
+                if stop.status is not None:
+                    status = stop.status
         if bound.cancelled_caught and not connected:
             return report(f"--timeout: {args.timeout:g} s passed while connecting to {url}", EXIT_TIMEOUT)
     return status
@@ -406,15 +411,6 @@ def _bridge_error(url: str, exc: RStreamsError) -> int:
             if answer is not None:
                 return report(answer[1], answer[0])
     return report(str(exc), EXIT_FAILURE)
-
-
-def _silence_stdout() -> None:
-    # The reader of our stdout went away (``| head``): that is a normal way
-    # to stop. Point stdout at /dev/null so the interpreter's final flush
-    # does not complain either.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 def run(args: argparse.Namespace) -> int:
