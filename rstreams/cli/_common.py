@@ -45,6 +45,7 @@ __all__ = [
     "add_server_arguments",
     "config_for_connection_memory",
     "parse_size",
+    "positive_int",
     "server_from_arguments",
     "configure_logging",
     "client_ssl_context",
@@ -140,7 +141,8 @@ def parse_address(text: str) -> tuple[str | None, int]:
     return (host or None), port
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argument that must be an int >= 1 (``--count N``, ``--max-connections N``)."""
     try:
         value = int(text)
     except ValueError:
@@ -271,7 +273,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     parser.add_argument(
         "--max-connections",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_MAX_CONNECTIONS,
         help="refuse connections beyond N open sessions (with goodbye \"server busy\"; "
         f"default: {DEFAULT_MAX_CONNECTIONS})",

@@ -32,6 +32,7 @@ from ._common import (
     HelpFormatter,
     add_log_level_argument,
     configure_logging,
+    positive_int,
     run_command,
 )
 
@@ -70,16 +71,6 @@ examples:
 DEFAULT_INTERVAL = 0.5
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _seconds(text: str, *, positive: bool) -> float:
     try:
         value = float(text)
@@ -99,7 +90,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument("url", metavar="URL", nargs="?", help=URL_HELP)
-    parser.add_argument("--count", "-c", metavar="N", type=_count, default=4, help="round trips to measure (default: 4)")
+    parser.add_argument("--count", "-c", metavar="N", type=positive_int, default=4, help="round trips to measure (default: 4)")
     parser.add_argument(
         "--interval",
         "-i",

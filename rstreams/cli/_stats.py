@@ -36,6 +36,7 @@ from ._common import (
     add_log_level_argument,
     client_ssl_context,
     configure_logging,
+    positive_int,
     run_command,
     warn,
 )
@@ -79,16 +80,6 @@ def _interval(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "stats",
@@ -105,7 +96,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_STATS_INTERVAL,
         help=f"seconds between tables (default: {DEFAULT_STATS_INTERVAL:g})",
     )
-    parser.add_argument("--count", metavar="N", type=_positive_int, help="stop after N tables")
+    parser.add_argument("--count", metavar="N", type=positive_int, help="stop after N tables")
     add_ca_argument(parser)
     add_log_level_argument(parser)
     parser.set_defaults(run=run)
