@@ -7,10 +7,13 @@ publishers and subscribers, and a command line, all built on the bridge kit
 ``rstreams.bridges``, which is how ``rstreams.connect`` and the ``rstreams``
 command find it: nothing in the runtime names a bridge.
 
-``BridgeError``, the base of every bridge's errors, is in ``bridges.errors``
-(a module without trio, for the bridges' sans-I/O code) and re-exported here.
+``BridgeError``, the base of every bridge's errors, is in ``bridges.errors``,
+and ``ProtocolMachine``, the base of every bridge's sans-I/O machine, in
+``bridges.machine`` (modules without trio, for the bridges' sans-I/O code);
+both are re-exported here.
 """
 
 from .errors import BridgeError
+from .machine import ProtocolMachine
 
-__all__ = ["BridgeError"]
+__all__ = ["BridgeError", "ProtocolMachine"]
