@@ -21,12 +21,12 @@ from bridges.emp import Connection as EmpConnection
 from bridges.emp import RemoteProtocolError as EmpRemoteProtocolError
 from bridges.epoxy import Connection as EpoxyConnection
 from bridges.epoxy import RemoteProtocolError as EpoxyRemoteProtocolError
-from bridges.epoxy import Role as EpoxyRole
 from bridges.machine import ProtocolMachine
 from bridges.micromsg2 import Connection as MicroMsg2Connection
 from bridges.micromsg2 import RemoteProtocolError as MicroMsg2RemoteProtocolError
 from bridges.relink import Connection as RelinkConnection
 from bridges.relink import RemoteProtocolError as RelinkRemoteProtocolError
+from tests.bridges.epoxy_helpers import EpoxyPair
 from tests.bridges.micromsg2_pair import open_pair
 from tests.bridges.relink_pair import Pair as RelinkPair
 from tests.protocol.test_no_io_imports import forbidden_imports
@@ -149,14 +149,10 @@ def _emp() -> tuple[EmpConnection, type[Exception], bytes]:
 
 
 def _epoxy() -> tuple[EpoxyConnection, type[Exception], bytes]:
-    client, server = EpoxyConnection(EpoxyRole.CLIENT), EpoxyConnection(EpoxyRole.SERVER)
-    server.receive_data(client.data_to_send())
-    server.events()
-    server.accept()
-    client.receive_data(server.data_to_send())
-    client.events()
-    client.send_event("svc", "m", b"payload")
-    return server, EpoxyRemoteProtocolError, client.data_to_send() + b"\xff" * 64
+    pair = EpoxyPair()
+    pair.handshake()
+    pair.client.send_event("svc", "m", b"payload")
+    return pair.server, EpoxyRemoteProtocolError, pair.client.data_to_send() + b"\xff" * 64
 
 
 def _micromsg2() -> tuple[MicroMsg2Connection, type[Exception], bytes]:
