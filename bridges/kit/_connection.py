@@ -136,6 +136,19 @@ MachineT = TypeVar("MachineT", bound=SansIOMachine)
 SettingsT = TypeVar("SettingsT", bound=LinkSettings)
 
 
+def _check_budget_hooks(connection_type: type[BridgeConnection[Any, Any]], machine: object) -> None:
+    # The memory budget asks the machine what input it holds and how to end
+    # a peer over the budget, unless the connection answers itself. A machine
+    # written before these defaults (or without them) is refused here, with
+    # what to add, instead of failing in the reader mid-connection.
+    for hook, member in (("_input_held_by_machine", "buffered_input_size"), ("_memory_budget_exceeded", "fail_memory_budget")):
+        if getattr(connection_type, hook) is getattr(BridgeConnection, hook) and not hasattr(type(machine), member):
+            raise TypeError(
+                f"{type(machine).__name__} has no {member}, which {connection_type.__name__} needs for the "
+                f"connection's memory budget: give the machine one, or override {hook}"
+            )
+
+
 class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     """A bridge's protocol machine running over a trio stream (see the module docstring).
 
@@ -145,6 +158,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     """
 
     def __init__(self, stream: trio.abc.Stream, machine: MachineT, config: SettingsT) -> None:
+        _check_budget_hooks(type(self), machine)
         self.stream = stream
         self.config = config
         unpace_loopback(stream, config.loopback_congestion_control)

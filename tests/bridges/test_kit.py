@@ -760,6 +760,45 @@ async def test_input_the_machine_holds_counts_against_the_budget_by_default() ->
     assert answer[0] == "HELLO" and answer[1].startswith("ERR memory budget exceeded")
 
 
+def test_a_machine_the_budget_cannot_ask_is_refused_with_what_to_add() -> None:
+    # A machine with only the four members the kit asked for before it
+    # counted held input by default: refused when the connection is made,
+    # naming what to add, not in the reader mid-connection.
+    class BareMachine:
+        def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+            pass
+
+        def events(self) -> Sequence[Any]:
+            return []
+
+        @property
+        def has_data_to_send(self) -> bool:
+            return False
+
+        def data_to_send(self) -> bytes:
+            return b""
+
+    class BareConnection(BridgeConnection[Any, LinkSettings]):
+        def _dispatch(self, event: Any) -> None:
+            pass
+
+    class CountingConnection(BareConnection):
+        def _input_held_by_machine(self) -> int:
+            return 0
+
+    class AnsweringConnection(CountingConnection):
+        def _memory_budget_exceeded(self, message: str) -> BaseException:
+            return LineProtocolError(message)
+
+    ours, _ = trio.testing.memory_stream_pair()
+    with pytest.raises(TypeError, match="BareMachine has no buffered_input_size.*override _input_held_by_machine"):
+        BareConnection(ours, BareMachine(), QUIET)
+    with pytest.raises(TypeError, match="BareMachine has no fail_memory_budget.*override _memory_budget_exceeded"):
+        CountingConnection(ours, BareMachine(), QUIET)
+    AnsweringConnection(ours, BareMachine(), QUIET)  # the connection answers both itself
+    LineConnection(ours)  # the line machine has both members
+
+
 async def test_pending_calls_by_id() -> None:
     connection, peer = line_pair()
     with trio.fail_after(5):
