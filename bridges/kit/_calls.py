@@ -138,14 +138,18 @@ class PendingCalls(Generic[R]):
             call.fail(error)
         self._calls.clear()
 
+    # A call leaves the table as it is done (deliver pops it, fail_all
+    # clears them all), so every call in it still waits: both answers are
+    # the table's size, not a walk over it.
+
     @property
     def waiting(self) -> bool:
         """True while a call waits for its response (the reader should read)."""
-        return any(not call.done for call in self._calls.values())
+        return bool(self._calls)
 
     def __len__(self) -> int:
         """How many calls wait for their responses."""
-        return sum(not call.done for call in self._calls.values())
+        return len(self._calls)
 
 
 async def pace_calls(

@@ -241,7 +241,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         """The peer passed the memory budget: as for any limit, ``ERROR`` and close; its input is dropped."""
         error = LimitExceeded(message, limit="max_connection_memory", value=self.buffered_input_size)
         if self.state not in TERMINAL_STATES:
-            self._state, self._outbound = ConnectionState.ERROR, bytearray()  # nothing more is sent
+            self._fail(error)
         self._inbound, self._decoder = bytearray(), None
         return error
 

@@ -172,6 +172,11 @@ class SignalStop:
     def __init__(self) -> None:
         self.status: int | None = None
 
+    def exit_status(self, status: int) -> int:
+        """What the command exits with: the signal's status if one came,
+        else ``status`` (what its work reported)."""
+        return status if self.status is None else self.status
+
 
 def stop_at_signal(signals: AsyncIterator[int], nursery: trio.Nursery) -> SignalStop:
     """Cancel ``nursery`` at the first of ``signals`` (a ``trio.open_signal_receiver``).

@@ -206,7 +206,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             except SessionClosed as exc:
                 status = session_closed(exc)
             nursery.cancel_scope.cancel()
-    status = status if stop.status is None else stop.status
+    status = stop.exit_status(status)
     if status == EXIT_OK:
         print(f"rstreams: published {source.sent} lines into {args.name}", file=sys.stderr, flush=True)
     return status
@@ -239,7 +239,7 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
                 else:
                     raise
             nursery.cancel_scope.cancel()
-    status = status if stop.status is None else stop.status
+    status = stop.exit_status(status)
     if status == EXIT_OK:
         print(f"rstreams: published {published} lines into {args.name}", file=sys.stderr, flush=True)
     return status

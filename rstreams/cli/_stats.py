@@ -247,7 +247,7 @@ async def _watch(args: argparse.Namespace, ssl_context: ssl.SSLContext | None, o
                 except RStreamsError as exc:
                     status = _report(str(exc), EXIT_FAILURE)
                 nursery.cancel_scope.cancel()
-    return status if stop.status is None else stop.status
+    return stop.exit_status(status)
 
 
 def _report(message: str, code: int) -> int:

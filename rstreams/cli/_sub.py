@@ -394,8 +394,7 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
                     if status == EXIT_TIMEOUT:
                         bound.deadline = trio.current_time() + TIMEOUT_GOODBYE_GRACE
                     nursery.cancel_scope.cancel()
-                if stop.status is not None:
-                    status = stop.status
+                status = stop.exit_status(status)
         if bound.cancelled_caught and not connected:
             return report(f"--timeout: {args.timeout:g} s passed while connecting to {url}", EXIT_TIMEOUT)
     return status

@@ -49,6 +49,7 @@ from bridges.kit import (
     open_bridge_peer,
     open_connection,
 )
+from bridges.machine import ProtocolMachine
 from helpers import (
     TCP_CONGESTION,
     another_allowed_congestion_control,
@@ -123,12 +124,19 @@ class ConnectionClosed:
     pass
 
 
-class LineMachine:
-    """Bytes in, events out; calls in, bytes out. One event per ``events()`` call."""
+_LINE_EVENTS: dict[str, type] = {"HELLO": Hello, "PONG": Pong, "BYE": Bye}
+
+
+class LineMachine(ProtocolMachine[Any, LineProtocolError]):
+    """Bytes in, events out; calls in, bytes out. One event per ``events()`` call.
+
+    Built on ``bridges.machine.ProtocolMachine``, as a bridge's machine is:
+    the base holds the output and the order of events and violations.
+    """
 
     def __init__(self) -> None:
+        super().__init__(LineProtocolError, output=b"HELLO\n")
         self._inbox = bytearray()
-        self._outbox = bytearray(b"HELLO\n")
         self._eof = False
         self._eof_reported = False
 
@@ -138,41 +146,36 @@ class LineMachine:
         else:
             self._eof = True
 
-    def events(self) -> Sequence[Any]:
+    def events(self) -> list[Any]:
+        return self._take_events()
+
+    def _parse(self, events: list[Any]) -> None:
         while (end := self._inbox.find(b"\n")) >= 0:
             line = bytes(self._inbox[:end]).decode("ascii", "replace")
             del self._inbox[: end + 1]
             if line == "PING":
-                self._outbox += b"PONG\n"
+                self._outbound += b"PONG\n"
                 continue
-            if line == "HELLO":
-                return [Hello()]
-            if line == "PONG":
-                return [Pong()]
-            if line == "BYE":
-                return [Bye()]
+            event = _LINE_EVENTS.get(line)
+            if event is not None:
+                events.append(event())
+                return
             if line.startswith("DATA "):
-                return [Data(line[5:])]
+                events.append(Data(line[5:]))
+                return
             if line.startswith("ERR "):
-                return [Err(line[4:])]
-            self._outbox += b"ERR protocol\n"
+                events.append(Err(line[4:]))
+                return
             raise LineProtocolError(f"unexpected line {line!r}")
         if self._eof and not self._eof_reported:
             self._eof_reported = True
-            return [ConnectionClosed()]
-        return []
+            events.append(ConnectionClosed())
 
-    @property
-    def has_data_to_send(self) -> bool:
-        return bool(self._outbox)
-
-    def data_to_send(self) -> bytes:
-        data = bytes(self._outbox)
-        self._outbox.clear()
-        return data
+    def _fail(self, error: LineProtocolError) -> None:
+        self._outbound += b"ERR protocol\n"
 
     def send_line(self, line: str) -> None:
-        self._outbox += line.encode("ascii") + b"\n"
+        self._outbound += line.encode("ascii") + b"\n"
 
     @property
     def buffered_input_size(self) -> int:
