@@ -9,11 +9,12 @@ command find it: nothing in the runtime names a bridge.
 
 ``BridgeError``, the base of every bridge's errors, is in ``bridges.errors``,
 and ``ProtocolMachine``, the base of every bridge's sans-I/O machine, in
-``bridges.machine`` (modules without trio, for the bridges' sans-I/O code);
-both are re-exported here.
+``bridges.machine`` with ``StateTable``, the one way a bridge's state table
+refuses a step (modules without trio, for the bridges' sans-I/O code); all
+three are re-exported here.
 """
 
 from .errors import BridgeError
-from .machine import ProtocolMachine
+from .machine import ProtocolMachine, StateTable
 
-__all__ = ["BridgeError", "ProtocolMachine"]
+__all__ = ["BridgeError", "ProtocolMachine", "StateTable"]

@@ -23,12 +23,58 @@ bridge's sans-I/O modules can build on it.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-__all__ = ["ProtocolMachine"]
+__all__ = ["ProtocolMachine", "StateTable"]
 
 EventT = TypeVar("EventT")
 ErrorT = TypeVar("ErrorT", bound=Exception)
+StateT = TypeVar("StateT", bound=enum.Enum)
+InputT = TypeVar("InputT", bound=enum.Enum)
+
+
+class StateTable(Generic[StateT, InputT]):
+    """A machine's transitions, and how a step the table has no row for is refused.
+
+    ``transitions`` maps ``(state, input)`` to the next state; it is kept,
+    not copied, so the table stays the one place a rule is written (a test
+    that removes a row changes every path). Each input's ``value`` is what
+    it does, in words ("send a message"), for the errors below.
+
+    The two lookups only answer the next state; the machine commits it
+    (``self._state = ...``) once nothing else in its step can fail.
+    """
+
+    __slots__ = ("transitions", "_local_error", "_remote_error")
+
+    def __init__(
+        self,
+        transitions: Mapping[tuple[StateT, InputT], StateT],
+        *,
+        local_error: Callable[[str], Exception],
+        remote_error: Callable[[str], Exception],
+    ) -> None:
+        self.transitions = transitions
+        self._local_error = local_error
+        self._remote_error = remote_error
+
+    def after_local(self, state: StateT, step: InputT) -> StateT:
+        """The state after this program's own ``step``; its ``LocalProtocolError``
+        (the application asked for what the protocol forbids) when there is none."""
+        try:
+            return self.transitions[state, step]
+        except KeyError:
+            raise self._local_error(f"cannot {step.value} in state {state.name}") from None
+
+    def after_received(self, state: StateT, step: InputT, what: str) -> StateT:
+        """The state after the peer's ``step`` (``what`` names the frame it sent);
+        the protocol's remote error (the peer broke the protocol) when there is none."""
+        try:
+            return self.transitions[state, step]
+        except KeyError:
+            raise self._remote_error(f"unexpected {what} in state {state.name}") from None
 
 
 class ProtocolMachine(Generic[EventT, ErrorT]):

@@ -31,7 +31,7 @@ a protocol error; at most ``max_pending_requests`` may be outstanding).
 
 from __future__ import annotations
 
-from bridges.machine import ProtocolMachine
+from bridges.machine import ProtocolMachine, StateTable
 
 from ._codec import DEFAULT_LIMITS, Decoder, EmpLimits, Framing, encode
 from ._errors import (
@@ -63,6 +63,10 @@ from ._events import (
 from ._state import CONNECTION_TRANSITIONS, ConnectionEvent, ConnectionState
 
 __all__ = ["Connection", "SUPPORTED_VERSIONS"]
+
+#: The connection's state table (``_state``), refusing a step it has no row
+#: for with this protocol's errors.
+_STATES = StateTable(CONNECTION_TRANSITIONS, local_error=LocalProtocolError, remote_error=RemoteProtocolError)
 
 #: The versions this implementation accepts in the peer's hello.
 SUPPORTED_VERSIONS = frozenset({PROTOCOL_VERSION})
@@ -131,16 +135,10 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         return frozenset(self._peer_requests)
 
     def _transition(self, event: ConnectionEvent) -> None:
-        try:
-            self._state = CONNECTION_TRANSITIONS[self._state, event]
-        except KeyError:
-            raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
+        self._state = _STATES.after_local(self._state, event)
 
     def _receive_transition(self, event: ConnectionEvent, what: str) -> None:
-        try:
-            self._state = CONNECTION_TRANSITIONS[self._state, event]
-        except KeyError:
-            raise RemoteProtocolError(f"unexpected {what} in state {self._state.name}") from None
+        self._state = _STATES.after_received(self._state, event, what)
 
     # ---- receiving --------------------------------------------------------
 

@@ -51,7 +51,7 @@ had its response) is dropped, as the spec allows, and counted in
 
 from __future__ import annotations
 
-from bridges.machine import ProtocolMachine
+from bridges.machine import ProtocolMachine, StateTable
 
 from . import bond
 from ._errors import ConversationIdsExhaustedError, LocalProtocolError, RemoteProtocolError
@@ -86,6 +86,15 @@ _Code = ProtocolErrorCode
 
 def _remote(message: str, code: ProtocolErrorCode) -> RemoteProtocolError:
     return RemoteProtocolError(message, error_code=code)
+
+
+def _violation(message: str) -> RemoteProtocolError:
+    return _remote(message, ProtocolErrorCode.PROTOCOL_VIOLATED)
+
+
+#: The connection's state table (``_state``): a step it has no row for is
+#: this program's LocalProtocolError, or the peer's violation of the protocol.
+_STATES = StateTable(TRANSITIONS, local_error=LocalProtocolError, remote_error=_violation)
 
 
 class Connection(ProtocolMachine[EpoxyEvent, RemoteProtocolError]):
@@ -161,16 +170,10 @@ class Connection(ProtocolMachine[EpoxyEvent, RemoteProtocolError]):
     def _local_transition(self, event: StateInput) -> ConnectionState:
         # The next state, or LocalProtocolError; the caller commits it once
         # nothing else can fail.
-        try:
-            return TRANSITIONS[self._state, event]
-        except KeyError:
-            raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
+        return _STATES.after_local(self._state, event)
 
     def _remote_transition(self, event: StateInput, what: str) -> ConnectionState:
-        try:
-            return TRANSITIONS[self._state, event]
-        except KeyError:
-            raise _remote(f"unexpected {what} in state {self._state.name}", _Code.PROTOCOL_VIOLATED) from None
+        return _STATES.after_received(self._state, event, what)
 
     # ---- receiving --------------------------------------------------------------
 

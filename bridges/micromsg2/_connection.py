@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from bridges.machine import ProtocolMachine
+from bridges.machine import ProtocolMachine, StateTable
 
 from ._codec import DEFAULT_LIMITS, MIB, Decoder, Limits, encode_frame, encode_handshake
 from ._errors import (
@@ -70,6 +70,10 @@ from ._state import CONNECTION_TRANSITIONS, ConnectionEvent, ConnectionState, Ro
 from ._windows import InboundWindow, OutboundWindow
 
 __all__ = ["Connection", "SPLIT_SIZE", "SERVER_IDENTITY"]
+
+#: The connection's state table (``_state``), refusing a step it has no row
+#: for with this protocol's errors.
+_STATES = StateTable(CONNECTION_TRANSITIONS, local_error=LocalProtocolError, remote_error=RemoteProtocolError)
 
 #: Messages over this many bytes are sent as CONTINUED frames of this size.
 SPLIT_SIZE = MIB
@@ -175,16 +179,10 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         return name in self._indexes
 
     def _transition(self, event: ConnectionEvent) -> None:
-        try:
-            self._state = CONNECTION_TRANSITIONS[self._state, event]
-        except KeyError:
-            raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
+        self._state = _STATES.after_local(self._state, event)
 
     def _receive_transition(self, event: ConnectionEvent, what: str) -> None:
-        try:
-            self._state = CONNECTION_TRANSITIONS[self._state, event]
-        except KeyError:
-            raise RemoteProtocolError(f"unexpected {what} in state {self._state.name}") from None
+        self._state = _STATES.after_received(self._state, event, what)
 
     # ---- receiving --------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from bridges.machine import ProtocolMachine
+from bridges.machine import ProtocolMachine, StateTable
 
 from ._codec import PacketDecoder, encode_packet
 from ._config import DEFAULT_SEND_WINDOW, RelinkStatistics
@@ -50,6 +50,10 @@ from ._packets import DEFAULT_LIMITS, PROTOCOL_VERSION, MessagePacket, Packet, R
 from ._state import CONNECTION_TRANSITIONS, HANDSHAKE_STATES, TERMINAL_STATES, ConnectionEvent, ConnectionState
 
 __all__ = ["Connection"]
+
+#: The connection's state table (``_state``), refusing a step it has no row
+#: for with this protocol's errors.
+_STATES = StateTable(CONNECTION_TRANSITIONS, local_error=LocalProtocolError, remote_error=RemoteProtocolError)
 
 # Bytes a peer may send beyond the handshake before we reply (the handshake
 # is half-duplex, so a well-behaved peer sends none).
@@ -190,16 +194,10 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         return self._engine.pending_acks if self._engine is not None else ()
 
     def _transition(self, event: ConnectionEvent) -> None:
-        try:
-            self._state = CONNECTION_TRANSITIONS[self.state, event]
-        except KeyError:
-            raise LocalProtocolError(f"cannot {event.value} in state {self._state.name}") from None
+        self._state = _STATES.after_local(self.state, event)
 
     def _receive_transition(self, event: ConnectionEvent, what: str) -> None:
-        try:
-            self._state = CONNECTION_TRANSITIONS[self._state, event]
-        except KeyError:
-            raise RemoteProtocolError(f"unexpected {what} in state {self._state.name}") from None
+        self._state = _STATES.after_received(self._state, event, what)
 
     def _engine_for_send(self) -> LinkEngine:
         self._transition(ConnectionEvent.SEND_PACKET)

@@ -1,4 +1,4 @@
-"""``bridges.machine.ProtocolMachine``: the output and the events-before-a-violation rule every bridge's machine shares.
+"""``bridges.machine``: the output, the events-before-a-violation rule and the state table every bridge's machine shares.
 
 A toy machine reads one byte a message: ``g`` is a good message (an event),
 ``x`` a violation. The rule: ``events`` returns every event parsed before a
@@ -6,10 +6,16 @@ violation, the violation is raised by the next call (or by this one when no
 event came before it), ``_fail`` runs once, when it is found, and nothing
 after it is parsed. Each of the four bridges' machines is also checked
 against the rule over its own wire.
+
+``StateTable``: a toy table answers its rows, refuses a step it has no row
+for with the error of whose step it was (this program's, or the peer's),
+and reads the mapping it was given, not a copy; each bridge refuses its
+own step before its handshake through its table, with its own error.
 """
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 import pytest
@@ -18,14 +24,22 @@ from hypothesis import strategies as st
 
 import bridges.machine
 from bridges.emp import Connection as EmpConnection
+from bridges.emp import LocalProtocolError as EmpLocalProtocolError
 from bridges.emp import RemoteProtocolError as EmpRemoteProtocolError
 from bridges.epoxy import Connection as EpoxyConnection
+from bridges.epoxy import LocalProtocolError as EpoxyLocalProtocolError
 from bridges.epoxy import RemoteProtocolError as EpoxyRemoteProtocolError
-from bridges.machine import ProtocolMachine
+from bridges.epoxy import Role as EpoxyRole
+from bridges.machine import ProtocolMachine, StateTable
 from bridges.micromsg2 import Connection as MicroMsg2Connection
+from bridges.micromsg2 import LocalProtocolError as MicroMsg2LocalProtocolError
 from bridges.micromsg2 import RemoteProtocolError as MicroMsg2RemoteProtocolError
+from bridges.micromsg2 import Role as MicroMsg2Role
 from bridges.relink import Connection as RelinkConnection
+from bridges.relink import LinkConfig
+from bridges.relink import LocalProtocolError as RelinkLocalProtocolError
 from bridges.relink import RemoteProtocolError as RelinkRemoteProtocolError
+from bridges.relink import Role as RelinkRole
 from tests.bridges.epoxy_helpers import EpoxyPair
 from tests.bridges.micromsg2_pair import open_pair
 from tests.bridges.relink_pair import Pair as RelinkPair
@@ -178,3 +192,73 @@ def test_each_bridge_returns_the_events_before_a_violation_then_raises_once(make
         machine.events()
     assert machine.state.name == "ERROR"
     assert machine.events() == []
+
+
+# ---- the state table ----------------------------------------------------------
+
+
+class Door(enum.Enum):
+    SHUT = "shut"
+    OPEN = "open"
+
+
+class Push(enum.Enum):
+    OPEN = "open the door"
+    KNOCK = "knock"
+
+
+class Ours(Exception):
+    pass
+
+
+class Theirs(Exception):
+    pass
+
+
+def test_a_table_answers_its_rows_and_refuses_the_rest_by_whose_step_it_was() -> None:
+    rows = {(Door.SHUT, Push.OPEN): Door.OPEN, (Door.SHUT, Push.KNOCK): Door.SHUT}
+    table = StateTable(rows, local_error=Ours, remote_error=Theirs)
+    assert table.after_local(Door.SHUT, Push.OPEN) is Door.OPEN
+    assert table.after_received(Door.SHUT, Push.KNOCK, "a knock") is Door.SHUT
+    with pytest.raises(Ours, match="^cannot open the door in state OPEN$") as ours:
+        table.after_local(Door.OPEN, Push.OPEN)
+    assert ours.value.__cause__ is None and ours.value.__suppress_context__  # (no KeyError behind it)
+    with pytest.raises(Theirs, match="^unexpected a knock in state OPEN$"):
+        table.after_received(Door.OPEN, Push.KNOCK, "a knock")
+
+
+def test_a_table_reads_the_rows_it_was_given_not_a_copy() -> None:
+    rows = {(Door.SHUT, Push.OPEN): Door.OPEN}
+    table = StateTable(rows, local_error=Ours, remote_error=Theirs)
+    del rows[Door.SHUT, Push.OPEN]
+    with pytest.raises(Ours):
+        table.after_local(Door.SHUT, Push.OPEN)
+    rows[Door.OPEN, Push.KNOCK] = Door.SHUT
+    assert table.after_received(Door.OPEN, Push.KNOCK, "a knock") is Door.SHUT
+
+
+@pytest.mark.parametrize(
+    ("send", "error", "message"),
+    [
+        (lambda: EmpConnection().send_ping(), EmpLocalProtocolError, "cannot send ping, pong or data in state HANDSHAKING"),
+        (
+            lambda: EpoxyConnection(EpoxyRole.CLIENT).send_event("svc", "m", b"p"),
+            EpoxyLocalProtocolError,
+            "cannot send a message in state CLIENT_AWAITING_CONFIG",
+        ),
+        (
+            lambda: MicroMsg2Connection(MicroMsg2Role.CLIENT).send_message("t", b"p"),
+            MicroMsg2LocalProtocolError,
+            "cannot send a frame in state AWAITING_REPLY",
+        ),
+        (
+            lambda: RelinkConnection(RelinkRole.CONNECTOR, config=LinkConfig()).send_message(5, [b"x"]),
+            RelinkLocalProtocolError,
+            "cannot send packet in state AWAIT_LISTENER_VERSION",
+        ),
+    ],
+    ids=["emp", "epoxy", "micromsg2", "relink"],
+)
+def test_each_bridge_refuses_its_own_step_through_its_table(send, error, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=f"^{message}$"):
+        send()
