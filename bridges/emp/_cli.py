@@ -20,14 +20,15 @@ from rstreams.cli import (
     EXIT_FAILURE,
     EXIT_GOODBYE,
     EXIT_OK,
-    EXIT_USAGE,
     FORMATS,
     CommandError,
     DecodeError,
     HelpFormatter,
-    client_ssl_context,
+    add_timeout_argument,
+    add_tls_client_arguments,
     parse_address,
     run_command,
+    tls_client_context,
 )
 
 from ._client import FRAMINGS
@@ -120,15 +121,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("address", metavar="HOST:PORT", type=parse_address, help="the EMP peer")
     parser.add_argument("--framing", choices=sorted(FRAMINGS), default="spec", help="size framing (default: spec)")
-    parser.add_argument("--tls", action="store_true", help="connect with TLS")
-    parser.add_argument("--ca", metavar="FILE", help="with --tls: trust this CA (PEM) instead of the system's")
-    parser.add_argument(
-        "--timeout", metavar="SECONDS", type=float, default=10.0, help="give up after this long (default: 10)"
-    )
-
-
-def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
+    add_tls_client_arguments(parser)
+    add_timeout_argument(parser)
 
 
 async def _act(args: argparse.Namespace, config: EmpConfig, ssl_context: ssl.SSLContext | None) -> int:
@@ -176,9 +170,7 @@ def error_status(exc: BaseException) -> tuple[int, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ssl_context = _ssl_context(args)
-    if args.timeout <= 0:
-        raise CommandError("--timeout must be positive", EXIT_USAGE)
+    ssl_context = tls_client_context(args)
     config = EmpConfig(
         framing=FRAMINGS[args.framing],
         keepalive_interval=None,

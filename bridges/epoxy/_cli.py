@@ -27,9 +27,11 @@ from rstreams.cli import (
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
-    client_ssl_context,
+    add_timeout_argument,
+    add_tls_client_arguments,
     parse_address,
     run_command,
+    tls_client_context,
 )
 
 from . import bond
@@ -121,10 +123,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=f"the PayloadData: a marshalled Compact Binary v1 struct, in hex (default: an empty struct, {EMPTY_STRUCT_HEX})",
     )
     call.add_argument("--event", action="store_true", help="send an event (one-way) instead of a request")
-    call.add_argument(
-        "--timeout", metavar="SECONDS", type=float, default=10.0, help="give up after this long (default: 10)"
-    )
-    _tls_arguments(call, "connect with TLS")
+    add_timeout_argument(call)
+    add_tls_client_arguments(call)
     call.set_defaults(run=run_call)
     decode = commands.add_parser(
         "decode", help="print a Bond payload as JSON", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter
@@ -137,14 +137,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "with --marshalled, the header's protocol (and this, if given, must agree)",
     )
     decode.add_argument("--marshalled", action="store_true", help="FILE starts with Bond's 4-byte marshalling header")
-    _tls_arguments(decode, "no effect: decode reads a file (accepted so that every epoxy command takes it)")
+    add_tls_client_arguments(decode, tls_help="no effect: decode reads a file (accepted so that every epoxy command takes it)")
     decode.set_defaults(run=run_decode)
     return parser
-
-
-def _tls_arguments(parser: argparse.ArgumentParser, tls_help: str) -> None:
-    parser.add_argument("--tls", action="store_true", help=tls_help)
-    parser.add_argument("--ca", metavar="FILE", help="with --tls: trust this CA (PEM) instead of the system's")
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,10 +152,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="also serve over Bond Epoxy, as the service rstreams.Publishers (repeatable; "
         "epoxys:// with --tls-cert; the spec's ports are 25188 and 25156; see docs/bridges/epoxy.md)",
     )
-
-
-def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
 
 
 def _address(text: str, tls: bool) -> tuple[str, int]:
@@ -239,9 +230,7 @@ async def _call(args: argparse.Namespace, payload: bytes, ssl_context: ssl.SSLCo
 
 
 def run_call(args: argparse.Namespace) -> int:
-    ssl_context = _ssl_context(args)
-    if not args.timeout > 0:
-        raise CommandError("--timeout must be positive", EXIT_USAGE)
+    ssl_context = tls_client_context(args)
     payload = _hex(args.payload_hex)
 
     async def main() -> int:

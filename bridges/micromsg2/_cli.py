@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import sys
 from typing import Any
 
@@ -30,9 +29,11 @@ from rstreams.cli import (
     CommandError,
     DecodeError,
     HelpFormatter,
-    client_ssl_context,
+    add_timeout_argument,
+    add_tls_client_arguments,
     parse_address,
     run_command,
+    tls_client_context,
 )
 
 from ..kit import open_tcp_stream
@@ -167,16 +168,8 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
         "--window", metavar="N", type=_window, default=DEFAULT_WINDOW,
         help=f"suggest batch-ack with a window of N messages (default: {DEFAULT_WINDOW})",
     )  # fmt: skip
-    parser.add_argument("--tls", action="store_true", help="connect with TLS")
-    parser.add_argument("--ca", metavar="FILE", help="with --tls: trust this CA (PEM) instead of the system's")
-    parser.add_argument(
-        "--timeout", metavar="SECONDS", type=float, default=10.0,
-        help="give up connecting and handshaking after this long (default: 10)",
-    )  # fmt: skip
-
-
-def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
+    add_tls_client_arguments(parser)
+    add_timeout_argument(parser, what="give up connecting and handshaking after this long")
 
 
 def _json_value(value: FilterValue) -> object:
@@ -198,7 +191,7 @@ def _properties_line(message: MessageReceived, payload: bytes) -> bytes:
 async def _connect(args: argparse.Namespace) -> trio.abc.Stream:
     host, port = args.address
     with trio.fail_after(args.timeout):
-        return await open_tcp_stream(host or "127.0.0.1", port, ssl_context=_ssl_context(args))
+        return await open_tcp_stream(host or "127.0.0.1", port, ssl_context=tls_client_context(args))
 
 
 async def _subscribe(args: argparse.Namespace) -> int:
@@ -292,9 +285,7 @@ def error_status(exc: BaseException) -> tuple[int, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.timeout <= 0:
-        raise CommandError("--timeout must be positive", EXIT_USAGE)
-    _ssl_context(args)  # argument errors first
+    tls_client_context(args)  # argument errors first
 
     async def main() -> int:
         if args.action == "sub":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import ssl
 import sys
 from functools import partial
 from typing import Any
@@ -29,9 +28,11 @@ from rstreams.cli import (
     EXIT_USAGE,
     CommandError,
     HelpFormatter,
-    client_ssl_context,
+    add_timeout_argument,
+    add_tls_client_arguments,
     parse_address,
     run_command,
+    tls_client_context,
 )
 from rstreams.support import listener_url, serve_listeners, with_tls
 
@@ -97,9 +98,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     send.add_argument("--channel-id-size", type=int, default=0, metavar="N", help="channel id bytes, 0-8 (default: 0)")
     send.add_argument("--channel", type=int, default=0, metavar="ID", help="the channel to send on (default: 0)")
     send.add_argument("--replies", type=int, default=1, metavar="N", help="replies to wait for (default: 1)")
-    send.add_argument("--tls", action="store_true", help="connect with TLS")
-    send.add_argument("--ca", metavar="FILE", help="with --tls: trust this CA (PEM) instead of the system's")
-    send.add_argument("--timeout", metavar="SECONDS", type=float, default=10.0, help="give up after this long (default: 10)")
+    add_tls_client_arguments(send)
+    add_timeout_argument(send)
     send.set_defaults(run=run_send)
     echo = commands.add_parser("echo", help="a listener that echoes every message", formatter_class=HelpFormatter)
     echo.add_argument("address", metavar="HOST:PORT", type=parse_address, help="where to listen (port 0: any)")
@@ -158,10 +158,6 @@ def error_status(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
-def _ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
-
-
 def _part_json(part: bytes) -> object:
     try:
         return part.decode("utf-8")
@@ -170,13 +166,13 @@ def _part_json(part: bytes) -> object:
 
 
 def run_send(args: argparse.Namespace) -> int:
-    ssl_context = _ssl_context(args)
+    ssl_context = tls_client_context(args)
     if not 0 <= args.channel_id_size <= 8:
         raise CommandError("--channel-id-size must be from 0 to 8", EXIT_USAGE)
     if not 0 <= args.channel < 1 << (8 * args.channel_id_size):
         raise CommandError(f"--channel {args.channel} does not fit in {args.channel_id_size} bytes", EXIT_USAGE)
-    if args.replies < 0 or args.timeout <= 0:
-        raise CommandError("--replies must be >= 0 and --timeout positive", EXIT_USAGE)
+    if args.replies < 0:
+        raise CommandError("--replies must be >= 0", EXIT_USAGE)
     size = args.channel_id_size
     config = LinkConfig(connector_id_size=size, listener_id_size=size)
     settings = RelinkSettings(handshake_timeout=args.timeout, keepalive_interval=None, shutdown_timeout=1.0)

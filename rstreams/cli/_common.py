@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import re
 import sys
@@ -46,6 +47,12 @@ __all__ = [
     "config_for_connection_memory",
     "parse_size",
     "positive_int",
+    "positive_seconds",
+    "pause_seconds",
+    "add_tls_client_arguments",
+    "tls_client_context",
+    "add_timeout_argument",
+    "DEFAULT_CLIENT_TIMEOUT",
     "server_from_arguments",
     "configure_logging",
     "client_ssl_context",
@@ -207,14 +214,30 @@ def _congestion_control(text: str) -> str | None:
     return text
 
 
-def _non_negative_seconds(text: str) -> float:
+def _seconds(text: str, *, positive: bool, finite: bool = True) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    if not (0 < value if positive else 0 <= value) or (finite and not value < math.inf):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds {'>' if positive else '>='} 0, got {text}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """A time bound (``--timeout SECONDS``): seconds, more than 0 and finite
+    (``0``, ``-1``, ``nan`` and ``inf`` are usage errors, exit status 2)."""
+    return _seconds(text, positive=True)
+
+
+def pause_seconds(text: str) -> float:
+    """A pause (``--interval SECONDS``): seconds, 0 or more and finite."""
+    return _seconds(text, positive=False)
+
+
+def _non_negative_seconds(text: str) -> float:
+    # (A server's --idle-timeout and --busy-poll: inf is accepted as ever.)
+    return _seconds(text, positive=False, finite=False)
 
 
 #: ``--max-connections`` when not given. Each session holds a socket (a file
@@ -471,6 +494,41 @@ def client_ssl_context(
         except (OSError, ssl.SSLError) as exc:
             raise CommandError(f"cannot load the client certificate {cert!r}: {exc}", EXIT_USAGE) from None
     return context
+
+
+#: How long a bridge's client command waits for its peer by default (``--timeout``).
+DEFAULT_CLIENT_TIMEOUT = 10.0
+
+
+def add_tls_client_arguments(parser: argparse.ArgumentParser, *, tls_help: str = "connect with TLS") -> None:
+    """A bridge client command's ``--tls`` and ``--ca FILE`` (its address is
+    ``HOST:PORT``, not a URL whose scheme says TLS); read back with
+    :func:`tls_client_context`."""
+    parser.add_argument("--tls", action="store_true", help=tls_help)
+    parser.add_argument("--ca", metavar="FILE", help="with --tls: trust this CA (PEM) instead of the system's")
+
+
+def tls_client_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context ``--tls`` and ``--ca`` ask for (None without ``--tls``).
+
+    Raises:
+        CommandError: ``--ca`` without ``--tls``, or a CA file that cannot
+            be loaded (exit status 2).
+    """
+    return client_ssl_context(args.tls, args.ca, ca_hint="--ca needs --tls")
+
+
+def add_timeout_argument(parser: argparse.ArgumentParser, *, what: str = "give up after this long") -> None:
+    """A bridge client command's ``--timeout SECONDS`` (default
+    :data:`DEFAULT_CLIENT_TIMEOUT`), a finite number of seconds above 0;
+    ``what`` says what it bounds."""
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=positive_seconds,
+        default=DEFAULT_CLIENT_TIMEOUT,
+        help=f"{what} (default: {DEFAULT_CLIENT_TIMEOUT:g})",
+    )
 
 
 def parse_origin(text: str) -> str:

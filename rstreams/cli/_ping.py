@@ -32,7 +32,9 @@ from ._common import (
     HelpFormatter,
     add_log_level_argument,
     configure_logging,
+    pause_seconds,
     positive_int,
+    positive_seconds,
     run_command,
 )
 
@@ -71,16 +73,6 @@ examples:
 DEFAULT_INTERVAL = 0.5
 
 
-def _seconds(text: str, *, positive: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (0 < value if positive else 0 <= value) or not value < math.inf:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected seconds {'>' if positive else '>='} 0, got {text}")
-    return value
-
-
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "ping",
@@ -95,14 +87,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--interval",
         "-i",
         metavar="SECONDS",
-        type=lambda text: _seconds(text, positive=False),
+        type=pause_seconds,
         default=DEFAULT_INTERVAL,
         help=f"pause between round trips (default: {DEFAULT_INTERVAL:g}; 0: back to back)",
     )
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=lambda text: _seconds(text, positive=True),
+        type=positive_seconds,
         default=10.0,
         help="give up on a connection or a round trip after this long (default: 10)",
     )

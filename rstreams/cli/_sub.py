@@ -46,6 +46,7 @@ from ._common import (
     HelpFormatter,
     add_log_level_argument,
     configure_logging,
+    positive_seconds,
     run_command,
 )
 from ._client import (
@@ -135,16 +136,6 @@ def _prefetch(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value < math.inf:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
-    return value
-
-
 #: After --timeout or --idle-timeout, how long the session may take to say
 #: goodbye before it is closed forcefully.
 TIMEOUT_GOODBYE_GRACE = 1.0
@@ -185,13 +176,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=_positive_seconds,
+        type=positive_seconds,
         help="stop after SECONDS in all, connecting included (exit status 124)",
     )
     parser.add_argument(
         "--idle-timeout",
         metavar="SECONDS",
-        type=_positive_seconds,
+        type=positive_seconds,
         help="stop once SECONDS pass without an element (exit status 124)",
     )
     add_ca_argument(parser)

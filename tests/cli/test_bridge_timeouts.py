@@ -1,4 +1,5 @@
-"""A bridge command whose peer never answers ends at its ``--timeout``, exit status 4 and one line, no traceback.
+"""A bridge command whose peer never answers ends at its ``--timeout``, exit status 4 and one line, no traceback;
+a ``--timeout`` that is not a finite number of seconds above 0 is a usage error (exit status 2), as it is for ``sub``.
 
 The peer is a listening socket that never accepts: the connection is made
 (the kernel's backlog) and nothing is ever read or written. Every bridge's
@@ -38,6 +39,25 @@ def test_a_silent_peer_ends_the_command_at_its_timeout(silent_peer: str, command
     result = rstreams(*(part.format(peer=silent_peer) for part in command), "--timeout", "0.5")
     assert result.returncode == 4, result.stderr
     assert result.stderr == message
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["emp", "ping", "{peer}"],
+        ["epoxy", "call", "{peer}", "svc", "Method"],
+        ["relink", "send", "{peer}", "rstreams", "range?count=1"],
+        ["mm2", "sub", "{peer}", "things"],
+    ],
+    ids=["emp", "epoxy", "relink", "mm2"],
+)
+def test_a_timeout_that_is_not_positive_finite_seconds_is_a_usage_error(silent_peer: str, command: list[str]) -> None:
+    # (nan passed the commands' own "<= 0" check and failed later with a traceback.)
+    for value in ("0", "-1", "nan", "inf", "soon"):
+        result = rstreams(*(part.format(peer=silent_peer) for part in command), "--timeout", value)
+        assert result.returncode == 2, (value, result.stderr)
+        assert b"argument --timeout: expected seconds" in result.stderr, (value, result.stderr)
+        assert b"Traceback" not in result.stderr
 
 
 # ---- run_command's translation, in process ---------------------------------------------------

@@ -139,10 +139,14 @@ def test_call_event_publishes_into_a_topic(epoxy_server: EpoxyServe) -> None:
 
 
 def test_call_usage_errors_exit_2(epoxy_server: EpoxyServe) -> None:
-    for args in (["--payload-hex", "zz"], ["--payload-hex", ""], ["--ca", "ca.pem"], ["--timeout", "0"]):
+    for args in (["--payload-hex", "zz"], ["--payload-hex", ""], ["--ca", "ca.pem"]):
         result = rstreams("epoxy", "call", epoxy_server.address, "rstreams.Publishers", "Subscribe", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith(b"rstreams: ")
+    # (--timeout is checked by the parser, as every command's: test_bridge_timeouts.py)
+    result = rstreams("epoxy", "call", epoxy_server.address, "rstreams.Publishers", "Subscribe", "--timeout", "0")
+    assert result.returncode == 2, result.stderr
+    assert b"argument --timeout" in result.stderr
 
 
 def test_call_connection_refused_exits_4() -> None:
