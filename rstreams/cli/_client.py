@@ -116,16 +116,48 @@ def add_ca_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         metavar="TOKEN",
+        type=_token_argument,
         help=f"a bearer token for a server that asks for one (carried in hello, never logged); default: ${TOKEN_VARIABLE}",
     )
 
 
 def client_token(args: argparse.Namespace) -> str | None:
-    """``--token``, else ``$RSTREAMS_TOKEN``, else None."""
+    """``--token``, else ``$RSTREAMS_TOKEN``, else None.
+
+    Raises:
+        CommandError: ``$RSTREAMS_TOKEN`` is not one a hello can carry
+            (exit status 2; ``--token`` is checked by the parser).
+    """
     token: str | None = getattr(args, "token", None)
     if token is None:
         token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
+        if token is not None:
+            problem = _token_problem(token)
+            if problem is not None:
+                raise CommandError(f"${TOKEN_VARIABLE}: {problem}", EXIT_USAGE)
     return token
+
+
+def _token_problem(token: str) -> str | None:
+    # What a hello refuses (rstreams.protocol.Hello), said before connecting:
+    # text that encodes as UTF-8 (an argument or variable holding other
+    # bytes arrives with surrogates), at most MAX_TOKEN_SIZE bytes.
+    from ..protocol import MAX_TOKEN_SIZE
+
+    try:
+        size = len(token.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "not UTF-8 text"
+    if size > MAX_TOKEN_SIZE:
+        return f"{size} bytes, more than a hello carries ({MAX_TOKEN_SIZE})"
+    return None
+
+
+def _token_argument(text: str) -> str:
+    problem = _token_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def session_closed(exc: SessionClosed) -> int:

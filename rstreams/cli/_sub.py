@@ -317,7 +317,9 @@ def _write_lines(out: BinaryIO, lines: list[bytes]) -> None:
         out.flush()
 
 
-async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLContext | None, out: BinaryIO) -> int:
+async def _subscribe(
+    args: argparse.Namespace, url: str, ssl_context: ssl.SSLContext | None, token: str | None, out: BinaryIO
+) -> int:
     demand = _Demand(args.prefetch, args.count)
     format_element: Callable[[bytes], bytes]
     if args.format == "jsonl":
@@ -337,7 +339,7 @@ async def _subscribe(args: argparse.Namespace, url: str, ssl_context: ssl.SSLCon
         with trio.CancelScope(deadline=deadline) as bound:
             async with AsyncExitStack() as stack:
                 try:
-                    peer = await stack.enter_async_context(connect(url, ssl_context=ssl_context, token=client_token(args)))
+                    peer = await stack.enter_async_context(connect(url, ssl_context=ssl_context, token=token))
                 except OSError as exc:
                     # Connecting failed (the session itself reports later failures).
                     return report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
@@ -411,11 +413,12 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
         url = client_url(args.url, args.name)
         ssl_context = client_ssl(url, args.ca, args.cert, args.key)
+        token = client_token(args)
     except CommandError as exc:
         return report(exc.message, exc.code)
     out = sys.stdout.buffer
 
     async def subscribe() -> int:
-        return await _subscribe(args, url, ssl_context, out)
+        return await _subscribe(args, url, ssl_context, token, out)
 
     return run_command(subscribe)

@@ -208,7 +208,12 @@ class Hello:
         if self.token is not None:
             if type(self.token) is not str:
                 raise LocalProtocolError("token must be a str")
-            if len(self.token.encode("utf-8", "surrogatepass")) > MAX_TOKEN_SIZE:
+            try:
+                size = len(self.token.encode("utf-8"))
+            except UnicodeEncodeError:
+                # (Lone surrogates: msgpack would refuse them later, untyped.)
+                raise LocalProtocolError("token must be UTF-8 text (it holds lone surrogates)") from None
+            if size > MAX_TOKEN_SIZE:
                 raise LocalProtocolError(f"token longer than {MAX_TOKEN_SIZE} bytes")
 
 

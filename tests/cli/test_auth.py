@@ -72,6 +72,31 @@ def test_bad_token_options_are_usage_errors(tmp_path: Path) -> None:
     assert b"--tls-client-ca needs --tls-cert" in no_tls.stderr
 
 
+CLIENT_COMMANDS = [
+    ["sub", "tcp://127.0.0.1:1", "range"],
+    ["ls", "tcp://127.0.0.1:1"],
+    ["ping", "tcp://127.0.0.1:1", "--count", "1"],
+    ["stats", "tcp://127.0.0.1:1", "--count", "1"],
+    ["pub", "tcp://127.0.0.1:1", "chat"],
+]
+
+
+@pytest.mark.parametrize("command", CLIENT_COMMANDS, ids=[command[0] for command in CLIENT_COMMANDS])
+def test_a_token_no_hello_can_carry_is_a_usage_error(command: list[str]) -> None:
+    # Too long, or not UTF-8 (argv bytes that are not arrive as surrogates):
+    # stats and pub died with a traceback, the others named no option.
+    for token in ("x" * 8193, os.fsdecode(b"\xff")):
+        result = subprocess.run(
+            [RSTREAMS, *command, "--token", token], cwd=ROOT, capture_output=True, timeout=COMMAND_TIMEOUT, input=b""
+        )
+        assert result.returncode == 2, result.stderr
+        assert b"argument --token:" in result.stderr
+        assert b"Traceback" not in result.stderr
+        from_environment = rstreams_env(*command, env={"RSTREAMS_TOKEN": "x" * 8193})
+        assert from_environment.returncode == 2, from_environment.stderr
+        assert from_environment.stderr.startswith(b"rstreams: $RSTREAMS_TOKEN: 8193 bytes, more than a hello carries")
+
+
 def test_mutual_tls(tmp_path: Path) -> None:
     ca = trustme.CA()
     server_cert = ca.issue_cert("127.0.0.1")

@@ -54,6 +54,12 @@ def test_token_and_id_go_together() -> None:
         Hello(extensions=(), token="t")
     with pytest.raises(LocalProtocolError, match="longer than"):
         Hello(extensions=(BEARER,), token="x" * (MAX_TOKEN_SIZE + 1))
+    # Lone surrogates (os.fsdecode of bytes that are not UTF-8) do not encode:
+    # refused here, typed, instead of by msgpack when the hello is written.
+    with pytest.raises(LocalProtocolError, match="UTF-8"):
+        Hello(extensions=(BEARER,), token="\udcff")
+    with pytest.raises(LocalProtocolError, match="UTF-8"):
+        Connection(token="\udcff")
 
 
 def hello_bytes(extensions: list[object]) -> bytes:
