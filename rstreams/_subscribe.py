@@ -92,7 +92,7 @@ from typing import Any, Protocol
 import trio
 
 from ._codecs import CodecLike, resolve_codec
-from .protocol import AdaptiveDemand, DemandWindow, ElementBatch
+from .protocol import AdaptiveDemand, DemandWindow, ElementBatch, check_publisher_name
 
 __all__ = [
     "ADAPTIVE_BYTE_BUDGET",
@@ -257,6 +257,9 @@ class Subscription(_OneWaiter):
             raise ValueError(f"prefetch must be None (adaptive) or an int >= 0, got {prefetch!r}")
         if not copy and resolve_codec(codec) is not None:
             raise ValueError("copy=False hands out the received buffers themselves: it takes no codec")
+        # (LocalProtocolError, whichever peer: a bridge's wire needs the name as
+        # UTF-8 text too, and would otherwise fail in its stream's task, untyped.)
+        check_publisher_name(name)
         super().__init__()
         self.name = name
         #: False: large (split) elements arrive as read-only memoryviews of

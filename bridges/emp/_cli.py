@@ -8,6 +8,7 @@ close, a protocol violation) is reported on stderr with a non-zero status.
 from __future__ import annotations
 
 import argparse
+import os
 import ssl
 import sys
 from typing import Any
@@ -84,12 +85,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     ping.set_defaults(run=run, action="ping")
     send = commands.add_parser("send", help="send one data message", formatter_class=HelpFormatter)
     _common_arguments(send)
-    send.add_argument("data", metavar="DATA", help="the body, as UTF-8 text")
+    send.add_argument("data", metavar="DATA", help="the body: the argument's bytes, as the shell passed them (UTF-8 text, typically)")
     send.add_argument("--gzip", action="store_true", help="compress the body (compression extension, gzip)")
     send.set_defaults(run=run, action="send")
     call = commands.add_parser("call", help="send one request, print the response", formatter_class=HelpFormatter)
     _common_arguments(call)
-    call.add_argument("body", metavar="BODY", help="the request body, as UTF-8 text (e.g. 'range?count=3')")
+    call.add_argument("body", metavar="BODY", help="the request body: the argument's bytes, as the shell passed them (e.g. 'range?count=3')")
     call.add_argument("--gzip", action="store_true", help="compress the request (compression extension, gzip)")
     call.add_argument(
         "--format",
@@ -133,14 +134,14 @@ async def _act(args: argparse.Namespace, config: EmpConfig, ssl_context: ssl.SSL
             elapsed = await emp.ping()
             print(f"pong from {host}:{port} in {elapsed * 1000:.1f} ms", flush=True)
         elif args.action == "send":
-            await emp.send_data(args.data.encode("utf-8"), compression=compression)
+            await emp.send_data(os.fsencode(args.data), compression=compression)
             # Give a peer that refuses the message the chance to say so.
             with trio.move_on_after(0.2):
                 await emp.wait_ended()
             while emp.ended:
                 await emp.receive_data()  # past what the peer sent, raises why it ended
         else:
-            response = await emp.call(args.body.encode("utf-8"), compression=compression)
+            response = await emp.call(os.fsencode(args.body), compression=compression)
             try:
                 line = FORMATS[args.format](response)
             except DecodeError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -120,7 +121,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     sub.set_defaults(run=run, action="sub")
     send = commands.add_parser("send", help="send one message per PAYLOAD", formatter_class=HelpFormatter)
     _common_arguments(send)
-    send.add_argument("payloads", metavar="PAYLOAD", nargs="+", help="a message body, as UTF-8 text")
+    send.add_argument("payloads", metavar="PAYLOAD", nargs="+", help="a message body: the argument's bytes, as the shell passed them (UTF-8 text, typically)")
     send.add_argument(
         "--property",
         metavar="key:VALUE",
@@ -246,7 +247,7 @@ async def _send(args: argparse.Namespace) -> int:
     settings = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(args.window),), handshake_timeout=args.timeout)
     stream = await _connect(args)
     async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as mm2:
-        await mm2.send_messages(args.destination, [(payload.encode("utf-8"), properties) for payload in args.payloads])
+        await mm2.send_messages(args.destination, [(os.fsencode(payload), properties) for payload in args.payloads])
         await mm2.wait_acknowledged()
         await _raise_if_refused(mm2)
     return EXIT_OK

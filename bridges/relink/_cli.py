@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from functools import partial
@@ -54,7 +55,7 @@ Talk to a Relink listener (send), or be one (echo).
 
 send connects to HOST:PORT, asks for ENDPOINT with channel ids of
 --channel-id-size bytes both ways (0: one unnamed channel per direction),
-sends one message whose parts are PART... (UTF-8 text) on channel --channel,
+sends one message whose parts are PART... (their bytes as given) on channel --channel,
 and prints the first --replies messages that come back on the listener's
 channel with the same id, one JSON line each: an array with one string per
 part, or {"hex": "..."} for a part that is not UTF-8.
@@ -94,7 +95,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     send = commands.add_parser("send", help="send one message, print the replies", formatter_class=HelpFormatter)
     send.add_argument("address", metavar="HOST:PORT", type=parse_address, help="the listener")
     send.add_argument("endpoint", metavar="ENDPOINT", help="the endpoint name (an app server's: rstreams)")
-    send.add_argument("parts", metavar="PART", nargs="+", help="the message's parts, as UTF-8 text")
+    send.add_argument("parts", metavar="PART", nargs="+", help="the message's parts: each argument's bytes, as the shell passed them (UTF-8 text, typically)")
     send.add_argument("--channel-id-size", type=int, default=0, metavar="N", help="channel id bytes, 0-8 (default: 0)")
     send.add_argument("--channel", type=int, default=0, metavar="ID", help="the channel to send on (default: 0)")
     send.add_argument("--replies", type=int, default=1, metavar="N", help="replies to wait for (default: 1)")
@@ -184,7 +185,7 @@ def run_send(args: argparse.Namespace) -> int:
                 host or "127.0.0.1", port, endpoint=args.endpoint, config=config, ssl_context=ssl_context, settings=settings
             ) as link:
                 replies = link.inbound(args.channel)
-                await link.send(args.channel, [part.encode("utf-8") for part in args.parts])
+                await link.send(args.channel, [os.fsencode(part) for part in args.parts])
                 for _ in range(args.replies):
                     parts = await replies.receive()
                     link.flush_acks()  # a listener with a small window waits for them

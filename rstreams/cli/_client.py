@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
-from ._common import EXIT_CONNECTION, EXIT_GOODBYE, EXIT_USAGE, CommandError, client_ssl_context
+from ._common import EXIT_CONNECTION, EXIT_GOODBYE, EXIT_USAGE, CommandError, client_ssl_context, token_problem
 
 if TYPE_CHECKING:
     import ssl
@@ -33,6 +33,7 @@ __all__ = [
     "URL_HELP",
     "CA_HINT",
     "client_url",
+    "check_name",
     "client_ssl",
     "report",
     "set_json_errors",
@@ -96,6 +97,21 @@ def client_url(url: str | None, name: str | None = None) -> str:
     return from_environment
 
 
+def check_name(name: str) -> None:
+    """NAME (``sub``, ``pub``) must be one a subscribe can carry: UTF-8 text.
+
+    Raises:
+        CommandError: it is not (an argument holding bytes that are not
+            UTF-8 arrives with surrogates); exit status 2.
+    """
+    from ..protocol import LocalProtocolError, check_publisher_name
+
+    try:
+        check_publisher_name(name)
+    except LocalProtocolError:
+        raise CommandError(f"NAME {name!r} is not UTF-8 text", EXIT_USAGE) from None
+
+
 def client_ssl(url: str, ca: str | None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext | None:
     """The TLS context for ``url`` (None: not a TLS URL); ``ca`` from ``--ca``,
     ``cert`` and ``key`` from ``--cert`` / ``--key`` (mutual TLS)."""
@@ -132,29 +148,14 @@ def client_token(args: argparse.Namespace) -> str | None:
     if token is None:
         token = os.environ.get(TOKEN_VARIABLE, "").strip() or None
         if token is not None:
-            problem = _token_problem(token)
+            problem = token_problem(token)
             if problem is not None:
                 raise CommandError(f"${TOKEN_VARIABLE}: {problem}", EXIT_USAGE)
     return token
 
 
-def _token_problem(token: str) -> str | None:
-    # What a hello refuses (rstreams.protocol.Hello), said before connecting:
-    # text that encodes as UTF-8 (an argument or variable holding other
-    # bytes arrives with surrogates), at most MAX_TOKEN_SIZE bytes.
-    from ..protocol import MAX_TOKEN_SIZE
-
-    try:
-        size = len(token.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "not UTF-8 text"
-    if size > MAX_TOKEN_SIZE:
-        return f"{size} bytes, more than a hello carries ({MAX_TOKEN_SIZE})"
-    return None
-
-
 def _token_argument(text: str) -> str:
-    problem = _token_problem(text)
+    problem = token_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return text

@@ -58,6 +58,7 @@ __all__ = [
     "client_ssl_context",
     "server_ssl_context",
     "server_token",
+    "token_problem",
     "add_server_token_arguments",
     "SERVER_TOKEN_VARIABLE",
     "run_command",
@@ -415,13 +416,40 @@ def server_token(args: argparse.Namespace) -> str | None:
                 token = file.readline().strip()
         except OSError as exc:
             raise CommandError(f"cannot read the token file {path!r}: {exc.strerror or exc}", EXIT_USAGE) from None
+        except UnicodeDecodeError:
+            raise CommandError(f"the token file {path!r} is not UTF-8 text", EXIT_USAGE) from None
         if not token:
             raise CommandError(f"the token file {path!r} is empty", EXIT_USAGE)
+        where = f"the token file {path!r}"
     elif token is None and hasattr(args, "server_token"):
         token = os.environ.get(SERVER_TOKEN_VARIABLE, "").strip() or None
+        where = f"${SERVER_TOKEN_VARIABLE}"
+    else:
+        where = "--token"
     if token is not None and not token:
         raise CommandError("--token must not be empty", EXIT_USAGE)
+    if token is not None:
+        # A token no client's hello can carry would refuse every client.
+        problem = token_problem(token)
+        if problem is not None:
+            raise CommandError(f"{where}: {problem}", EXIT_USAGE)
     return token
+
+
+def token_problem(token: str) -> str | None:
+    """Why a hello cannot carry ``token`` (the rule of ``rstreams.protocol.Hello``,
+    said before connecting or serving), or None: it must be UTF-8 text (an
+    argument or variable holding other bytes arrives with surrogates) of at
+    most ``MAX_TOKEN_SIZE`` bytes."""
+    from ..protocol import MAX_TOKEN_SIZE
+
+    try:
+        size = len(token.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "not UTF-8 text"
+    if size > MAX_TOKEN_SIZE:
+        return f"{size} bytes, more than a hello carries ({MAX_TOKEN_SIZE})"
+    return None
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:

@@ -45,7 +45,7 @@ from .._connect import open_session
 from .._errors import PublisherError, SessionClosed
 from .._publish import Router, Sink
 from .._url import SCHEMES, url_scheme
-from ._client import client_ssl, client_token, client_url, report, session_closed, silence_stdout, stop_at_signal
+from ._client import check_name, client_ssl, client_token, client_url, report, session_closed, silence_stdout, stop_at_signal
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, run_command
 from ._lines import LineReader
 
@@ -275,6 +275,7 @@ def run_client(args: argparse.Namespace) -> int:
     if not args.name or args.name.startswith("?"):
         raise CommandError("NAME must name a topic or publisher", EXIT_USAGE)
     url = client_url(args.url, args.name)
+    check_name(args.name)
     scheme = url_scheme(url)
     if scheme in SCHEMES:
         fd = _open_input(args.file)

@@ -54,6 +54,7 @@ from ._client import (
     add_ca_argument,
     client_ssl,
     client_token,
+    check_name,
     client_url,
     report,
     session_closed,
@@ -412,6 +413,7 @@ def run(args: argparse.Namespace) -> int:
         if args.decode is not None and args.format != "jsonl":
             raise CommandError("--decode is for --format jsonl (the other formats decode as they are named)", EXIT_USAGE)
         url = client_url(args.url, args.name)
+        check_name(args.name)
         ssl_context = client_ssl(url, args.ca, args.cert, args.key)
         token = client_token(args)
     except CommandError as exc:

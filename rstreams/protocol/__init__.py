@@ -36,6 +36,7 @@ from ._messages import (
     Request,
     Subscribe,
     Subscribed,
+    check_publisher_name,
     prechecked,
 )
 from ._outbound import EMPTY_ELEMENT_BYTES
@@ -94,4 +95,5 @@ __all__ = [
     "encode",
     "message_from_wire",
     "prechecked",
+    "check_publisher_name",
 ]

@@ -62,6 +62,7 @@ from ._messages import (
     Request,
     Subscribe,
     Subscribed,
+    check_publisher_name,
     prechecked,
 )
 
@@ -155,8 +156,7 @@ def encode_subscribe(publisher: str, subscriber: int, initial_demand: int) -> by
     """``encode(Subscribe(...))`` without building the message: the
     connection checks the Id and demand it made itself, and this checks the
     one field the caller gave (a subscribe is sent per round trip)."""
-    if type(publisher) is not str:
-        raise LocalProtocolError(f"publisher must be a str, got {type(publisher).__name__}")
+    check_publisher_name(publisher)
     encoded: bytes = _packer.pack((_SUBSCRIBE, publisher, subscriber, initial_demand))
     return encoded
 

@@ -122,6 +122,7 @@ from ._messages import (
     Subscribe,
     Subscribed,
     prechecked,
+    sendable_text,
 )
 from ._outbound import EMPTY_ELEMENT_BYTES, Outbound, Publication, QueuedElement, SameSizeElements
 from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, ON_NEXT_CODE, RunReader, read_on_next_header
@@ -1694,11 +1695,13 @@ class Connection:
         """End a publication with onError.
 
         Before :meth:`accept` this refuses the subscribe and goes out at once
-        (as control); afterwards it follows the queued elements.
+        (as control); afterwards it follows the queued elements. ``error`` is
+        text for people (often an exception's message): a character it holds
+        that has no UTF-8 form goes as a backslash escape.
         """
         self._check_can_send()
         publication = self._publication(subscriber)
-        message = encode(OnError(subscriber=subscriber, error=error))
+        message = encode(OnError(subscriber=subscriber, error=sendable_text(error)))
         self._publication_transition(publication, PublicationEvent.SEND_ERROR)
         if publication.state is PublicationState.DONE:
             self._forget_publication(publication)
@@ -1750,14 +1753,16 @@ class Connection:
 
         Control messages queued earlier still go out before the goodbye; data
         still queued is dropped (drain it first for a graceful close: wait for
-        :attr:`has_data_to_send` to turn false).
+        :attr:`has_data_to_send` to turn false). ``reason`` is text for
+        people: a character that has no UTF-8 form goes as a backslash escape.
         """
         if self._goodbye_sent:
             raise LocalProtocolError("goodbye was already sent")
+        message = encode(Goodbye(reason=sendable_text(reason)))  # (a bad reason changes nothing)
         self._transition(ConnectionEvent.SEND_GOODBYE)
         self._goodbye_sent = True
         dropped = self._end_all_streams()
-        self._outbound.control += encode(Goodbye(reason=reason))
+        self._outbound.control += message
         return dropped
 
     @property

@@ -31,6 +31,7 @@ __all__ = [
     "MessageType",
     "Extension",
     "MAX_TOKEN_SIZE",
+    "check_publisher_name",
     "Hello",
     "Subscribe",
     "Request",
@@ -114,6 +115,42 @@ def _check_int(name: str, value: object, low: int = _MIN_WIRE_INT, high: int = _
 def _check_str(name: str, value: object) -> None:
     if type(value) is not str:
         raise LocalProtocolError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # Lone surrogates (os.fsdecode's stand-ins for bytes that are not
+            # UTF-8) have no UTF-8 form: refused here, typed, rather than by
+            # msgpack when the message is written.
+            raise LocalProtocolError(f"{name} must be UTF-8 text, got lone surrogates in {value!r}") from None
+
+
+def check_publisher_name(name: object) -> None:
+    """The rule for a publisher name, which every subscribe (built as a
+    message or encoded directly) and every subscription follows: a ``str``
+    with a UTF-8 form (routing matches it exactly, so nothing is replaced).
+
+    Raises:
+        LocalProtocolError: it is not one.
+    """
+    _check_str("publisher", name)
+
+
+def sendable_text(text: str) -> str:
+    """``text`` as a message may carry it: unchanged when it has a UTF-8
+    form, else with each character that has none (a lone surrogate, as
+    ``os.fsdecode`` leaves for undecodable bytes) written as a backslash
+    escape. For the texts the application hands over to be read by people
+    (an exception's message for onError, a goodbye's reason), so that such
+    a text never fails the connection that carries it. (Anything but a
+    ``str`` is returned as it is, for the message's own check to refuse.)"""
+    if type(text) is not str or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _check_bytes(name: str, value: object) -> None:
@@ -226,7 +263,7 @@ class Subscribe:
     initial_demand: int = 0
 
     def __post_init__(self) -> None:
-        _check_str("publisher", self.publisher)
+        check_publisher_name(self.publisher)
         _check_id("subscriber", self.subscriber)
         _check_int("initial_demand", self.initial_demand)
 

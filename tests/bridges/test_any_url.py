@@ -15,6 +15,7 @@ import trio
 
 import examples.demo
 import rstreams
+import rstreams.demo
 from bridges.emp import EmpAppServer, EmpClosed
 from bridges.micromsg2 import MicroMsg2AppServer
 from bridges.relink import RelinkAppServer
@@ -128,3 +129,45 @@ async def test_mm2_urls_are_checked() -> None:
         with pytest.raises(ValueError):
             async with rstreams.connect(url):
                 pass  # pragma: no cover
+
+
+# ---- text with no UTF-8 form (see tests/runtime/test_text_without_utf8.py) ----
+
+UNDECODABLE = b"caf\xe9.txt".decode("utf-8", "surrogateescape")  # as os.fsdecode gives it
+
+
+async def cannot_open(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+    raise FileNotFoundError(f"no such file: {UNDECODABLE}")
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
+async def test_a_name_without_utf8_is_refused_before_anything_is_sent(urls: dict[str, str], scheme: str) -> None:
+    with trio.fail_after(10):
+        async with rstreams.connect(urls[scheme]) as peer:
+            with pytest.raises(rstreams.LocalProtocolError, match="UTF-8"):
+                peer.subscribe(UNDECODABLE)
+            assert await peer.fetch("range?count=2", 2) == EXPECTED[:2]
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "emp", "relink", "mm2"])
+async def test_an_error_text_without_utf8_fails_its_stream_only(nursery: trio.Nursery, scheme: str) -> None:
+    # The app's onError went through the bridge's in-process session, whose
+    # connection died writing it: every stream of that bridge connection with it.
+    app = rstreams.Router({"range": rstreams.Route(rstreams.demo.range_, element_size=8), "cannot_open": cannot_open})
+    servers = {
+        "tcp": lambda: rstreams.Server(app).serve_tcp,
+        "emp": lambda: partial(EmpAppServer(app).serve_tcp),
+        "relink": lambda: partial(RelinkAppServer(app).serve_tcp),
+        "mm2": lambda: partial(MicroMsg2AppServer(app).serve_tcp),
+    }
+    [listener] = await nursery.start(servers[scheme](), "127.0.0.1", 0)
+    url = listener_url(listener, scheme, "/rstreams" if scheme == "relink" else "")
+    with trio.fail_after(10):
+        async with rstreams.connect(url) as peer:
+            async with peer.subscribe("range?count=100", prefetch=1) as other:
+                assert await other.__anext__() == EXPECTED[0]
+                with pytest.raises(rstreams.PublisherError) as failed:
+                    await peer.fetch("cannot_open", 1)
+                assert "no such file: caf\\udce9.txt" in failed.value.message
+                assert len([element async for element in other]) == 99
+            assert await peer.fetch("range?count=2", 2) == EXPECTED[:2]

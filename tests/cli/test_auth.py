@@ -97,6 +97,22 @@ def test_a_token_no_hello_can_carry_is_a_usage_error(command: list[str]) -> None
         assert from_environment.stderr.startswith(b"rstreams: $RSTREAMS_TOKEN: 8193 bytes, more than a hello carries")
 
 
+def test_a_server_token_no_hello_can_carry_is_a_usage_error(tmp_path: Path) -> None:
+    # (A token file that is not UTF-8 died with a traceback; the others served,
+    # refusing every client.)
+    (tmp_path / "latin-1").write_bytes(b"caf\xe9\n")
+    serve = ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0"]
+    cases = [
+        (rstreams(*serve, "--token-file", str(tmp_path / "latin-1")), b"is not UTF-8 text"),
+        (rstreams(*serve, "--token", os.fsdecode(b"caf\xe9")), b"--token: not UTF-8 text"),
+        (rstreams_env(*serve, env={"RSTREAMS_SERVER_TOKEN": "x" * 8193}), b"$RSTREAMS_SERVER_TOKEN: 8193 bytes"),
+    ]
+    for result, message in cases:
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr
+        assert b"Traceback" not in result.stderr
+
+
 def test_mutual_tls(tmp_path: Path) -> None:
     ca = trustme.CA()
     server_cert = ca.issue_cert("127.0.0.1")

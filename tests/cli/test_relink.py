@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -133,6 +134,11 @@ def test_echo_listener(tmp_path: Path) -> None:
         assert json.loads(result.stdout) == ["hello", "", "wörld"]
         unnamed = rstreams("relink", "send", echo.relink, "echo", "x")
         assert unnamed.returncode == 0 and json.loads(unnamed.stdout) == ["x"]
+        # A part is the argument's bytes as the shell passed them, UTF-8 or not
+        # (it died encoding them, with a traceback).
+        raw = rstreams("relink", "send", echo.relink, "echo", os.fsdecode(b"caf\xe9"))
+        assert raw.returncode == 0, raw.stderr
+        assert json.loads(raw.stdout) == [{"hex": "636166e9"}]
         assert stop(echo.process) == 130
 
 

@@ -167,3 +167,12 @@ def test_without_json_errors_stay_one_plain_line(demo_server: ServeProcess) -> N
     result = rstreams("sub", demo_server.url, "nope")
     assert result.returncode == 1
     assert result.stderr.decode().startswith("rstreams: publisher error: ")
+
+
+@pytest.mark.parametrize("command", ["sub", "pub"])
+def test_a_name_that_is_not_utf8_is_a_usage_error(demo_server: ServeProcess, command: str) -> None:
+    # (It died with a traceback from msgpack, over tcp:// and every bridge.)
+    for url in (demo_server.url, "emp://127.0.0.1:1", "mm2://127.0.0.1:1"):
+        result = rstreams(command, url, os.fsdecode(b"caf\xe9"), input=b"")
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == b"rstreams: NAME 'caf\\udce9' is not UTF-8 text\n"
