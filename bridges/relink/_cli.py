@@ -40,7 +40,7 @@ from rstreams.support import listener_url, serve_listeners, with_tls
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._errors import HandshakeRejected, LinkLostError, RelinkError, RemoteProtocolError
 from ._events import CommitRequested, MessageReceived
-from ._handshake import HandshakeRequest, LinkConfig
+from ._handshake import HandshakeRequest, LinkConfig, check_endpoint_name
 from ._link_errors import RelinkClosed, RelinkConnectionLost, RelinkTimeout
 from ._serve import RelinkServer
 from ._settings import RelinkSettings
@@ -94,7 +94,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="subcommands", metavar="SUBCOMMAND", required=True)
     send = commands.add_parser("send", help="send one message, print the replies", formatter_class=HelpFormatter)
     send.add_argument("address", metavar="HOST:PORT", type=parse_address, help="the listener")
-    send.add_argument("endpoint", metavar="ENDPOINT", help="the endpoint name (an app server's: rstreams)")
+    send.add_argument("endpoint", metavar="ENDPOINT", type=_endpoint_name, help="the endpoint name (an app server's: rstreams)")
     send.add_argument("parts", metavar="PART", nargs="+", help="the message's parts: each argument's bytes, as the shell passed them (UTF-8 text, typically)")
     send.add_argument("--channel-id-size", type=int, default=0, metavar="N", help="channel id bytes, 0-8 (default: 0)")
     send.add_argument("--channel", type=int, default=0, metavar="ID", help="the channel to send on (default: 0)")
@@ -104,7 +104,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     send.set_defaults(run=run_send)
     echo = commands.add_parser("echo", help="a listener that echoes every message", formatter_class=HelpFormatter)
     echo.add_argument("address", metavar="HOST:PORT", type=parse_address, help="where to listen (port 0: any)")
-    echo.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help=f"the endpoint name (default: {DEFAULT_ENDPOINT})")
+    echo.add_argument("--endpoint", type=_endpoint_name, default=DEFAULT_ENDPOINT, help=f"the endpoint name (default: {DEFAULT_ENDPOINT})")
     echo.set_defaults(run=run_echo)
     return parser
 
@@ -126,8 +126,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="Relink: elements per subscription sent and not acknowledged consumed (default: 65536)",
     )
     parser.add_argument(
-        "--relink-endpoint", metavar="NAME", default=DEFAULT_ENDPOINT, help="Relink: the endpoint name (default: rstreams)"
+        "--relink-endpoint",
+        metavar="NAME",
+        type=_endpoint_name,
+        default=DEFAULT_ENDPOINT,
+        help="Relink: the endpoint name (default: rstreams)",
     )
+
+
+def _endpoint_name(text: str) -> str:
+    try:
+        check_endpoint_name(text, argparse.ArgumentTypeError)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("endpoint_name", "an endpoint name", 1)) from None
+    return text
 
 
 def _window(text: str) -> int:

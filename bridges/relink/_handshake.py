@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ._errors import HandshakeRejected, LocalProtocolError, RemoteProtocolError
@@ -31,6 +31,7 @@ from ._packets import MAX_CHANNEL_ID_SIZE, PROTOCOL_VERSION
 __all__ = [
     "MAX_LINK_ID",
     "MAX_ENDPOINT_NAME_SIZE",
+    "check_endpoint_name",
     "VERSION_SIZE",
     "REPLY_SIZE",
     "LinkConfig",
@@ -51,6 +52,22 @@ __all__ = [
 #: Link ids are in [1, 2**63); 0 means "none".
 MAX_LINK_ID = 2**63 - 1
 MAX_ENDPOINT_NAME_SIZE = 255
+
+
+def check_endpoint_name(name: object, error: Callable[[str], Exception]) -> None:
+    """The rule for an endpoint name, asked for (a connector's request) or
+    offered (a listener's endpoints): a ``str`` of at most
+    :data:`MAX_ENDPOINT_NAME_SIZE` bytes of UTF-8 (a name with lone
+    surrogates has none, and no request could ever match it). Raises
+    ``error(message)`` otherwise."""
+    if not isinstance(name, str):
+        raise error("endpoint_name must be a str")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error("endpoint_name is not encodable as UTF-8") from None
+    if size > MAX_ENDPOINT_NAME_SIZE:
+        raise error(f"endpoint_name is {size} bytes of UTF-8; at most {MAX_ENDPOINT_NAME_SIZE} fit")
 VERSION_SIZE = 8
 REPLY_SIZE = 16
 
@@ -118,14 +135,7 @@ class HandshakeRequest:
     old_link_id: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.endpoint_name, str):
-            raise LocalProtocolError("endpoint_name must be a str")
-        try:
-            size = len(self.endpoint_name.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise LocalProtocolError("endpoint_name is not encodable as UTF-8") from None
-        if size > MAX_ENDPOINT_NAME_SIZE:
-            raise LocalProtocolError(f"endpoint_name is {size} bytes of UTF-8; at most 255 fit")
+        check_endpoint_name(self.endpoint_name, LocalProtocolError)
         if not isinstance(self.config, LinkConfig):
             raise LocalProtocolError("config must be a LinkConfig")
         if type(self.require_old_link) is not bool:

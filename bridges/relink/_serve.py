@@ -41,7 +41,15 @@ from rstreams.support import Listener, describe_error, serve_listeners, with_tls
 from ..kit import open_connection
 from ._connection import Connection
 from ._errors import LinkLostError, RelinkError, RemoteProtocolError
-from ._handshake import VERSION_SIZE, HandshakeRequest, LinkConfig, decode_request, decode_version, encode_version
+from ._handshake import (
+    VERSION_SIZE,
+    HandshakeRequest,
+    LinkConfig,
+    check_endpoint_name,
+    decode_request,
+    decode_version,
+    encode_version,
+)
 from ._link import LinkRegistry, Role
 from ._link_errors import RelinkConnectionLost
 from ._packets import PROTOCOL_VERSION
@@ -132,6 +140,8 @@ class RelinkServer:
     ) -> None:
         if not endpoints:
             raise ValueError("a Relink server needs at least one endpoint")
+        for name in endpoints:
+            check_endpoint_name(name, ValueError)
         if max_connections is not None and max_connections <= 0:
             raise ValueError("max_connections must be positive")
         self.handler = handler

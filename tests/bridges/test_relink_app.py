@@ -463,3 +463,12 @@ async def test_a_lone_channel_asks_for_many_large_elements_at_once_and_a_second_
             assert max(demands["b"]) == 32
             release.set()
             assert len(await everything(link, 2)) == 1
+
+
+def test_an_endpoint_no_request_could_name_is_refused_when_the_server_is_made() -> None:
+    # Lone surrogates (no UTF-8 form) or over 255 bytes: such a listener was
+    # served, and every connector was refused as if it had asked for another.
+    for endpoint in (b"caf\xe9".decode("utf-8", "surrogateescape"), "e" * 256):
+        with pytest.raises(ValueError, match="endpoint_name"):
+            RelinkAppServer(examples.demo.app, endpoint=endpoint)
+    RelinkAppServer(examples.demo.app, endpoint="é" * 127)  # 254 bytes: fits

@@ -184,3 +184,16 @@ def test_echo_cannot_listen_on_a_taken_port(tmp_path: Path) -> None:
         taken = rstreams("relink", "echo", echo.relink)
         assert taken.returncode == 4
         assert b"cannot listen" in taken.stderr
+
+
+def test_an_endpoint_name_no_request_could_carry_is_a_usage_error() -> None:
+    # (serve and echo served an endpoint nobody could reach; send failed with exit 1.)
+    for name in (os.fsdecode(b"caf\xe9"), "e" * 256):
+        for command in (
+            ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--relink", "127.0.0.1:0", "--relink-endpoint", name],
+            ["relink", "echo", "127.0.0.1:0", "--endpoint", name],
+            ["relink", "send", "127.0.0.1:1", name, "x"],
+        ):
+            result = rstreams(*command)
+            assert result.returncode == 2, (command[0], result.stderr)
+            assert b"an endpoint name" in result.stderr
