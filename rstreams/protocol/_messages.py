@@ -133,7 +133,17 @@ def check_publisher_name(name: object) -> None:
     Raises:
         LocalProtocolError: it is not one.
     """
-    _check_str("publisher", name)
+    # (_check_str's rule, written out: a subscribe is sent per round trip.)
+    if type(name) is not str or not (name.isascii() or _encodes_as_utf8(name)):
+        _check_str("publisher", name)
+
+
+def _encodes_as_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def sendable_text(text: str) -> str:
