@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,7 +46,9 @@ class SessionConfig:
             elements before the goodbye (what is still queued then is
             dropped and counted in ``statistics().elements_dropped``).
         goodbye_timeout: seconds to wait for the peer's goodbye after ours.
-        read_size: bytes asked of the transport per receive.
+            (These three and ``busy_poll`` are finite, >= 0.)
+        read_size: bytes asked of the transport per receive (at most half
+            of ``max_connection_memory``, as ``write_size``).
         write_size: about how many bytes the writer coalesces per send.
         max_queued_bytes: per publication, bytes queued but not yet written
             before ``sink.send`` waits: with demand, this bounds the memory a
@@ -171,13 +174,28 @@ class SessionConfig:
             if value is not None and not value > 0:  # also refuses nan
                 raise ValueError(f"{name} must be positive (or None to turn it off)")
         for name in ("handshake_timeout", "drain_timeout", "goodbye_timeout", "busy_poll"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative")
+            value = getattr(self, name)
+            # Finite: each bounds a wait (rule 10: goodbye waits a bounded
+            # time) or a spin; nan would fail inside trio, mid-session.
+            if not 0 <= value < math.inf:  # also refuses nan
+                raise ValueError(f"{name} must not be negative, nan or infinite, got {value!r}")
         for name in ("read_size", "write_size", "max_queued_bytes", "max_unsent_control", "max_connection_memory"):
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         half = self.max_connection_memory // 2
+        for name in ("read_size", "write_size"):
+            # A read's buffer and a write's collected bytes are the
+            # connection's too (and a read that could never fit in the inbound
+            # half would never be made).
+            value = getattr(self, name)
+            if value > half:
+                raise ValueError(
+                    f"{name} ({value} bytes) must fit in half of max_connection_memory ({half} bytes)"
+                )
+        for name in ("authenticate", "authorize"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"{name} must be an async function or None, got {getattr(self, name)!r}")
         for name in ("max_element_size", "max_message_size"):
             value = getattr(self.limits, name)
             if value > half:

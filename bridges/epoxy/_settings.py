@@ -6,6 +6,7 @@ the spec's, for the struct of the handshake.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Union
@@ -68,8 +69,12 @@ class EpoxySettings(LinkSettings):
         LinkSettings.__post_init__(self)
         if self.keepalive_interval is not None:
             raise ValueError("Epoxy has no ping: keepalive_interval must be None")
-        if not self.half_close_timeout > 0:
-            raise ValueError("half_close_timeout must be positive")
+        if not 0 < self.half_close_timeout < math.inf:  # also refuses nan
+            raise ValueError(f"half_close_timeout must be positive and finite, got {self.half_close_timeout!r}")
+        ids = self.max_conversation_id
+        if type(ids) is not int or not 0 <= ids <= MAX_CONVERSATION_ID:
+            # (Refused here, when it is given, rather than by every connection made with it.)
+            raise ValueError(f"max_conversation_id must be a uint64, got {ids!r}")
 
 
 DEFAULT_SETTINGS = EpoxySettings()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
@@ -66,12 +67,23 @@ class LinkSettings:
 
     def __post_init__(self) -> None:
         for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-        if self.keepalive_interval is not None and not self.keepalive_interval > 0:
-            raise ValueError("keepalive_interval must be positive or None")
+            # Finite: each bounds a wait on the peer (infinity would let a
+            # silent peer hold its connection for ever).
+            if not 0 < getattr(self, name) < math.inf:  # also refuses nan
+                raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)!r}")
+        if self.keepalive_interval is not None and not 0 < self.keepalive_interval < math.inf:
+            raise ValueError("keepalive_interval must be positive and finite, or None")
+        for name in ("max_read_ahead", "max_write_buffer", "receive_size"):
+            if type(getattr(self, name)) is not int:
+                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
         if self.max_read_ahead < 0 or self.max_write_buffer < 0 or self.receive_size <= 0:
             raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
         if type(self.max_connection_memory) is not int or self.max_connection_memory <= 0:
             raise ValueError(f"max_connection_memory must be a positive int, got {self.max_connection_memory!r}")
+        if self.receive_size > self.max_connection_memory // 2:
+            # (A read's buffer is the connection's; 10**30 died in os.read.)
+            raise ValueError(
+                f"receive_size ({self.receive_size} bytes) must fit in half of max_connection_memory"
+                f" ({self.max_connection_memory // 2} bytes)"
+            )
         check_congestion_control(self.loopback_congestion_control)

@@ -12,6 +12,7 @@ on 127.0.0.1 for the server. Timeouts run on trio's MockClock.
 
 from __future__ import annotations
 
+import math
 import re
 import ssl
 from collections.abc import Sequence
@@ -1600,3 +1601,39 @@ async def test_bridge_connections_over_loopback_get_the_configured_congestion_co
                 await resource.aclose()
     with pytest.raises(ValueError, match="loopback_congestion_control"):
         settings(loopback_congestion_control="not a name")
+
+
+@pytest.mark.parametrize(
+    ("field", "values"),
+    [
+        ("handshake_timeout", [0, -1, math.nan, math.inf]),
+        ("ping_timeout", [0, math.nan, math.inf]),
+        ("close_timeout", [0, math.nan, math.inf]),
+        ("keepalive_interval", [0, math.nan, math.inf]),
+        ("receive_size", [0, 1.5, 10**30]),
+        ("max_read_ahead", [-1, 1.5]),
+        ("max_write_buffer", [-1, "1"]),
+    ],
+)
+def test_link_settings_refuse_what_would_fail_later(field: str, values: list[object]) -> None:
+    # nan and infinity bound no wait (nan failed inside trio, mid-connection),
+    # and a read larger than half the budget is not the connection's to make
+    # (10**30 died in os.read).
+    for value in values:
+        with pytest.raises(ValueError, match=field):
+            LinkSettings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_each_bridge_s_own_settings_refuse_what_would_fail_later() -> None:
+    from bridges.epoxy import EpoxySettings
+    from bridges.micromsg2 import MicroMsg2Settings
+
+    for value in (math.nan, math.inf, 10**30, 0, 1.5):
+        with pytest.raises(ValueError, match="windowed_receive_size"):
+            MicroMsg2Settings(windowed_receive_size=value)  # type: ignore[arg-type]
+    for value in (math.nan, -1, 2**64, 1.5):
+        with pytest.raises(ValueError, match="max_conversation_id"):
+            EpoxySettings(max_conversation_id=value)  # type: ignore[arg-type]
+    for value in (math.nan, math.inf, 0):
+        with pytest.raises(ValueError, match="half_close_timeout"):
+            EpoxySettings(half_close_timeout=value)

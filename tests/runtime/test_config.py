@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import trio
@@ -19,6 +20,30 @@ def test_timeouts_must_not_be_negative(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         rstreams.SessionConfig(**{field: -1})
     rstreams.SessionConfig(**{field: 0})
+    # nan failed inside trio mid-session (the handshake's scope, the close's
+    # sleep); infinity made a wait the protocol bounds unbounded.
+    for value in (math.nan, math.inf):
+        with pytest.raises(ValueError, match=field):
+            rstreams.SessionConfig(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["read_size", "write_size"])
+def test_a_read_or_a_write_fits_in_half_the_connection_budget(field: str) -> None:
+    # (A read_size of 10**30 died in os.read with OverflowError.)
+    half = rstreams.SessionConfig().max_connection_memory // 2
+    rstreams.SessionConfig(**{field: half})
+    with pytest.raises(ValueError, match=field):
+        rstreams.SessionConfig(**{field: half + 1})
+    with pytest.raises(ValueError, match=field):
+        rstreams.SessionConfig(**{field: 10**30})
+
+
+@pytest.mark.parametrize("field", ["authenticate", "authorize"])
+def test_hooks_must_be_callable(field: str) -> None:
+    # (A non-callable authenticate refused every peer as "authentication failed".)
+    hooks = {"authenticate": rstreams.static_token("t")} if field == "authorize" else {}
+    with pytest.raises(TypeError, match=field):
+        rstreams.SessionConfig(**{**hooks, field: "not a function"})
 
 
 @pytest.mark.parametrize("field", ["read_size", "write_size", "max_queued_bytes"])
