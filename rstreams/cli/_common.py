@@ -237,7 +237,7 @@ def pause_seconds(text: str) -> float:
 
 
 def _non_negative_seconds(text: str) -> float:
-    # (A server's --idle-timeout and --busy-poll: inf is accepted as ever.)
+    # (A server's --idle-timeout: inf is accepted as ever, as never.)
     return _seconds(text, positive=False, finite=False)
 
 
@@ -326,7 +326,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
     parser.add_argument(
         "--busy-poll",
         metavar="SECONDS",
-        type=_non_negative_seconds,
+        type=pause_seconds,
         default=DEFAULT_CONFIG.busy_poll,
         help="how long a session polls its socket for a request-response peer's next subscribe "
         f"before sleeping, while such subscribes come that quickly (plain TCP; default: {DEFAULT_CONFIG.busy_poll:g}; "

@@ -228,7 +228,7 @@ def test_no_precise_timers_runs_the_server_with_trios_own(
     assert asked == [True, False]
 
 
-@pytest.mark.parametrize("value", ["-1", "abc", "nan"])
+@pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf"])
 def test_bad_busy_poll_values_are_usage_errors(value: str) -> None:
     result = rstreams("serve", "examples.demo:app", "--tcp", "127.0.0.1:0", "--busy-poll", value)
     assert result.returncode == 2
