@@ -73,8 +73,10 @@ def parse_url(url: str) -> Endpoint:
         raise ValueError(f"invalid port in URL {url!r}") from None
     if not parts.hostname or port is None:
         raise ValueError(f"URL {url!r} needs a host and a port")
-    if parts.query or parts.fragment:
+    if parts.query:
         raise ValueError(f"URL {url!r} has a query; name the publisher separately")
+    if parts.fragment:
+        raise ValueError(f"URL {url!r} has a fragment (#...); name the publisher separately")
     if scheme in _WEBSOCKET:
         return Endpoint(scheme, parts.hostname, port, parts.path or "/")
     if parts.path not in ("", "/"):
@@ -83,7 +85,13 @@ def parse_url(url: str) -> Endpoint:
 
 
 def url_scheme(url: str) -> str:
-    """The scheme of ``url``, lower case ("" when it has none)."""
+    """The scheme of ``url``, lower case ("" when it has none).
+
+    Raises:
+        TypeError: ``url`` is not a str (every way of naming a peer starts here).
+    """
+    if type(url) is not str:
+        raise TypeError(f"a URL is a str, got {type(url).__name__}")
     scheme, separator, _ = url.partition("://")
     return scheme.lower() if separator else ""
 

@@ -38,7 +38,7 @@ from ..kit import BridgePeer, open_bridge_peer
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._errors import RelinkError, RemoteProtocolError
 from ._events import MessageReceived
-from ._handshake import LinkConfig
+from ._handshake import LinkConfig, check_endpoint_name
 from ._link_errors import RelinkClosed
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
 from ._inbound_channel import InboundChannel
@@ -220,6 +220,10 @@ async def connect_relink_url(
     secure = url.lower().startswith("relinks:")
     parsed = parse_bridge_url(url, secure=secure, allowed_query=frozenset({"id_size"}))
     endpoint = parsed.path or DEFAULT_ENDPOINT
+    try:
+        check_endpoint_name(endpoint, ValueError)
+    except ValueError as exc:
+        raise ValueError(f"URL {url!r}: {exc}") from None
     try:
         id_size = int(parsed.query.get("id_size", DEFAULT_CLIENT_ID_SIZE))
         config = LinkConfig(connector_id_size=id_size, listener_id_size=id_size)

@@ -131,6 +131,25 @@ async def test_mm2_urls_are_checked() -> None:
                 pass  # pragma: no cover
 
 
+async def test_relink_urls_name_an_endpoint_a_request_can_carry() -> None:
+    # (It was tried, and refused by the handshake's own check, after connecting.)
+    for url in ("relink://127.0.0.1:1/" + "e" * 256, "relink://127.0.0.1:1/caf\udce9"):
+        with pytest.raises(ValueError, match="endpoint_name"):
+            async with rstreams.connect(url):
+                pass  # pragma: no cover
+
+
+async def test_a_url_is_a_str() -> None:
+    # (An int or None died on a str method, untyped.)
+    for url in (5, None, b"tcp://127.0.0.1:1"):
+        with pytest.raises(TypeError, match="a URL is a str"):
+            async with rstreams.connect(url):  # type: ignore[arg-type]
+                pass  # pragma: no cover
+    with pytest.raises(ValueError, match="fragment"):
+        async with rstreams.connect("tcp://127.0.0.1:1#x"):
+            pass  # pragma: no cover
+
+
 # ---- text with no UTF-8 form (see tests/runtime/test_text_without_utf8.py) ----
 
 UNDECODABLE = b"caf\xe9.txt".decode("utf-8", "surrogateescape")  # as os.fsdecode gives it
