@@ -47,8 +47,8 @@ class SessionConfig:
             dropped and counted in ``statistics().elements_dropped``).
         goodbye_timeout: seconds to wait for the peer's goodbye after ours.
             (These three and ``busy_poll`` are finite, >= 0.)
-        read_size: bytes asked of the transport per receive (at most half
-            of ``max_connection_memory``, as ``write_size``).
+        read_size: bytes asked of the transport per receive (at most
+            ``max_connection_memory``, as ``write_size``).
         write_size: about how many bytes the writer coalesces per send.
         max_queued_bytes: per publication, bytes queued but not yet written
             before ``sink.send`` waits: with demand, this bounds the memory a
@@ -183,16 +183,15 @@ class SessionConfig:
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        half = self.max_connection_memory // 2
         for name in ("read_size", "write_size"):
             # A read's buffer and a write's collected bytes are the
-            # connection's too (and a read that could never fit in the inbound
-            # half would never be made).
+            # connection's too (10**30 died in os.read, mid-session).
             value = getattr(self, name)
-            if value > half:
+            if value > self.max_connection_memory:
                 raise ValueError(
-                    f"{name} ({value} bytes) must fit in half of max_connection_memory ({half} bytes)"
+                    f"{name} ({value} bytes) must fit in max_connection_memory ({self.max_connection_memory} bytes)"
                 )
+        half = self.max_connection_memory // 2
         for name in ("authenticate", "authorize"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"{name} must be an async function or None, got {getattr(self, name)!r}")

@@ -80,10 +80,10 @@ class LinkSettings:
             raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
         if type(self.max_connection_memory) is not int or self.max_connection_memory <= 0:
             raise ValueError(f"max_connection_memory must be a positive int, got {self.max_connection_memory!r}")
-        if self.receive_size > self.max_connection_memory // 2:
+        if self.receive_size > self.max_connection_memory:
             # (A read's buffer is the connection's; 10**30 died in os.read.)
             raise ValueError(
-                f"receive_size ({self.receive_size} bytes) must fit in half of max_connection_memory"
-                f" ({self.max_connection_memory // 2} bytes)"
+                f"receive_size ({self.receive_size} bytes) must fit in max_connection_memory"
+                f" ({self.max_connection_memory} bytes)"
             )
         check_congestion_control(self.loopback_congestion_control)

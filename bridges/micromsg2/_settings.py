@@ -57,9 +57,9 @@ class MicroMsg2Settings(LinkSettings):
         if self.keepalive_interval is not None:
             raise ValueError("MicroMsg2 has no ping: keepalive_interval must be None")
         size = self.windowed_receive_size
-        if type(size) is not int or not 0 < size <= self.max_connection_memory // 2:
+        if type(size) is not int or not 0 < size <= self.max_connection_memory:
             # (A read's buffer is the connection's; nan or 10**30 died reading.)
-            raise ValueError(f"windowed_receive_size must be an int in [1, max_connection_memory // 2], got {size!r}")
+            raise ValueError(f"windowed_receive_size must be an int in [1, max_connection_memory], got {size!r}")
         if self.receive_size // SMALLEST_MESSAGE >= self.limits.max_pending_messages:
             raise ValueError(
                 f"receive_size {self.receive_size} could carry more than max_pending_messages"

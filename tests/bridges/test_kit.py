@@ -1617,7 +1617,7 @@ async def test_bridge_connections_over_loopback_get_the_configured_congestion_co
 )
 def test_link_settings_refuse_what_would_fail_later(field: str, values: list[object]) -> None:
     # nan and infinity bound no wait (nan failed inside trio, mid-connection),
-    # and a read larger than half the budget is not the connection's to make
+    # and a read larger than the budget is not the connection's to make
     # (10**30 died in os.read).
     for value in values:
         with pytest.raises(ValueError, match=field):
