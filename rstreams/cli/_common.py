@@ -437,18 +437,16 @@ def server_token(args: argparse.Namespace) -> str | None:
 
 
 def token_problem(token: str) -> str | None:
-    """Why a hello cannot carry ``token`` (the rule of ``rstreams.protocol.Hello``,
-    said before connecting or serving), or None: it must be UTF-8 text (an
-    argument or variable holding other bytes arrives with surrogates) of at
-    most ``MAX_TOKEN_SIZE`` bytes."""
-    from ..protocol import MAX_TOKEN_SIZE
+    """Why a hello cannot carry ``token``, or None: ``rstreams.protocol.Hello``'s
+    own rule (UTF-8 text, which an argument or variable holding other bytes
+    is not, of at most ``MAX_TOKEN_SIZE`` bytes), said before connecting or
+    serving."""
+    from ..protocol import Extension, Hello, LocalProtocolError
 
     try:
-        size = len(token.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "not UTF-8 text"
-    if size > MAX_TOKEN_SIZE:
-        return f"{size} bytes, more than a hello carries ({MAX_TOKEN_SIZE})"
+        Hello(extensions=(int(Extension.BEARER),), token=token)
+    except LocalProtocolError as exc:
+        return str(exc)
     return None
 
 

@@ -115,14 +115,11 @@ def _check_int(name: str, value: object, low: int = _MIN_WIRE_INT, high: int = _
 def _check_str(name: str, value: object) -> None:
     if type(value) is not str:
         raise LocalProtocolError(f"{name} must be a str, got {type(value).__name__}")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            # Lone surrogates (os.fsdecode's stand-ins for bytes that are not
-            # UTF-8) have no UTF-8 form: refused here, typed, rather than by
-            # msgpack when the message is written.
-            raise LocalProtocolError(f"{name} must be UTF-8 text, got lone surrogates in {value!r}") from None
+    if not (value.isascii() or _encodes_as_utf8(value)):
+        # Lone surrogates (os.fsdecode's stand-ins for bytes that are not
+        # UTF-8) have no UTF-8 form: refused here, typed, rather than by
+        # msgpack when the message is written.
+        raise LocalProtocolError(f"{name} must be UTF-8 text, got lone surrogates in {value!r}")
 
 
 def check_publisher_name(name: object) -> None:
@@ -154,13 +151,9 @@ def sendable_text(text: str) -> str:
     (an exception's message for onError, a goodbye's reason), so that such
     a text never fails the connection that carries it. (Anything but a
     ``str`` is returned as it is, for the message's own check to refuse.)"""
-    if type(text) is not str or text.isascii():
+    if type(text) is not str or text.isascii() or _encodes_as_utf8(text):
         return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _check_bytes(name: str, value: object) -> None:

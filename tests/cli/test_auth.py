@@ -94,7 +94,7 @@ def test_a_token_no_hello_can_carry_is_a_usage_error(command: list[str]) -> None
         assert b"Traceback" not in result.stderr
         from_environment = rstreams_env(*command, env={"RSTREAMS_TOKEN": "x" * 8193})
         assert from_environment.returncode == 2, from_environment.stderr
-        assert from_environment.stderr.startswith(b"rstreams: $RSTREAMS_TOKEN: 8193 bytes, more than a hello carries")
+        assert from_environment.stderr.startswith(b"rstreams: $RSTREAMS_TOKEN: token longer than 8192 bytes")
 
 
 def test_a_server_token_no_hello_can_carry_is_a_usage_error(tmp_path: Path) -> None:
@@ -104,8 +104,8 @@ def test_a_server_token_no_hello_can_carry_is_a_usage_error(tmp_path: Path) -> N
     serve = ["serve", "examples.demo:app", "--tcp", "127.0.0.1:0"]
     cases = [
         (rstreams(*serve, "--token-file", str(tmp_path / "latin-1")), b"is not UTF-8 text"),
-        (rstreams(*serve, "--token", os.fsdecode(b"caf\xe9")), b"--token: not UTF-8 text"),
-        (rstreams_env(*serve, env={"RSTREAMS_SERVER_TOKEN": "x" * 8193}), b"$RSTREAMS_SERVER_TOKEN: 8193 bytes"),
+        (rstreams(*serve, "--token", os.fsdecode(b"caf\xe9")), b"--token: token must be UTF-8 text"),
+        (rstreams_env(*serve, env={"RSTREAMS_SERVER_TOKEN": "x" * 8193}), b"$RSTREAMS_SERVER_TOKEN: token longer than 8192 bytes"),
     ]
     for result, message in cases:
         assert result.returncode == 2, result.stderr
