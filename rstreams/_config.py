@@ -8,7 +8,7 @@ from typing import Any
 
 from ._auth import Authenticate, Authorize
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control
-from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, ProtocolLimits
+from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, Extension, Hello, LocalProtocolError, ProtocolLimits
 
 __all__ = [
     "SessionConfig",
@@ -192,6 +192,13 @@ class SessionConfig:
                     f"{name} ({value} bytes) must fit in max_connection_memory ({self.max_connection_memory} bytes)"
                 )
         half = self.max_connection_memory // 2
+        if self.token is not None:
+            # Hello's own rule (a str of UTF-8 text, at most MAX_TOKEN_SIZE
+            # bytes), said when the config is made, not when a session opens.
+            try:
+                Hello(extensions=(int(Extension.BEARER),), token=self.token)
+            except LocalProtocolError as exc:
+                raise ValueError(f"token: {exc}") from None
         for name in ("authenticate", "authorize"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise TypeError(f"{name} must be an async function or None, got {getattr(self, name)!r}")

@@ -80,3 +80,11 @@ async def test_a_tiny_queue_bound_still_delivers_everything(connect) -> None:
             async with client.subscribe("blob?count=20&size=3000", prefetch=20) as blobs:
                 assert await collect(blobs) == [blob(i, 3000) for i in range(20)]
             await fetch_range(client, 300)
+
+
+def test_a_token_no_hello_can_carry_is_refused_with_the_config() -> None:
+    # (It was refused when a session opened, by the hello.)
+    for token in (5, "x" * 8193, b"caf\xe9".decode("utf-8", "surrogateescape")):
+        with pytest.raises(ValueError, match="token"):
+            rstreams.SessionConfig(token=token)  # type: ignore[arg-type]
+    assert rstreams.SessionConfig(token="x" * 8192).token == "x" * 8192
