@@ -95,7 +95,7 @@ from ._config import SessionConfig
 from ._errors import InvalidParameter
 from ._peer import Peer
 from ._subscribe import CHECKPOINT_INTERVAL
-from .protocol import Connection
+from .protocol import Connection, LocalProtocolError, check_publisher_name
 
 
 __all__ = [
@@ -110,6 +110,7 @@ __all__ = [
     "PUBLISHERS_PATH",
     "PING_PATH",
     "RESERVED_PREFIX",
+    "check_route_path",
     "PublishingSession",
     "PublicationHandle",
     "new_request",
@@ -678,6 +679,20 @@ PublisherFunction = Callable[..., Union[Awaitable[None], None]]
 Publisher = PublisherFunction
 
 
+def check_route_path(path: str) -> None:
+    """A route path (a publisher's or a topic's) is matched against names
+    subscribers send, which are UTF-8 text: a path with no UTF-8 form (lone
+    surrogates, as ``os.fsdecode`` makes) could never be reached.
+
+    Raises:
+        ValueError: it has none (or is not a ``str``).
+    """
+    try:
+        check_publisher_name(path)
+    except LocalProtocolError as exc:
+        raise ValueError(f"a route path {exc.args[0].removeprefix('publisher ')}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A publisher and how it is served.
@@ -702,6 +717,8 @@ class Route:
     resolved_codec: Codec | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if type(self.element_size) is not int or self.element_size < 0:
+            raise ValueError(f"element_size must be an int >= 0, got {self.element_size!r}")
         object.__setattr__(self, "takes_request", _takes_request(self.publisher))
         object.__setattr__(self, "resolved_codec", resolve_codec(self.codec))
 
@@ -771,6 +788,7 @@ class Router:
         """
         if "?" in path:
             raise ValueError(f"a route path has no query: {path!r}")
+        check_route_path(path)
         if path.startswith(RESERVED_PREFIX) and not _is_runtime_route(publisher):
             raise ValueError(
                 f"paths starting with {RESERVED_PREFIX!r} are reserved for the runtime ($stats, $offsets, {PUBLISHERS_PATH}, {PING_PATH}): {path!r}"
@@ -784,8 +802,6 @@ class Router:
             if not callable(publisher):
                 raise TypeError(f"a publisher must be an async function, got {publisher!r}")
             route = Route(publisher, element_size, codec)
-        if route.element_size < 0:
-            raise ValueError("element_size must be >= 0")
         resolve_codec(route.codec)  # fail now on an unknown codec name
         self._routes[path] = route
 

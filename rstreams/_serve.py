@@ -79,8 +79,8 @@ class Server:
         authenticate: Authenticate | None = None,
         authorize: Authorize | None = None,
     ) -> None:
-        if max_connections is not None and max_connections <= 0:
-            raise ValueError("max_connections must be positive")
+        if max_connections is not None and (type(max_connections) is not int or max_connections <= 0):
+            raise ValueError(f"max_connections must be a positive int or None, got {max_connections!r}")
         # What sessions resolve names with: self.app, then $stats.
         self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
         self.config = DEFAULT_SERVER_CONFIG if config is None else config

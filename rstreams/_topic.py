@@ -60,7 +60,7 @@ import trio
 
 from ._codecs import CodecLike, resolve_codec
 from ._errors import InvalidParameter, NotRetained
-from ._publish import RESERVED_PREFIX, Route, Router, Sink, SubscribeRequest
+from ._publish import RESERVED_PREFIX, Route, Router, Sink, SubscribeRequest, check_route_path
 from ._topic_client import PUBLISH_BATCH, PUBLISH_SUFFIX, publish_to_topic
 from ._topic_core import (
     Cursor,
@@ -209,6 +209,7 @@ class Topic:
             raise ValueError(f"a topic name is a route path without a query: {name!r}")
         if name.startswith(RESERVED_PREFIX):
             raise ValueError(f"names starting with {RESERVED_PREFIX!r} are reserved for the runtime: {name!r}")
+        check_route_path(name)
         self.name = name
         self._partitioner = Partitioner(partitions, key)
         self._logs = [TopicLog(capacity, capacity_bytes) for _ in range(partitions)]

@@ -444,6 +444,8 @@ class Partitioner:
     def __init__(self, partitions: int, key: Callable[[Any], Any] | None = None) -> None:
         if type(partitions) is not int or partitions <= 0:
             raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be a function of the published value, or None; got {key!r}")
         self.partitions = partitions
         self.key = key
         self._next = 0  # round robin: the partition of the next element

@@ -88,3 +88,20 @@ def test_a_token_no_hello_can_carry_is_refused_with_the_config() -> None:
         with pytest.raises(ValueError, match="token"):
             rstreams.SessionConfig(token=token)  # type: ignore[arg-type]
     assert rstreams.SessionConfig(token="x" * 8192).token == "x" * 8192
+
+
+def test_the_app_s_objects_refuse_what_would_fail_later() -> None:
+    # Found by building each public constructor with odd values: each was
+    # accepted and failed (or misbehaved) only once in use.
+    async def publisher(sink: rstreams.Sink) -> None:  # pragma: no cover - never run
+        pass
+
+    for size in (-1, 1.5):
+        with pytest.raises(ValueError, match="element_size"):
+            rstreams.Route(publisher, element_size=size)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="element_size"):
+            rstreams.Router().add("p", publisher, element_size=size)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="key"):
+        rstreams.Topic("t", key=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_connections"):
+        rstreams.Server(rstreams.Router(), max_connections=1.5)  # type: ignore[arg-type]

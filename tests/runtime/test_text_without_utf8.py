@@ -98,3 +98,11 @@ def test_the_protocol_refuses_names_and_escapes_texts() -> None:
 
 
 # (Every bridge's peer, over its own wire: tests/bridges/test_any_url.py.)
+
+
+def test_a_route_or_topic_no_name_could_reach_is_refused_when_added() -> None:
+    # (It was served, and no subscriber could ever name it.)
+    with pytest.raises(ValueError, match="UTF-8"):
+        rstreams.Router().add(UNDECODABLE, cannot_open)
+    with pytest.raises(ValueError, match="UTF-8"):
+        rstreams.Topic(UNDECODABLE)
