@@ -35,7 +35,7 @@ import trio
 
 from rstreams import Session, Sink, SubscribeRequest, open_local_session
 
-from ..kit import RequestSlots, pace_calls
+from ..kit import RequestSlots, check_count, pace_calls
 from ._errors import EmpClosed, EmpConnectionLost, EmpError, ErrorCode
 from ._events import CompressionScheme
 from ._config import EmpRequest
@@ -142,8 +142,7 @@ def call_publisher(
     what paces the calls. ``bodies`` is consumed once: subscribe once.
     """
 
-    if max_in_flight <= 0:
-        raise ValueError("max_in_flight must be positive")
+    check_count("max_in_flight", max_in_flight)
 
     async def start(body: bytes) -> PendingCall:
         return await connection.start_call(body, compression=compression)
@@ -171,8 +170,7 @@ class ResponseStream:
         window: int = 8,
         compression: CompressionScheme | None = None,
     ) -> None:
-        if window <= 0:
-            raise ValueError("window must be positive")
+        check_count("window", window)
         self.connection = connection
         self.window = window
         self.compression = compression

@@ -25,7 +25,7 @@ import trio
 
 from rstreams import Sink, SubscribeRequest
 
-from ..kit import pace_calls
+from ..kit import check_count, pace_calls
 from ._errors import ErrorResponse
 from ._trio import EpoxyConnection, Payload, PendingCall
 
@@ -96,8 +96,7 @@ def call_publisher(
     An error response fails the stream with :class:`ErrorResponse`.
     ``requests`` is consumed once: subscribe once.
     """
-    if max_in_flight <= 0:
-        raise ValueError("max_in_flight must be positive")
+    check_count("max_in_flight", max_in_flight)
 
     async def start(payload: Payload) -> PendingCall:
         return await connection.start_call(service_name, method_name, payload)

@@ -46,7 +46,7 @@ from ._app import (
 from ._budget import BudgetStatistics, MemoryBudget
 from ._calls import PendingCall, PendingCalls, pace_calls
 from ._client import BridgePeer, open_bridge_peer
-from ._config import KiB, LinkSettings, MiB
+from ._config import KiB, LinkSettings, MiB, check_count
 from ._connection import MEMORY_BUDGET_EXCEEDED, BridgeConnection, SansIOMachine
 from ._errors import copy_error
 from ._hooks import LazyCli
@@ -73,6 +73,7 @@ __all__ = [
     "KiB",
     "LazyCli",
     "LinkSettings",
+    "check_count",
     "ListenerService",
     "MEMORY_BUDGET_EXCEEDED",
     "MemoryBudget",

@@ -27,6 +27,7 @@ import trio
 
 from rstreams import Sink
 
+from ._config import check_count
 from ._errors import copy_error
 from ._inbound import ITEM_COST
 
@@ -169,8 +170,7 @@ async def pace_calls(
     abandoned. Completing needs no demand, so one request is looked at ahead
     to know whether there is another.
     """
-    if max_in_flight <= 0:
-        raise ValueError("max_in_flight must be positive")
+    check_count("max_in_flight", max_in_flight)
     source = aiter(requests)
     pending: deque[C] = deque()
     held: list[Q] = []  # the next request, pulled but not sent (at most one)

@@ -8,10 +8,22 @@ from dataclasses import dataclass
 from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
 from rstreams.support import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control
 
-__all__ = ["LinkSettings", "KiB", "MiB"]
+__all__ = ["LinkSettings", "KiB", "MiB", "check_count"]
 
 KiB = 1024
 MiB = 1024 * KiB
+
+
+def check_count(name: str, value: object) -> None:
+    """A bound that counts things (connections, subscriptions, calls in
+    flight, a window): an ``int`` of at least 1. A float such as 1.5 or
+    nan, which a ``<= 0`` test lets through, is refused as well.
+
+    Raises:
+        ValueError: it is not one.
+    """
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{name} must be positive (an int), got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,6 +22,7 @@ import trio
 
 from rstreams.support import Listener, caller_sees_its_own_exception, listener_url, serve_listeners, with_tls
 
+from ._config import check_count
 from ._connection import BridgeConnection
 from bridges import BridgeError
 
@@ -54,8 +55,8 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         max_connections: int | None = None,
         protocol: str = "bridge",
     ) -> None:
-        if max_connections is not None and max_connections <= 0:
-            raise ValueError("max_connections must be positive")
+        if max_connections is not None:
+            check_count("max_connections", max_connections)
         self.handler = handler
         self.max_connections = max_connections
         self.protocol = protocol

@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import trio
 
+from ._config import check_count
+
 __all__ = ["RequestSlots"]
 
 T = TypeVar("T")
@@ -23,8 +25,7 @@ class RequestSlots:
     """At most ``limit`` requests being answered at once."""
 
     def __init__(self, limit: int) -> None:
-        if limit <= 0:
-            raise ValueError("the number of request slots must be positive")
+        check_count("the number of request slots", limit)
         self.limit = limit
         self._semaphore = trio.Semaphore(limit)
 

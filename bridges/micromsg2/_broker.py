@@ -40,7 +40,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 
-from ..kit import BatchesWithinBudget, TopicPublisher, next_ask, open_app_session
+from ..kit import BatchesWithinBudget, TopicPublisher, check_count, next_ask, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
@@ -280,6 +280,7 @@ class MicroMsg2AppServer(MicroMsg2Server):
         max_connections: int | None = None,
         max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
     ) -> None:
+        check_count("max_subscriptions", max_subscriptions)
         super().__init__(self._serve_connection, settings=settings, max_connections=max_connections)
         self.app = app
         self.max_subscriptions = max_subscriptions

@@ -39,7 +39,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError
 
-from ..kit import BatchesWithinBudget, MemoryBudget, next_ask, open_app_session
+from ..kit import BatchesWithinBudget, MemoryBudget, check_count, next_ask, open_app_session
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -105,8 +105,7 @@ class RelinkAppServer(RelinkServer):
         epoch: int | None = None,
         max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
     ) -> None:
-        if max_subscriptions < 1:
-            raise ValueError("max_subscriptions must be positive")
+        check_count("max_subscriptions", max_subscriptions)
         super().__init__(
             self._serve_link, {endpoint: equal_id_sizes}, settings=settings, max_connections=max_connections, epoch=epoch
         )

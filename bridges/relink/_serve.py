@@ -38,7 +38,7 @@ import trio
 
 from rstreams.support import Listener, describe_error, serve_listeners, with_tls
 
-from ..kit import open_connection
+from ..kit import check_count, open_connection
 from ._connection import Connection
 from ._errors import LinkLostError, RelinkError, RemoteProtocolError
 from ._handshake import (
@@ -142,8 +142,8 @@ class RelinkServer:
             raise ValueError("a Relink server needs at least one endpoint")
         for name in endpoints:
             check_endpoint_name(name, ValueError)
-        if max_connections is not None and max_connections <= 0:
-            raise ValueError("max_connections must be positive")
+        if max_connections is not None:
+            check_count("max_connections", max_connections)
         self.handler = handler
         self.endpoints = dict(endpoints)
         self.settings = settings

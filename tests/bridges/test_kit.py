@@ -1637,3 +1637,26 @@ def test_each_bridge_s_own_settings_refuse_what_would_fail_later() -> None:
     for value in (math.nan, math.inf, 0):
         with pytest.raises(ValueError, match="half_close_timeout"):
             EpoxySettings(half_close_timeout=value)
+
+
+def test_counts_are_ints_of_at_least_one_everywhere() -> None:
+    # (1.5 and nan passed the "<= 0" checks: a server took max_connections=1.5,
+    # and MicroMsg2's broker max_subscriptions=0, refusing every subscription.)
+    import examples.demo
+    from bridges.emp import EmpAppServer
+    from bridges.epoxy import EpoxyAppServer
+    from bridges.kit import check_count
+    from bridges.micromsg2 import MicroMsg2AppServer
+    from bridges.relink import RelinkAppServer
+
+    check_count("n", 1)
+    for value in (0, -1, 1.5, math.nan, True, "2", None):
+        with pytest.raises(ValueError, match="n must be positive"):
+            check_count("n", value)
+    for server in (EmpAppServer, EpoxyAppServer, MicroMsg2AppServer, RelinkAppServer):
+        with pytest.raises(ValueError, match="max_connections"):
+            server(examples.demo.app, max_connections=1.5)  # type: ignore[arg-type]
+    for server in (MicroMsg2AppServer, RelinkAppServer):
+        for value in (0, 1.5):
+            with pytest.raises(ValueError, match="max_subscriptions"):
+                server(examples.demo.app, max_subscriptions=value)  # type: ignore[arg-type]
