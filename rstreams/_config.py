@@ -8,7 +8,7 @@ from typing import Any
 
 from ._auth import Authenticate, Authorize
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control
-from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, Extension, Hello, LocalProtocolError, ProtocolLimits
+from .protocol import DEFAULT_CONNECTION_MEMORY, DEFAULT_LIMITS, LocalProtocolError, ProtocolLimits, check_token
 
 __all__ = [
     "SessionConfig",
@@ -193,10 +193,10 @@ class SessionConfig:
                 )
         half = self.max_connection_memory // 2
         if self.token is not None:
-            # Hello's own rule (a str of UTF-8 text, at most MAX_TOKEN_SIZE
-            # bytes), said when the config is made, not when a session opens.
+            # Hello's own rule, said when the config is made, not when a
+            # session opens.
             try:
-                Hello(extensions=(int(Extension.BEARER),), token=self.token)
+                check_token(self.token)
             except LocalProtocolError as exc:
                 raise ValueError(f"token: {exc}") from None
         for name in ("authenticate", "authorize"):

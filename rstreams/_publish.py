@@ -689,8 +689,8 @@ def check_route_path(path: str) -> None:
     """
     try:
         check_publisher_name(path)
-    except LocalProtocolError as exc:
-        raise ValueError(f"a route path {exc.args[0].removeprefix('publisher ')}") from None
+    except LocalProtocolError:
+        raise ValueError(f"a route path must be UTF-8 text, got {path!r}") from None
 
 
 @dataclass(frozen=True, slots=True)

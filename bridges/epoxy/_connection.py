@@ -64,6 +64,7 @@ from ._events import (
     ProtocolErrorReceived,
     Request,
     Response,
+    is_conversation_id,
 )
 from ._frames import (
     DEFAULT_LIMITS,
@@ -122,7 +123,7 @@ class Connection(ProtocolMachine[EpoxyEvent, RemoteProtocolError]):
     ) -> None:
         if not isinstance(role, Role):
             raise TypeError(f"role must be a Role, got {role!r}")
-        if type(max_conversation_id) is not int or not 0 <= max_conversation_id <= MAX_CONVERSATION_ID:
+        if not is_conversation_id(max_conversation_id):
             raise ValueError(f"max_conversation_id must be a uint64, got {max_conversation_id!r}")
         self.role = role
         self.limits = limits

@@ -32,8 +32,13 @@ MAX_CONVERSATION_ID = 2**64 - 1
 S = TypeVar("S", bound=bond.Struct)
 
 
+def is_conversation_id(value: object) -> bool:
+    """Whether ``value`` can be a conversation id (a uint64), or the bound of ours."""
+    return type(value) is int and 0 <= value <= MAX_CONVERSATION_ID
+
+
 def _check_message(conversation_id: object, payload: object, layer_data: object) -> None:
-    if type(conversation_id) is not int or not 0 <= conversation_id <= MAX_CONVERSATION_ID:
+    if not is_conversation_id(conversation_id):
         raise LocalProtocolError(f"conversation_id must be a uint64, got {conversation_id!r}")
     if not isinstance(payload, bytes):
         raise LocalProtocolError(f"payload must be bytes, got {type(payload).__name__}")

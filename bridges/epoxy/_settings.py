@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ..kit import LinkSettings
-from ._events import MAX_CONVERSATION_ID
+from ._events import MAX_CONVERSATION_ID, is_conversation_id
 from ._frames import DEFAULT_LIMITS, EpoxyLimits
 from ._structs import EpoxyConfig, Error
 
@@ -71,10 +71,9 @@ class EpoxySettings(LinkSettings):
             raise ValueError("Epoxy has no ping: keepalive_interval must be None")
         if not 0 < self.half_close_timeout < math.inf:  # also refuses nan
             raise ValueError(f"half_close_timeout must be positive and finite, got {self.half_close_timeout!r}")
-        ids = self.max_conversation_id
-        if type(ids) is not int or not 0 <= ids <= MAX_CONVERSATION_ID:
+        if not is_conversation_id(self.max_conversation_id):
             # (Refused here, when it is given, rather than by every connection made with it.)
-            raise ValueError(f"max_conversation_id must be a uint64, got {ids!r}")
+            raise ValueError(f"max_conversation_id must be a uint64, got {self.max_conversation_id!r}")
 
 
 DEFAULT_SETTINGS = EpoxySettings()

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import outcome
 import trio
 
+from ._config import check_count
 from ._errors import copy_error
 
 __all__ = ["MemoryBudget", "BudgetStatistics"]
@@ -84,8 +85,7 @@ class MemoryBudget:
     """
 
     def __init__(self, limit: int, *, on_room: Callable[[], object] | None = None) -> None:
-        if type(limit) is not int or limit <= 0:
-            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        check_count("limit", limit)
         self.limit = limit
         self._used = 0
         self._waiters: deque[_Waiter] = deque()

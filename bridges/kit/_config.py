@@ -85,11 +85,10 @@ class LinkSettings:
                 raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)!r}")
         if self.keepalive_interval is not None and not 0 < self.keepalive_interval < math.inf:
             raise ValueError("keepalive_interval must be positive and finite, or None")
-        for name in ("max_read_ahead", "max_write_buffer", "receive_size"):
-            if type(getattr(self, name)) is not int:
-                raise ValueError(f"{name} must be an int, got {getattr(self, name)!r}")
-        if self.max_read_ahead < 0 or self.max_write_buffer < 0 or self.receive_size <= 0:
-            raise ValueError("max_read_ahead and max_write_buffer must be >= 0, receive_size > 0")
+        check_count("receive_size", self.receive_size)
+        for name in ("max_read_ahead", "max_write_buffer"):
+            if type(getattr(self, name)) is not int or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}")
         if type(self.max_connection_memory) is not int or self.max_connection_memory <= 0:
             raise ValueError(f"max_connection_memory must be a positive int, got {self.max_connection_memory!r}")
         if self.receive_size > self.max_connection_memory:

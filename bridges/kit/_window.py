@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import trio
 
+from ._config import check_count
 from ._errors import copy_error
 
 __all__ = ["SendWindow"]
@@ -43,8 +44,7 @@ class SendWindow:
     """
 
     def __init__(self, size: int) -> None:
-        if type(size) is not int or size <= 0:
-            raise ValueError(f"size must be a positive int, got {size!r}")
+        check_count("size", size)
         self.size = size
         self._in_flight = 0
         self._lot = trio.lowlevel.ParkingLot()

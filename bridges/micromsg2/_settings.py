@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kit import KiB, LinkSettings
+from ..kit import KiB, LinkSettings, check_count
 from ._codec import DEFAULT_LIMITS, Limits
 from ._extensions import ExtensionSpec
 
@@ -56,10 +56,12 @@ class MicroMsg2Settings(LinkSettings):
         LinkSettings.__post_init__(self)
         if self.keepalive_interval is not None:
             raise ValueError("MicroMsg2 has no ping: keepalive_interval must be None")
-        size = self.windowed_receive_size
-        if type(size) is not int or not 0 < size <= self.max_connection_memory:
-            # (A read's buffer is the connection's; nan or 10**30 died reading.)
-            raise ValueError(f"windowed_receive_size must be an int in [1, max_connection_memory], got {size!r}")
+        check_count("windowed_receive_size", self.windowed_receive_size)
+        if self.windowed_receive_size > self.max_connection_memory:
+            # (A read's buffer is the connection's; 10**30 died reading.)
+            raise ValueError(
+                f"windowed_receive_size ({self.windowed_receive_size} bytes) must fit in max_connection_memory"
+            )
         if self.receive_size // SMALLEST_MESSAGE >= self.limits.max_pending_messages:
             raise ValueError(
                 f"receive_size {self.receive_size} could carry more than max_pending_messages"

@@ -135,10 +135,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _endpoint_name(text: str) -> str:
-    try:
-        check_endpoint_name(text, argparse.ArgumentTypeError)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("endpoint_name", "an endpoint name", 1)) from None
+    check_endpoint_name(text, argparse.ArgumentTypeError, "an endpoint name")
     return text
 
 

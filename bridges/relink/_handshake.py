@@ -54,20 +54,20 @@ MAX_LINK_ID = 2**63 - 1
 MAX_ENDPOINT_NAME_SIZE = 255
 
 
-def check_endpoint_name(name: object, error: Callable[[str], Exception]) -> None:
+def check_endpoint_name(name: object, error: Callable[[str], Exception], what: str = "endpoint_name") -> None:
     """The rule for an endpoint name, asked for (a connector's request) or
     offered (a listener's endpoints): a ``str`` of at most
     :data:`MAX_ENDPOINT_NAME_SIZE` bytes of UTF-8 (a name with lone
     surrogates has none, and no request could ever match it). Raises
-    ``error(message)`` otherwise."""
+    ``error(message)`` otherwise, the message naming it ``what``."""
     if not isinstance(name, str):
-        raise error("endpoint_name must be a str")
+        raise error(f"{what} must be a str")
     try:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError:
-        raise error("endpoint_name is not encodable as UTF-8") from None
+        raise error(f"{what} is not encodable as UTF-8") from None
     if size > MAX_ENDPOINT_NAME_SIZE:
-        raise error(f"endpoint_name is {size} bytes of UTF-8; at most {MAX_ENDPOINT_NAME_SIZE} fit")
+        raise error(f"{what} is {size} bytes of UTF-8; at most {MAX_ENDPOINT_NAME_SIZE} fit")
 VERSION_SIZE = 8
 REPLY_SIZE = 16
 

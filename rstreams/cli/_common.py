@@ -441,10 +441,10 @@ def token_problem(token: str) -> str | None:
     own rule (UTF-8 text, which an argument or variable holding other bytes
     is not, of at most ``MAX_TOKEN_SIZE`` bytes), said before connecting or
     serving."""
-    from ..protocol import Extension, Hello, LocalProtocolError
+    from ..protocol import LocalProtocolError, check_token
 
     try:
-        Hello(extensions=(int(Extension.BEARER),), token=token)
+        check_token(token)
     except LocalProtocolError as exc:
         return str(exc)
     return None

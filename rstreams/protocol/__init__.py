@@ -37,6 +37,7 @@ from ._messages import (
     Subscribe,
     Subscribed,
     check_publisher_name,
+    check_token,
     prechecked,
 )
 from ._outbound import EMPTY_ELEMENT_BYTES
@@ -96,4 +97,5 @@ __all__ = [
     "message_from_wire",
     "prechecked",
     "check_publisher_name",
+    "check_token",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "Extension",
     "MAX_TOKEN_SIZE",
     "check_publisher_name",
+    "check_token",
     "Hello",
     "Subscribe",
     "Request",
@@ -120,6 +121,26 @@ def _check_str(name: str, value: object) -> None:
         # UTF-8) have no UTF-8 form: refused here, typed, rather than by
         # msgpack when the message is written.
         raise LocalProtocolError(f"{name} must be UTF-8 text, got lone surrogates in {value!r}")
+
+
+def check_token(token: object) -> None:
+    """The rule for a bearer token a hello carries: a ``str`` of UTF-8 text
+    (lone surrogates, which msgpack would refuse later, untyped, have no
+    UTF-8 form) of at most :data:`MAX_TOKEN_SIZE` bytes. Used by
+    :class:`Hello`, and by whoever takes a token before a hello is made
+    (``SessionConfig``, the command line), so that they say it first.
+
+    Raises:
+        LocalProtocolError: it is not one.
+    """
+    if type(token) is not str:
+        raise LocalProtocolError("token must be a str")
+    try:
+        size = len(token.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise LocalProtocolError("token must be UTF-8 text (it holds lone surrogates)") from None
+    if size > MAX_TOKEN_SIZE:
+        raise LocalProtocolError(f"token longer than {MAX_TOKEN_SIZE} bytes")
 
 
 def check_publisher_name(name: object) -> None:
@@ -246,15 +267,7 @@ class Hello:
         if (self.token is not None) != (Extension.BEARER in self.extensions):
             raise LocalProtocolError("a hello carries a token exactly when it lists the bearer extension")
         if self.token is not None:
-            if type(self.token) is not str:
-                raise LocalProtocolError("token must be a str")
-            try:
-                size = len(self.token.encode("utf-8"))
-            except UnicodeEncodeError:
-                # (Lone surrogates: msgpack would refuse them later, untyped.)
-                raise LocalProtocolError("token must be UTF-8 text (it holds lone surrogates)") from None
-            if size > MAX_TOKEN_SIZE:
-                raise LocalProtocolError(f"token longer than {MAX_TOKEN_SIZE} bytes")
+            check_token(self.token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

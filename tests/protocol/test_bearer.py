@@ -60,6 +60,14 @@ def test_token_and_id_go_together() -> None:
         Hello(extensions=(BEARER,), token="\udcff")
     with pytest.raises(LocalProtocolError, match="UTF-8"):
         Connection(token="\udcff")
+    # The same rule, asked without making a hello (SessionConfig and the
+    # command line say it before any hello is made).
+    from rstreams.protocol import check_token
+
+    check_token("x" * MAX_TOKEN_SIZE)
+    for token in ("x" * (MAX_TOKEN_SIZE + 1), "\udcff", 5):
+        with pytest.raises(LocalProtocolError, match="token"):
+            check_token(token)
 
 
 def hello_bytes(extensions: list[object]) -> bytes:
