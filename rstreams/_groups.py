@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["caller_sees_its_own_exception"]
+__all__ = ["caller_sees_its_own_exception", "first_leaf"]
 
 
 @contextmanager
@@ -24,3 +24,13 @@ def caller_sees_its_own_exception() -> Iterator[None]:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
             raise group.exceptions[0] from None
         raise
+
+
+def first_leaf(error: BaseException) -> BaseException:
+    """The first exception in ``error`` that is not a group: what to report
+    of an error that came out of nested nurseries, each of which wrapped it
+    in a group of one ("Exceptions from Trio nursery (1 sub-exception)"
+    says nothing). ``error`` itself when it is not a group."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error

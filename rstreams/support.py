@@ -12,7 +12,7 @@ modules.
 
 from ._accept import serve_listeners
 from ._errors import describe_error
-from ._groups import caller_sees_its_own_exception
+from ._groups import caller_sees_its_own_exception, first_leaf
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control, unpace_loopback
 from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
 from ._peer import DEFAULT_PREFETCH, FeedPeer, Peer, StreamFeed
@@ -51,6 +51,7 @@ __all__ = [
     "StreamFeed",
     "UnsupportedScheme",
     "caller_sees_its_own_exception",
+    "first_leaf",
     "check_congestion_control",
     "describe_error",
     "find_scheme",

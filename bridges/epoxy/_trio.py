@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import trio
@@ -117,7 +118,7 @@ def connection_info(stream: trio.abc.Stream, config: EpoxyConfig | None = None) 
             version = stream.version()
             cipher_info = stream.cipher()
             cipher = cipher_info[0] if cipher_info else None
-        except (ValueError, AttributeError):  # the TLS handshake has not happened
+        except (ValueError, AttributeError, trio.NeedHandshakeError):  # the TLS handshake has not happened
             pass
     return ConnectionInfo(
         peer_address=peer_address,
@@ -165,7 +166,8 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self._events: InboundQueue[Event] = InboundQueue(self)
         self._calls: PendingCalls[Response] = PendingCalls()
         self._peer_closed = False
-        self._info: ConnectionInfo | None = None
+        # The addresses now, while the socket has them (see info).
+        self._info: ConnectionInfo | None = connection_info(stream)
 
     # ---- state and statistics -------------------------------------------
 
@@ -184,7 +186,14 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         """The peer's address and TLS details (as a server's accept function saw them)."""
         if self._info is None or self._info.config is None:
             # Cached once the handshake has brought the peer's config.
-            self._info = connection_info(self.stream, self._machine.peer_config)
+            info = connection_info(self.stream, self._machine.peer_config)
+            known = self._info
+            if info.peer_address is None and known is not None:
+                # A socket that is gone has no peer name any more: keep the
+                # addresses read while it had one (a log line about a reset
+                # said "from ?").
+                info = replace(info, peer_address=known.peer_address, local_address=known.local_address)
+            self._info = info
         return self._info
 
     @property

@@ -20,7 +20,15 @@ from typing import Generic, NoReturn, TypeVar
 
 import trio
 
-from rstreams.support import Listener, caller_sees_its_own_exception, listener_url, serve_listeners, with_tls
+from rstreams.support import (
+    Listener,
+    caller_sees_its_own_exception,
+    describe_error,
+    first_leaf,
+    listener_url,
+    serve_listeners,
+    with_tls,
+)
 
 from ._config import check_count
 from ._connection import BridgeConnection
@@ -92,9 +100,11 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
                     await self.handler(connection)
                 finally:
                     self._connections.discard(connection)
-        except BridgeError as exc:
-            logger.info("%s connection ended: %r", self.protocol, exc)
-        except Exception:
+        except* BridgeError as ended:
+            # The end of one client (a lost connection, a violation), also
+            # when it comes out of the handler's nurseries wrapped in groups.
+            logger.info("%s connection ended: %s", self.protocol, describe_error(first_leaf(ended)))
+        except* Exception:
             logger.exception("%s connection handler failed", self.protocol)
         finally:
             self._active -= 1

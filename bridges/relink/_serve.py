@@ -36,7 +36,7 @@ from typing import NoReturn
 
 import trio
 
-from rstreams.support import Listener, describe_error, serve_listeners, with_tls
+from rstreams.support import Listener, describe_error, first_leaf, serve_listeners, with_tls
 
 from ..kit import check_count, open_connection
 from ._connection import Connection
@@ -235,9 +235,10 @@ class RelinkServer:
                         await self._run_link(handle)
                 finally:
                     self._connections.discard(connection)
-        except RelinkError as exc:
-            logger.info("Relink connection ended: %r", exc)
-        except Exception:
+        except* RelinkError as ended:
+            # (Also when it comes out of the handler's nurseries in groups.)
+            logger.info("Relink connection ended: %s", describe_error(first_leaf(ended)))
+        except* Exception:
             logger.exception("Relink connection handler failed")
         finally:
             self._active -= 1
@@ -251,10 +252,10 @@ class RelinkServer:
                 nursery.start_soon(self._expire, handle, nursery.cancel_scope)
                 try:
                     await self.handler(handle)
-                except RelinkError as exc:
+                except* RelinkError as ended:
                     # The link ended under the handler (lost, forgotten, shut down).
-                    logger.info("Relink link %d ended: %r", link_id, exc)
-                except Exception:
+                    logger.info("Relink link %d ended: %s", link_id, describe_error(first_leaf(ended)))
+                except* Exception:
                     logger.exception("Relink link handler failed")
                 finally:
                     with trio.CancelScope(shield=True):
@@ -278,6 +279,10 @@ class RelinkServer:
                 continue
             if handle.state is not None:
                 self.registry.remove(handle.state.link_id)
+                # (Its connection's loss was not logged: the link outlives it.)
+                logger.info(
+                    "Relink link %d forgotten: no connection for %g s", handle.state.link_id, self.settings.link_timeout
+                )
             scope.cancel()  # the handler first: what it would do has no link left
             handle._fail(LinkLostError(f"no connection for {self.settings.link_timeout} s: the link was forgotten"))
             return

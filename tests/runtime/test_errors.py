@@ -71,3 +71,12 @@ def test_a_lone_exception_leaves_the_nursery_group_unwrapped() -> None:
         with caller_sees_its_own_exception():
             raise BaseExceptionGroup("outer", [BaseExceptionGroup("inner", [KeyError("k")])])
     assert isinstance(nested.value.exceptions[0], BaseExceptionGroup)
+
+
+def test_first_leaf_reaches_the_error_inside_nested_nursery_groups() -> None:
+    from rstreams.support import first_leaf
+
+    lost = ConnectionResetError("reset")
+    assert first_leaf(lost) is lost
+    nested = BaseExceptionGroup("outer", [BaseExceptionGroup("inner", [lost]), ValueError("v")])
+    assert first_leaf(nested) is lost

@@ -1,0 +1,102 @@
+"""A peer that resets its connection in the middle of a stream is one log line on every bridge.
+
+Each app server (EMP, Relink, the MicroMsg2 broker, Epoxy) serves an endless
+``ticker``; a client reads it through a proxy, which resets the server's side
+of the connection (RST, ``SO_LINGER`` 0) once elements flow. That is the end
+of one client, an everyday event for a server that runs for weeks: at most
+one line at info, no traceback, as ``rstreams serve`` does for its own
+sessions (``tests/runtime/test_serve.py``). Found by cutting connections at
+random offsets: the broker's lost connection reached the log as an error
+with six nested exception groups, because the error came out of its
+nurseries wrapped in a group that ``except BridgeError`` did not match.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+
+import examples.demo
+import rstreams
+from bridges.emp import EmpAppServer
+from bridges.epoxy import EpoxyAppServer
+from bridges.micromsg2 import MicroMsg2AppServer
+from bridges.relink import RelinkAppServer, RelinkSettings
+from rstreams.support import listener_port
+
+# EMP and Epoxy answer a subscription with one response once the stream
+# completes (docs/bridges): their peer resets with the connection idle, after
+# a finite stream; Relink and MicroMsg2 stream, and reset in an endless one.
+SERVERS: dict[str, tuple[Callable[[rstreams.Router], Any], str, str]] = {
+    "emp": (EmpAppServer, "emp://127.0.0.1:{port}", "blob?count=8&size=100"),
+    # (A Relink link outlives its connection, for the connector to resume
+    # it, until link_timeout: short here, so that the link ends too.)
+    "relink": (
+        partial(RelinkAppServer, settings=RelinkSettings(link_timeout=0.2)),
+        "relink://127.0.0.1:{port}/rstreams",
+        "ticker?interval=0.001",
+    ),
+    "mm2": (MicroMsg2AppServer, "mm2://127.0.0.1:{port}", "ticker?interval=0.001"),
+    "epoxy": (EpoxyAppServer, "epoxy://127.0.0.1:{port}", "blob?count=8&size=100"),
+}
+
+
+async def _pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+    try:
+        while data := await source.receive_some(65536):
+            await sink.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+def _reset(stream: trio.SocketStream) -> None:
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    stream.socket.close()
+
+
+@pytest.mark.parametrize("bridge", sorted(SERVERS))
+async def test_a_reset_in_the_middle_of_a_stream_is_one_line(
+    bridge: str, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    make, url, name = SERVERS[bridge]
+    server = make(examples.demo.app)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    upstreams: list[trio.SocketStream] = []
+
+    async def proxy(client: trio.SocketStream) -> None:
+        upstream = await trio.open_tcp_stream("127.0.0.1", listener_port(listener))
+        upstreams.append(upstream)
+        async with trio.open_nursery() as pumps:
+            pumps.start_soon(_pump, client, upstream)
+            pumps.start_soon(_pump, upstream, client)
+
+    [front] = await nursery.start(partial(trio.serve_tcp, proxy, 0, host="127.0.0.1"))
+    with trio.fail_after(20):
+        with trio.CancelScope() as client_scope:
+            async with rstreams.connect(url.format(port=listener_port(front))) as peer:
+                async with peer.subscribe(name, prefetch=8) as elements:
+                    seen = 0
+                    async for _ in elements:
+                        seen += 1
+                        if seen == 5:
+                            [upstream] = upstreams
+                            _reset(upstream)  # the server's side: a peer that vanished
+                            client_scope.cancel()  # (the client is not under test)
+        assert client_scope.cancelled_caught
+        while server.connections:
+            await trio.sleep(0.01)
+    records = [record for record in caplog.records if record.name.startswith("rstreams")]
+    [record] = records or [None]  # one line, that says what ended
+    assert record is not None and len(records) == 1, [r.getMessage() for r in records]
+    assert record.levelno == logging.INFO and record.exc_info is None, (record.levelname, record.getMessage())
+    message = record.getMessage()
+    assert "group" not in message and "?" not in message, message  # the error itself, and who it was
+    assert "Traceback" not in caplog.text
