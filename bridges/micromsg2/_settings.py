@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from ..kit import KiB, LinkSettings, check_count
 from ._codec import DEFAULT_LIMITS, Limits
-from ._extensions import ExtensionSpec
+from ._errors import LocalProtocolError
+from ._extensions import MAX_WINDOW, ExtensionSpec
+from ._handshake import HandshakeOptions
 
 __all__ = ["MicroMsg2Settings", "MicroMsg2Statistics", "DEFAULT_SETTINGS", "SMALLEST_MESSAGE", "DEFAULT_PORT"]
 
@@ -23,8 +25,8 @@ class MicroMsg2Settings(LinkSettings):
     """Settings of one MicroMsg2 connection.
 
     Attributes:
-        identity: our handshake identity (None: ``rstreams`` for a server,
-            empty for a client).
+        identity: our handshake identity, ASCII of at most 255 bytes
+            (None: ``rstreams`` for a server, empty for a client).
         required: extensions the peer must implement.
         optional: extensions we suggest.
         accept: (client) which of the server's suggestions to take; None for
@@ -62,6 +64,22 @@ class MicroMsg2Settings(LinkSettings):
             raise ValueError(
                 f"windowed_receive_size ({self.windowed_receive_size} bytes) must fit in max_connection_memory"
             )
+        if self.identity is not None and not isinstance(self.identity, str):
+            raise TypeError(f"identity must be a str or None, not {type(self.identity).__name__}")
+        try:
+            # What every connection's handshake would refuse, refused here,
+            # once: an identity that is not ASCII of at most 255 bytes, an
+            # extension listed twice or not spoken here, a batch-ack count
+            # over max_pending_messages (before, each connection failed).
+            HandshakeOptions(
+                identity=self.identity or "",
+                required=self.required,
+                optional=self.optional,
+                accept=self.accept,
+                max_window=min(self.limits.max_pending_messages, MAX_WINDOW),
+            )
+        except LocalProtocolError as exc:
+            raise ValueError(str(exc)) from None
         if self.receive_size // SMALLEST_MESSAGE >= self.limits.max_pending_messages:
             raise ValueError(
                 f"receive_size {self.receive_size} could carry more than max_pending_messages"

@@ -1637,6 +1637,20 @@ def test_each_bridge_s_own_settings_refuse_what_would_fail_later() -> None:
     for value in (math.nan, math.inf, 0):
         with pytest.raises(ValueError, match="half_close_timeout"):
             EpoxySettings(half_close_timeout=value)
+    # MicroMsg2's handshake fields, checked by each connection's handshake
+    # before: a server with one of these failed every connection it took.
+    from bridges.micromsg2 import ExtensionSpec
+
+    for identity in ("\u00e9", "x" * 256):
+        with pytest.raises(ValueError, match="identity"):
+            MicroMsg2Settings(identity=identity)
+    with pytest.raises(TypeError, match="identity"):
+        MicroMsg2Settings(identity=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not speak: nope"):
+        MicroMsg2Settings(required=(ExtensionSpec(name="nope"),))
+    with pytest.raises(ValueError, match="listed twice"):
+        MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(4), ExtensionSpec.batch_ack(4)))
+    assert MicroMsg2Settings(identity="x" * 255).identity == "x" * 255
 
 
 def test_counts_are_ints_of_at_least_one_everywhere() -> None:
