@@ -310,7 +310,18 @@ class FrameDecoder:
             RemoteProtocolError: the stream ended in the middle of a frame.
         """
         if self.in_frame:
-            raise _violation(f"connection closed in the middle of a frame ({len(self._buffer)} bytes buffered)")
+            # (The bytes of a part framelet alone said "0 bytes buffered" for
+            # a frame cut between two framelets.)
+            if not self._count:
+                where = f"{len(self._buffer)} byte of its framelet count"
+            elif self._pending is not None:
+                where = (
+                    f"{len(self._framelets)} of its {self._count} framelets, then {len(self._buffer)}"
+                    f" of the next one's {self._pending[1]} bytes"
+                )
+            else:
+                where = f"{len(self._framelets)} of its {self._count} framelets, then {len(self._buffer)} bytes"
+            raise _violation(f"connection closed in the middle of a frame (after {where})")
 
 
 # ---- building frames ---------------------------------------------------------

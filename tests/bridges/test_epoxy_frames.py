@@ -153,6 +153,22 @@ def test_eof_in_the_middle_of_a_frame() -> None:
         decoder.check_eof()
 
 
+def test_eof_in_a_frame_says_how_far_the_frame_got() -> None:
+    # Cut anywhere: the message says how far the frame got (it said "0
+    # bytes buffered" for a frame cut between framelets, or after a
+    # framelet's header).
+    frame = config_frame().encode()
+    count = int.from_bytes(frame[:2], "little")
+    for cut in range(1, len(frame)):
+        decoder = FrameDecoder()
+        decoder.feed(frame[:cut])
+        assert decoder.next_frame() is None and decoder.in_frame
+        expected = "byte of its framelet count" if cut < 2 else f"of its {count} framelets, then"
+        with pytest.raises(RemoteProtocolError, match=f"middle of a frame \\(after .*{expected}"):
+            decoder.check_eof()
+
+
+
 def test_limits_respect_the_spec_minimums() -> None:
     with pytest.raises(ValueError):
         EpoxyLimits(max_framelets=3)
