@@ -42,6 +42,12 @@ DEFAULT_ENDPOINT = "rstreams"
 
 # Errors after which reconnecting cannot help: the listener refuses us.
 _PERMANENT = (HandshakeRejected, UnsupportedVersionError, LinkLostError)
+# ... except a hang-up in a reconnect's handshake: the listener accepted this
+# link's endpoint and config already, so a connection that closes before the
+# reply is far more likely one that dropped than a refusal, and is tried
+# again like any other until reconnect_timeout (a listener that now refuses
+# for good refuses every attempt, and the link still ends).
+_PERMANENT_ON_RECONNECT = (UnsupportedVersionError, LinkLostError)
 
 
 class _Connector:
@@ -105,7 +111,7 @@ class _Connector:
                     try:
                         await self.connect(nursery)
                         break
-                    except _PERMANENT as exc:
+                    except _PERMANENT_ON_RECONNECT as exc:
                         handle._fail(exc)
                         return
                     except (OSError, RelinkError, trio.BrokenResourceError) as exc:

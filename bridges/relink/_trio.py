@@ -144,7 +144,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             self._finish(RelinkClosed("the link was shut down by both peers"), normal=True)
             return True
         if isinstance(event, ConnectionClosed):
-            self._finish(self._lost("the peer closed the connection"))
+            self._finish(self._hung_up() if self._awaiting_reply() else self._lost("the peer closed the connection"))
             return True
         return False
 
@@ -168,14 +168,17 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
     def _queue_ping(self) -> None:
         self._machine.send_ping()
 
+    def _hung_up(self) -> BaseException:
+        # The listener read our request and closed the connection instead of
+        # replying: the spec's way to refuse an endpoint or a config it does
+        # not offer. (A reset or a failed write is not that: a connection
+        # that broke, RelinkConnectionLost like any other.)
+        return HandshakeRejected(
+            "the listener closed the connection instead of replying to our handshake:"
+            " it does not offer this endpoint with these channel id sizes and transaction flags"
+        )
+
     def _lost(self, message: str) -> BaseException:
-        if self._awaiting_reply():
-            # The listener read our request and hung up instead of replying:
-            # the spec's way to refuse an endpoint or a config it does not offer.
-            return HandshakeRejected(
-                f"the listener closed the connection instead of replying to our handshake ({message}):"
-                " it does not offer this endpoint with these channel id sizes and transaction flags"
-            )
         return RelinkConnectionLost(message)
 
     def _input_held_for_application(self) -> int:

@@ -21,6 +21,7 @@ class CuttingProxy:
         self.cuts = 0
         self._scopes: set[trio.CancelScope] = set()
         self._budget: dict[str, int | None] = {"up": None, "down": None}
+        self._next: tuple[str, int] | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -39,8 +40,17 @@ class CuttingProxy:
         """Cut once ``direction`` ("up": to the listener, "down": to the connector) carried ``size`` more bytes."""
         self._budget[direction] = size
 
+    def cut_next_after(self, direction: str, size: int) -> None:
+        """As ``cut_after``, for the next connection only (one open now carries nothing towards it)."""
+        self._next = (direction, size)
+
     async def _relay(self, client: trio.SocketStream) -> None:
         self.connections += 1
+        budget = self._budget
+        if self._next is not None:
+            direction, size = self._next
+            self._next = None
+            budget = {"up": None, "down": None, direction: size}
         try:
             server = await trio.open_tcp_stream("127.0.0.1", self.target_port)
         except OSError:
@@ -50,28 +60,30 @@ class CuttingProxy:
             self._scopes.add(scope)
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pump, client, server, "up")
-                    nursery.start_soon(self._pump, server, client, "down")
+                    nursery.start_soon(self._pump, client, server, "up", budget)
+                    nursery.start_soon(self._pump, server, client, "down", budget)
             finally:
                 self._scopes.discard(scope)
         await trio.aclose_forcefully(client)
         await trio.aclose_forcefully(server)
 
-    async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream, direction: str) -> None:
+    async def _pump(
+        self, source: trio.SocketStream, sink: trio.SocketStream, direction: str, budgets: dict[str, int | None]
+    ) -> None:
         try:
             while True:
                 data = await source.receive_some(65536)
                 if not data:
                     break
-                budget = self._budget[direction]
+                budget = budgets[direction]
                 if budget is not None and len(data) >= budget:
-                    self._budget[direction] = None
+                    budgets[direction] = None
                     if budget:
                         await sink.send_all(data[:budget])
                     self.cut()
                     await trio.sleep_forever()
                 if budget is not None:
-                    self._budget[direction] = budget - len(data)
+                    budgets[direction] = budget - len(data)
                 await sink.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass

@@ -27,6 +27,7 @@ from bridges.relink import (
     RelinkSettings,
     open_relink_link,
 )
+from bridges.relink._handshake import VERSION_SIZE
 from rstreams.support import listener_port
 
 CONFIG = LinkConfig(connector_id_size=2, listener_id_size=2)
@@ -115,6 +116,28 @@ async def test_a_cut_mid_packet_in_either_direction(nursery: trio.Nursery, direc
 
             await exchange(link, cut=again)
             assert link.connections >= 2
+
+
+async def test_a_drop_in_a_reconnect_s_handshake_is_tried_again(nursery: trio.Nursery) -> None:
+    # A reconnect whose connection drops after the listener's version block,
+    # with our request sent and its reply not yet back, looks like the
+    # spec's refusal (a hang-up); but this listener accepted the link
+    # already, and a dropped connection is the likelier story: the link
+    # tries again and resumes (it ended at once, before, losing the stream).
+    _, port = await start(nursery)
+    proxy = CuttingProxy(port)
+    await nursery.start(proxy.serve)
+    with trio.fail_after(20):
+        async with open_relink_link("127.0.0.1", proxy.port, endpoint="test", config=CONFIG, settings=SETTINGS) as link:
+
+            def cut(n: int) -> None:
+                if n == COUNT // 2:
+                    proxy.cut()  # mid-stream; then the next connection, in its handshake:
+                    proxy.cut_next_after("down", VERSION_SIZE)
+
+            await exchange(link, cut=cut)
+            assert proxy.cuts >= 2 and proxy.connections >= 3  # the handshake's cut happened, and a third carried on
+            assert link.connections >= 2  # (the link counts connections that completed a handshake)
 
 
 async def test_a_restarted_listener_loses_the_link(nursery: trio.Nursery) -> None:
