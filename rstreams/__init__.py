@@ -25,6 +25,7 @@ if _TYPE_CHECKING:
     from ._connect import connect, open_local_session, open_session
     from ._errors import (
         HandshakeError,
+        HandshakeTimeout,
         InvalidParameter,
         LocalProtocolError,
         NotRetained,
@@ -89,6 +90,7 @@ __all__ = [
     "Session",
     "Server",
     "SessionBroken",
+    "HandshakeTimeout",
     "SessionClosed",
     "SessionConfig",
     "ConnectionMemoryTooSmall",
@@ -155,6 +157,7 @@ _LAZY_NAMES: dict[str, str] = {
     "RemoteProtocolError": "._errors",
     "RStreamsError": "._errors",
     "SessionBroken": "._errors",
+    "HandshakeTimeout": "._errors",
     "SessionClosed": "._errors",
     "SubscriptionError": "._errors",
     "UnknownPublisher": "._errors",

@@ -14,7 +14,8 @@ stays up.
     │   └── RemoteProtocolError     the peer broke the protocol
     │       └── HandshakeError      the peer speaks another version
     ├── SessionClosed               the session is gone: .reason, .by_peer
-    │   └── SessionBroken           the transport died without goodbye
+    │   ├── SessionBroken           the transport died without goodbye
+    │   └── HandshakeTimeout        the peer never said hello: no session came up
     └── SubscriptionError           one stream failed; the session stays up
         ├── PublisherError          the peer's publisher sent onError: .message
         │   └── NotRetained         a replay asked for elements a topic no longer holds: .behind
@@ -38,6 +39,7 @@ __all__ = [
     "HandshakeError",
     "SessionClosed",
     "SessionBroken",
+    "HandshakeTimeout",
     "SubscriptionError",
     "PublisherError",
     "UnknownPublisher",
@@ -68,6 +70,15 @@ class SessionBroken(SessionClosed):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason, by_peer=True)
+
+
+class HandshakeTimeout(SessionClosed):
+    """The peer sent no hello within ``handshake_timeout``: the session never
+    came up (a failed connect, as the command line reports it), and this
+    side closed it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, by_peer=False)
 
 
 class SubscriptionError(RStreamsError):

@@ -51,6 +51,7 @@ from ._config import DEFAULT_CONFIG, STREAM_MEMORY_COST, SessionConfig
 from ._direct_socket import direct_socket, written_through
 from ._errors import (
     describe_error,
+    HandshakeTimeout,
     NotRetained,
     PublisherError,
     RemoteProtocolError,
@@ -404,6 +405,8 @@ class Session(Peer):
         elif kind is _CloseKind.LOST or kind is _CloseKind.KEEPALIVE_TIMEOUT:
             stream_error = SessionBroken(reason)
             stream_error.__cause__ = self._stream_error
+        elif kind is _CloseKind.HANDSHAKE_TIMEOUT:
+            stream_error = HandshakeTimeout(reason)
         else:
             stream_error = SessionClosed(reason, by_peer=False)
             stream_error.__cause__ = self._stream_error

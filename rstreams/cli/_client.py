@@ -162,11 +162,14 @@ def _token_argument(text: str) -> str:
 
 
 def session_closed(exc: SessionClosed) -> int:
-    """Report a session that ended under the command: 4 if lost, 3 after goodbye."""
-    from .._errors import SessionBroken
+    """Report a session that ended under the command: 4 if lost or never
+    up (no hello: a failed connect, as every bridge reports it), 3 after goodbye."""
+    from .._errors import HandshakeTimeout, SessionBroken
 
     if isinstance(exc, SessionBroken):
         return report(f"connection lost: {with_cause(exc.reason, exc)}", EXIT_CONNECTION)
+    if isinstance(exc, HandshakeTimeout):
+        return report(f"cannot connect: the server sent no hello ({exc.reason})", EXIT_CONNECTION)
     if exc.by_peer:
         return report(f"the server said goodbye: {exc.reason}", EXIT_GOODBYE)
     return report(f"session closed: {exc.reason}", EXIT_GOODBYE)

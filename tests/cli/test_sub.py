@@ -187,3 +187,18 @@ def test_the_adaptive_window_grows_while_printing_keeps_up() -> None:
     fixed.printed = 32
     fixed.starved()  # a fixed window ignores it
     assert fixed.more() == 32
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_never_says_hello_is_a_failed_connect() -> None:
+    # Exit 4, as every bridge's URL reports the same silence, not 3 ("the
+    # server's goodbye": it said nothing). A listener that never accepts:
+    # the kernel's backlog completes the connection, and nothing comes back
+    # until the session's handshake_timeout (10 s).
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        result = rstreams("sub", f"tcp://127.0.0.1:{port}", "range?count=1")
+    assert result.returncode == 4, result.stderr
+    assert result.stderr == b"rstreams: cannot connect: the server sent no hello (handshake timeout: no hello within 10 s)\n"

@@ -446,6 +446,7 @@ async def test_silent_server_fails_the_client_subscribe(autojump_clock) -> None:
                     pass  # pragma: no cover
             assert info.value.reason == "handshake timeout: no hello within 2 s"
             assert info.value.by_peer is False
+            assert isinstance(info.value, rstreams.HandshakeTimeout)  # the session never came up
             await client.wait_closed()
         messages = await silent.rest()
         assert messages[0] == SESSION_HELLO
