@@ -348,6 +348,9 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
 
     Cancellation: ``stream`` is closed.
     """
+    # The peer's address now, while the socket has one: a peer that resets
+    # during the upgrade has none by the time its session is logged.
+    peer = peer_address(stream)
     try:
         with trio.move_on_after(site.head_timeout):
             connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
@@ -367,9 +370,9 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
                 files = await trio.to_thread.run_sync(_site_files, site.static_dir, site.client_dir)
             route = route_request(request, files, site.origins, site.endpoints, upgrades=site.upgrades)
             if route.status == 403 and is_upgrade(request):
-                _log_refused_origin(stream, request)
+                _log_refused_origin(peer, request)
             if route.kind is RouteKind.UPGRADE:
-                return await _upgrade(stream, connection, request, site)
+                return await _upgrade(stream, connection, request, site, peer)
             await _answer(stream, connection, route, site)
             return None
         await trio.aclose_forcefully(stream)
@@ -382,8 +385,7 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
         raise
 
 
-def _log_refused_origin(stream: trio.abc.Stream, request: h11.Request) -> None:
-    peer = peer_address(stream)
+def _log_refused_origin(peer: str, request: h11.Request) -> None:
     headers = _header(request, b"origin")
     origin = b", ".join(headers).decode("latin-1")
     fields = {"event": "origin_refused", "peer": peer, "origin": origin, "reason": "origin not allowed"}
@@ -415,7 +417,9 @@ async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> 
             return None
 
 
-async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request: h11.Request, site: Site) -> WebSocketStream | None:
+async def _upgrade(
+    stream: trio.abc.Stream, connection: h11.Connection, request: h11.Request, site: Site, peer: str
+) -> WebSocketStream | None:
     try:
         event = connection.next_event()
     except h11.RemoteProtocolError:
@@ -440,6 +444,7 @@ async def _upgrade(stream: trio.abc.Stream, connection: h11.Connection, request:
         subprotocol=subprotocol,
         trailing=trailing,
         bearer_token=upgrade_token(request, handshake.subprotocols),
+        peer_name=peer,
     )
 
 

@@ -62,6 +62,9 @@ def peer_address(stream: object) -> str:
     ``"-"`` for a stream without a socket (memory streams, pipes) or one
     already closed.
     """
+    known = getattr(stream, "peer_name", None)  # (read before the socket could go: WebSocketStream)
+    if isinstance(known, str):
+        return known
     inner = innermost_stream(stream)
     if not isinstance(inner, trio.SocketStream):
         return "-"

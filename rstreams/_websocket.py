@@ -156,6 +156,9 @@ class WebSocketStream(trio.abc.Stream):
         trailing: bytes read past the handshake.
         bearer_token: a token the upgrade request carried (server side), for
             the server's authenticate hook when the hello carries none.
+        peer_name: the peer's ``host:port`` as read before the handshake
+            (None: read from the socket when asked), which logs keep for a
+            peer whose socket is gone by then.
 
     One task may send and one may receive at the same time (the session's
     writer and reader).
@@ -170,8 +173,10 @@ class WebSocketStream(trio.abc.Stream):
         subprotocol: str | None,
         trailing: bytes = b"",
         bearer_token: str | None = None,
+        peer_name: str | None = None,
     ) -> None:
         self.transport = stream
+        self.peer_name = peer_name
         self.subprotocol = subprotocol
         self.bearer_token = bearer_token
         self.max_message_size = max_message_size

@@ -284,6 +284,36 @@ async def test_a_client_closing_early_gets_nothing(static_dir: Path) -> None:
         assert await accept_http(server, site) is None
 
 
+async def test_a_websocket_keeps_its_peer_s_address_once_the_socket_is_gone(static_dir: Path) -> None:
+    # A peer that resets right after its upgrade has no address by the time
+    # its session is logged ("session open: - over ws", seen cutting
+    # connections at random): the address is read before the handshake.
+    import socket
+    import struct
+
+    from rstreams._logs import peer_address
+
+    site = Site(static_dir=static_dir, origins=OriginPolicy(), max_message_size=1024)
+    with trio.fail_after(TIMEOUT):
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        async with listener:
+            client = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            server = await listener.accept()
+            ws = WSConnection(ConnectionType.CLIENT)
+            await client.send_all(ws.send(WebSocketRequest(host="127.0.0.1", target="/", subprotocols=[SUBPROTOCOL])))
+            websocket = await accept_http(server, site)
+            assert websocket is not None
+            address = "127.0.0.1:%d" % client.socket.getsockname()[1]
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.socket.close()  # a reset
+            with pytest.raises(OSError):
+                while True:  # until the reset has arrived
+                    server.socket.getpeername()
+                    await trio.sleep(0.01)
+            assert peer_address(websocket) == address
+            await websocket.aclose()
+
+
 # ---- routing, origins and content types (pure) ------------------------------------
 
 
