@@ -272,7 +272,13 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         elif isinstance(event, ConnectionFailed):
             self._finish(PeerError(event.message or "the peer sent an ERROR frame"))
         elif isinstance(event, ConnectionClosed):
-            self._finish(MicroMsg2Closed("the peer closed the connection", by_peer=True), normal=True)
+            if not self._handshake_done.is_set():
+                # No goodbye in MicroMsg2, so a close is how a connection
+                # ends normally; but one that never got through its
+                # handshake failed to connect (as EMP and Epoxy say).
+                self._finish(self._lost("the peer closed the connection during the handshake"))
+            else:
+                self._finish(MicroMsg2Closed("the peer closed the connection", by_peer=True), normal=True)
 
     def _consumed(self, count: int) -> None:
         # The application took ``count`` messages: acknowledge them now.
