@@ -610,17 +610,27 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._bytes_in += len(data)
             self._last_input = trio.current_time()
             self._machine.receive_data(data)
-            self._process()
+            self._process(at_end_of_file=not data)
             self._count_machine_input()
             self._check_memory()
 
-    def _process(self) -> None:
+    def _process(self, *, at_end_of_file: bool = False) -> None:
         while self._end is None:
             try:
                 events = self._machine.events()
             except RemoteProtocolError as exc:
                 self._take_output()  # what the machine queued about it
-                self._finish(exc)
+                if at_end_of_file:
+                    # What the peer's end of file breaks is a message cut
+                    # short: the machine calls it a violation (h11 does
+                    # too), but for the application the connection was
+                    # lost in the middle of a message, as over tcp:// and
+                    # Relink (a peer that crashed mid-write, a cut cable).
+                    lost = self._lost(exc.message)
+                    lost.__cause__ = exc
+                    self._finish(lost)
+                else:
+                    self._finish(exc)
                 return
             if not events:
                 break

@@ -170,6 +170,9 @@ class LineMachine(ProtocolMachine[Any, LineProtocolError]):
             raise LineProtocolError(f"unexpected line {line!r}")
         if self._eof and not self._eof_reported:
             self._eof_reported = True
+            if self._inbox:
+                # (As EMP, Epoxy and MicroMsg2 machines do: a violation.)
+                raise LineProtocolError(f"connection closed in the middle of a line ({len(self._inbox)} bytes)")
             events.append(ConnectionClosed())
 
     def _fail(self, error: LineProtocolError) -> None:
@@ -746,6 +749,24 @@ async def test_every_waiter_gets_its_own_typed_error(ending: str) -> None:
         assert "WHAT" in str(reason)
     if ending == "peer error":
         assert all(error.text == "boom" for error in errors)  # type: ignore[attr-defined]
+
+
+async def test_end_of_file_in_the_middle_of_a_message_is_a_lost_connection() -> None:
+    # The machine calls a message cut short by end of file a violation; the
+    # application sees what happened to it, a connection lost in the middle
+    # of a message (as over tcp:// and Relink), the violation as its cause.
+    # It was the violation itself: `rstreams sub` said the peer "broke the
+    # protocol" (exit 1) when a connection dropped mid-message.
+    connection, peer = line_pair()
+    with trio.fail_after(5):
+        await peer.send("HELLO")
+        async with open_connection(connection):
+            await peer.stream.send_all(b"DATA half a li")
+            await peer.stream.aclose()
+            with pytest.raises(LineLost, match=r"middle of a line \(14 bytes\)") as caught:
+                await connection.take()
+    assert isinstance(caught.value.__cause__, LineProtocolError)
+    assert isinstance(connection.end_reason, LineLost)
 
 
 async def test_input_the_machine_holds_counts_against_the_budget_by_default() -> None:
