@@ -176,6 +176,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         return HandshakeRejected(
             "the listener closed the connection instead of replying to our handshake:"
             " it does not offer this endpoint with these channel id sizes and transaction flags"
+            " (or the connection dropped: the spec's refusal looks the same)"
         )
 
     def _lost(self, message: str) -> BaseException:
