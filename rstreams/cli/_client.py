@@ -161,18 +161,21 @@ def _token_argument(text: str) -> str:
     return text
 
 
-def session_closed(exc: SessionClosed) -> int:
+def session_closed(exc: SessionClosed, *, progress: str = "") -> int:
     """Report a session that ended under the command: 4 if lost or never
-    up (no hello: a failed connect, as every bridge reports it), 3 after goodbye."""
+    up (no hello: a failed connect, as every bridge reports it), 3 after
+    goodbye. ``progress`` ends the line: how far the command got (``pub``:
+    the lines sent, so that a user knows where to start again)."""
     from .._errors import HandshakeTimeout, SessionBroken
 
+    tail = f" ({progress})" if progress else ""
     if isinstance(exc, SessionBroken):
-        return report(f"connection lost: {with_cause(exc.reason, exc)}", EXIT_CONNECTION)
+        return report(f"connection lost: {with_cause(exc.reason, exc)}{tail}", EXIT_CONNECTION)
     if isinstance(exc, HandshakeTimeout):
-        return report(f"cannot connect: the server sent no hello ({exc.reason})", EXIT_CONNECTION)
+        return report(f"cannot connect: the server sent no hello ({exc.reason}){tail}", EXIT_CONNECTION)
     if exc.by_peer:
-        return report(f"the server said goodbye: {exc.reason}", EXIT_GOODBYE)
-    return report(f"session closed: {exc.reason}", EXIT_GOODBYE)
+        return report(f"the server said goodbye: {exc.reason}{tail}", EXIT_GOODBYE)
+    return report(f"session closed: {exc.reason}{tail}", EXIT_GOODBYE)
 
 
 def with_cause(reason: str, exc: BaseException) -> str:

@@ -46,7 +46,7 @@ from .._errors import PublisherError, SessionClosed
 from .._publish import Router, Sink
 from .._url import SCHEMES, url_scheme
 from ._client import check_name, client_ssl, client_token, client_url, report, session_closed, silence_stdout, stop_at_signal
-from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CommandError, run_command
+from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_GOODBYE, EXIT_OK, EXIT_USAGE, CommandError, run_command
 from ._lines import LineReader
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             except PublisherError as exc:
                 status = report(f"publisher error: {exc.message}", EXIT_FAILURE)
             except SessionClosed as exc:
-                status = session_closed(exc)
+                status = session_closed(exc, progress=_unconfirmed(source.sent, args.name) if source.sent else "")
             nursery.cancel_scope.cancel()
     status = stop.exit_status(status)
     if status == EXIT_OK:
@@ -233,7 +233,10 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
             except Exception as exc:
                 answer = bridge.error_status(exc) if bridge.error_status is not None else None
                 if answer is not None:
-                    status = report(answer[1], answer[0])
+                    # (How far it got, when the connection went: not for a refusal.)
+                    ended = answer[0] in (EXIT_CONNECTION, EXIT_GOODBYE) and source.sent
+                    tail = f" ({_unconfirmed(source.sent, args.name)})" if ended else ""
+                    status = report(answer[1] + tail, answer[0])
                 elif isinstance(exc, OSError):
                     status = report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
                 else:
@@ -291,3 +294,9 @@ def run_client(args: argparse.Namespace) -> int:
     finally:
         if fd != STDIN_FD:
             os.close(fd)
+
+
+def _unconfirmed(sent: int, name: str) -> str:
+    # What a user who must start again needs (tail -n +N): the lines that
+    # left, of which the last ones may not have reached the topic.
+    return f"{sent} lines sent to {name} before it, the last of them unconfirmed"

@@ -177,3 +177,46 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@contextmanager
+def cut_upstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
+    """A relay on 127.0.0.1 to ``host:port`` for one connection, closed both
+    ways once ``nbytes`` went up (a connection that drops mid-transfer);
+    yields its port."""
+    import socket
+    import threading
+
+    front = socket.create_server(("127.0.0.1", 0))
+
+    def relay() -> None:
+        client, _ = front.accept()
+        upstream = socket.create_connection((host, port))
+
+        def down() -> None:
+            try:
+                while data := upstream.recv(65536):
+                    client.sendall(data)
+            except OSError:
+                pass
+
+        threading.Thread(target=down, daemon=True).start()
+        carried = 0
+        try:
+            while carried < nbytes and (data := client.recv(65536)):
+                upstream.sendall(data)
+                carried += len(data)
+        except OSError:
+            pass
+        for end in (client, upstream):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            end.close()
+
+    cutter = threading.Thread(target=relay, daemon=True)
+    cutter.start()
+    with front:
+        yield front.getsockname()[1]
+    cutter.join(10)

@@ -21,7 +21,7 @@ import msgpack
 import pytest
 import trustme
 
-from ._support import COMMAND_TIMEOUT, ServeProcess, free_port, rstreams
+from ._support import COMMAND_TIMEOUT, ServeProcess, cut_upstream_after, free_port, rstreams
 
 LISTENERS = ["--micromsg2", "127.0.0.1:0", "--epoxy", "127.0.0.1:0", "--tcp", "127.0.0.1:0"]
 SECURE = {"mm2": "mm2s", "epoxy": "epoxys"}
@@ -151,3 +151,18 @@ def test_a_refused_connection(scheme: str) -> None:
     result = rstreams("pub", f"{scheme}://127.0.0.1:{free_port()}", "chat", input=b"x\n")
     assert result.returncode == 4
     assert result.stderr.startswith(b"rstreams: cannot connect")
+
+
+def test_a_lost_connection_says_how_many_lines_left(server: Server) -> None:
+    # As over tcp:// (test_pub_client): a MicroMsg2 connection cut once
+    # 100 KB went up, and pub says how many lines it sent before.
+    host, port = server.urls["mm2"].removeprefix("mm2://").rsplit(":", 1)
+    lines = _jsonl(_messages("mm2", 20_000))
+    with cut_upstream_after(host, int(port), 100_000) as front:
+        result = rstreams("pub", f"mm2://127.0.0.1:{front}", "chat", "--format", "jsonl", input=lines)
+    # (MicroMsg2 has no goodbye: a close after the handshake is its normal
+    # end, 3; a reset, 4. Either way the stream did not finish.)
+    assert result.returncode in (3, 4), result.stderr
+    found = re.fullmatch(rb"rstreams: .*\((\d+) lines sent to chat before it, the last of them unconfirmed\)\n", result.stderr)
+    assert found is not None, result.stderr
+    assert 0 < int(found.group(1)) < 20_000

@@ -10,6 +10,7 @@ read back with ``rstreams sub`` (a topic's ``history``) or straight from
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import trustme
 
 from rstreams.cli._pub_client import publish_route
 
-from ._support import ServeProcess, free_port, rstreams
+from ._support import ServeProcess, cut_upstream_after, free_port, rstreams
 
 SCHEMES = ["tcp", "ws", "tls", "wss"]
 
@@ -132,3 +133,22 @@ def test_usage_errors(args: list[str], message: bytes) -> None:
 )
 def test_publish_route(name: str, route: str) -> None:
     assert publish_route(name) == route
+
+
+def test_a_lost_connection_says_how_many_lines_left(servers: dict[str, tuple[str, list[str]]]) -> None:
+    # The connection to the server is cut once 200 KB of lines went up: pub
+    # says how many lines it sent before, so that a user can start again
+    # from there (found cutting connections at random: it said only
+    # "connection lost").
+    url, _ = servers["tcp"]
+    host, port = url.removeprefix("tcp://").rsplit(":", 1)
+    lines = b"".join(b"line %d\n" % n for n in range(100_000))
+    with cut_upstream_after(host, int(port), 200_000) as front:
+        result = rstreams("pub", f"tcp://127.0.0.1:{front}", "chat", input=lines)
+    assert result.returncode == 4, result.stderr
+    found = re.fullmatch(
+        rb"rstreams: connection lost: .*\((\d+) lines sent to chat before it, the last of them unconfirmed\)\n",
+        result.stderr,
+    )
+    assert found is not None, result.stderr
+    assert 0 < int(found.group(1)) < 100_000
