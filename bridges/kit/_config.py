@@ -64,6 +64,13 @@ class LinkSettings:
             connection whose peer is on this machine's loopback, as
             ``rstreams.SessionConfig``'s (default ``"reno"``, which does not
             pace; None keeps the host's choice).
+        tcp_keepalive: seconds (an int, 1 to 32767) a TCP connection may
+            be silent before the kernel probes its peer (``SO_KEEPALIVE``:
+            then a probe every 10 s, and 6 unanswered reset it), so that a
+            peer that vanished without a word (power loss, a partition) is
+            found within about two minutes, also over protocols with no
+            ping (MicroMsg2, Epoxy) (see ``bridges.kit._keepalive``);
+            None leaves the host's default (off).
     """
 
     handshake_timeout: float = 10.0
@@ -76,6 +83,7 @@ class LinkSettings:
     close_timeout: float = 1.0
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
     loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
+    tcp_keepalive: int | None = 60
 
     def __post_init__(self) -> None:
         for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
@@ -98,3 +106,6 @@ class LinkSettings:
                 f" ({self.max_connection_memory} bytes)"
             )
         check_congestion_control(self.loopback_congestion_control)
+        keepalive = self.tcp_keepalive
+        if keepalive is not None and (type(keepalive) is not int or not 1 <= keepalive <= 32767):
+            raise ValueError(f"tcp_keepalive must be an int of seconds from 1 to 32767, or None, got {keepalive!r}")

@@ -103,6 +103,7 @@ from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
 from ._config import LinkSettings
 from ._errors import copy_error
+from ._keepalive import keep_tcp_alive
 
 __all__ = ["BridgeConnection", "SansIOMachine", "MEMORY_BUDGET_EXCEEDED"]
 
@@ -162,6 +163,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self.stream = stream
         self.config = config
         unpace_loopback(stream, config.loopback_congestion_control)
+        keep_tcp_alive(stream, config.tcp_keepalive)
         self._machine = machine
         self._cancel_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None

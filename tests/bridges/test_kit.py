@@ -769,6 +769,30 @@ async def test_end_of_file_in_the_middle_of_a_message_is_a_lost_connection() -> 
     assert isinstance(connection.end_reason, LineLost)
 
 
+@pytest.mark.parametrize("idle", [45, None])
+async def test_tcp_keepalive_finds_a_peer_that_vanished_without_a_word(idle: int | None) -> None:
+    # A protocol with no ping (MicroMsg2, Epoxy) would hold the connection of
+    # a peer that lost power for ever: the kernel probes it instead, after
+    # tcp_keepalive seconds of silence (None: the host's default, off).
+    import socket
+
+    [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with listener:
+        client = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+        server = await listener.accept()
+        async with client, server:
+            LineConnection(server, settings(tcp_keepalive=idle))
+            sock = server.socket
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == (1 if idle else 0)
+            if idle:
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == idle
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 10
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 6
+    for value in (0, -1, 1.5, 40000, "60"):
+        with pytest.raises(ValueError, match="tcp_keepalive"):
+            settings(tcp_keepalive=value)
+
+
 async def test_input_the_machine_holds_counts_against_the_budget_by_default() -> None:
     # A line that never ends stays in the machine's inbox. The kit counts it
     # through the machine's buffered_input_size and, past the budget, ends

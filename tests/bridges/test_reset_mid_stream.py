@@ -9,6 +9,10 @@ sessions (``tests/runtime/test_serve.py``). Found by cutting connections at
 random offsets: the broker's lost connection reached the log as an error
 with six nested exception groups, because the error came out of its
 nurseries wrapped in a group that ``except BridgeError`` did not match.
+
+A peer may also vanish without a word (power loss, a partition): every
+bridge's connections keep TCP alive, both ends, so that the kernel's probes
+find it where the protocol has no ping.
 """
 
 from __future__ import annotations
@@ -100,3 +104,32 @@ async def test_a_reset_in_the_middle_of_a_stream_is_one_line(
     message = record.getMessage()
     assert "group" not in message and "?" not in message, message  # the error itself, and who it was
     assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("bridge", sorted(SERVERS))
+async def test_every_bridge_s_connections_keep_tcp_alive(bridge: str, nursery: trio.Nursery) -> None:
+    # The other way a peer vanishes: without a word (power loss, a
+    # partition). MicroMsg2 and Epoxy have no ping, so only the kernel's
+    # keepalive probes would ever find it: on, by default, both ends.
+    make, url, name = SERVERS[bridge]
+    server = make(examples.demo.app)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(20):
+        async with rstreams.connect(url.format(port=listener_port(listener))) as peer:
+            async with peer.subscribe(name, prefetch=8) as elements:
+                async for _ in elements:
+                    break
+            [connection] = server.connections
+            for sock in (connection.stream.socket, _client_socket(peer)):
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 60
+
+
+def _client_socket(peer: object) -> socket.socket:
+    # The client's side: the connection under the peer, whatever its class.
+    link = getattr(peer, "link", None)  # (Relink: the link's current connection)
+    for connection in (getattr(peer, "connection", None), getattr(peer, "_connection", None), getattr(link, "connection", None)):
+        stream = getattr(connection, "stream", None)
+        if isinstance(stream, trio.SocketStream):
+            return stream.socket
+    raise AssertionError(f"no socket found under {peer!r}")
