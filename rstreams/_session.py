@@ -529,7 +529,10 @@ class Session(Peer):
                     self._send_queued()
                 elif action is KeepaliveAction.DEAD:
                     reason = f"keepalive timeout: no pong within {keepalive.timeout:g} s"
-                    logger.warning("closing the session: %s", reason)
+                    # (info, as the idle timeout: the end of one peer, which
+                    # the application hears as SessionBroken; at warning,
+                    # `rstreams sub` printed it beside its own error line.)
+                    logger.info("closing the session: %s", reason)
                     self._request_close(_CloseKind.KEEPALIVE_TIMEOUT, reason)
                     return
 

@@ -8,6 +8,8 @@ sender blocks, so the clock cannot jump past a pong that is on its way.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import trio
 import trio.testing
@@ -64,7 +66,8 @@ async def test_sessions_agree_on_keepalive_in_their_hellos() -> None:
 # ---- a peer that stops answering -------------------------------------------------------
 
 
-async def test_a_server_that_stops_answering_is_detected(raw_publisher_peer, autojump_clock) -> None:
+async def test_a_server_that_stops_answering_is_detected(raw_publisher_peer, autojump_clock, caplog) -> None:
+    caplog.set_level(logging.INFO)
     config = rstreams.SessionConfig(keepalive_interval=10, keepalive_timeout=5)
     with trio.fail_after(600):
         async with raw_publisher_peer(config=config) as (client, peer):
@@ -94,6 +97,10 @@ async def test_a_server_that_stops_answering_is_detected(raw_publisher_peer, aut
                 assert trio.current_time() - pinged == pytest.approx(5)
             await client.wait_closed()
             assert client.close_reason == "keepalive timeout: no pong within 5 s"
+    # One line, at info: the application hears it as SessionBroken (and
+    # `rstreams sub`, at warning, printed the log line beside its own).
+    records = [record for record in caplog.records if "keepalive timeout" in record.getMessage()]
+    assert [record.levelno for record in records] == [logging.INFO]
 
 
 async def test_server_drops_a_client_that_stops_answering(harness, autojump_clock) -> None:
