@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 
 import trio
 
-__all__ = ["logger", "JsonFormatter", "innermost_stream", "peer_address", "transport_name", "RECORD_FIELDS"]
+__all__ = ["logger", "JsonFormatter", "innermost_stream", "tcp_socket", "peer_address", "transport_name", "RECORD_FIELDS"]
 
 logger = logging.getLogger("rstreams")
 
@@ -54,6 +55,22 @@ def innermost_stream(stream: object) -> object:
             break
         stream = inner
     return stream
+
+
+def tcp_socket(stream: object) -> trio.socket.SocketType | None:
+    """The TCP socket under ``stream`` (TLS and WebSocket unwrapped), for
+    the options a connection sets on it; None for a stream with none
+    (memory streams, pipes, Unix sockets) or one already closed."""
+    inner = innermost_stream(stream)
+    if not isinstance(inner, trio.SocketStream):
+        return None
+    sock = inner.socket
+    try:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return None
+    except OSError:
+        return None
+    return sock
 
 
 def peer_address(stream: object) -> str:

@@ -30,9 +30,7 @@ import ipaddress
 import re
 import socket
 
-import trio
-
-from ._logs import innermost_stream
+from ._logs import tcp_socket
 
 __all__ = ["DEFAULT_LOOPBACK_CONGESTION_CONTROL", "check_congestion_control", "is_loopback_address", "unpace_loopback"]
 
@@ -73,13 +71,10 @@ def unpace_loopback(stream: object, algorithm: str | None = DEFAULT_LOOPBACK_CON
     kernel that refuses: nothing changes, and no error."""
     if algorithm is None or _TCP_CONGESTION is None:
         return False
-    inner = innermost_stream(stream)
-    if not isinstance(inner, trio.SocketStream):
+    sock = tcp_socket(stream)
+    if sock is None:
         return False
-    sock = inner.socket
     try:
-        if sock.family not in (socket.AF_INET, socket.AF_INET6):
-            return False
         peer = sock.getpeername()
         if not is_loopback_address(str(peer[0])):
             return False

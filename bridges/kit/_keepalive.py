@@ -18,6 +18,8 @@ import socket
 
 import trio
 
+from rstreams.support import tcp_socket
+
 __all__ = ["PROBE_COUNT", "PROBE_INTERVAL", "keep_tcp_alive"]
 
 #: Seconds between two keepalive probes, once the first is due.
@@ -33,13 +35,10 @@ def keep_tcp_alive(stream: trio.abc.Stream, idle: int | None) -> bool:
     platform or socket that refuses: nothing changes, and no error."""
     if idle is None:
         return False
-    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    if not isinstance(inner, trio.SocketStream):
+    sock = tcp_socket(stream)
+    if sock is None:
         return False
-    sock = inner.socket
     try:
-        if sock.family not in (socket.AF_INET, socket.AF_INET6):
-            return False
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; macOS has TCP_KEEPALIVE for the first
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
