@@ -124,6 +124,25 @@ class _CloseKind(enum.Enum):
     LOST = "lost"  # the transport failed: nothing more can be written
 
 
+def _closed_error(kind: _CloseKind, reason: str, cause: BaseException | None) -> SessionClosed:
+    """What the session's streams raise once it ended as ``kind`` says, and
+    any call made after: one mapping, so that the two never disagree (a
+    subscribe after a keepalive timeout said the local side closed, while
+    the streams it ended said the transport broke)."""
+    error: SessionClosed
+    if kind is _CloseKind.PEER_GOODBYE:
+        return SessionClosed(reason, by_peer=True)
+    if kind is _CloseKind.HANDSHAKE_TIMEOUT:
+        return HandshakeTimeout(reason)
+    if kind is _CloseKind.LOST or kind is _CloseKind.KEEPALIVE_TIMEOUT:
+        error = SessionBroken(reason)
+    else:
+        error = SessionClosed(reason, by_peer=False)
+    if kind is not _CloseKind.LOCAL:
+        error.__cause__ = cause
+    return error
+
+
 @dataclass(frozen=True, slots=True)
 class SessionStatistics:
     """A snapshot of one session.
@@ -264,7 +283,6 @@ class Session(Peer):
         self._dispatching = False
         self._close_requested = trio.Event()
         self._close_kind: _CloseKind | None = None
-        self._closed_by_peer = False
         self._close_reason: str | None = None
         self._stream_error: BaseException | None = None
         self._reader_done = trio.Event()
@@ -354,7 +372,6 @@ class Session(Peer):
         if self._close_kind is not None:
             return
         self._close_kind = kind
-        self._closed_by_peer = kind in (_CloseKind.PEER_GOODBYE, _CloseKind.LOST)
         self._close_reason = reason
         self._stream_error = error
         self._close_requested.set()
@@ -397,19 +414,8 @@ class Session(Peer):
                 handle.closed = True  # no new elements; what is queued drains
             with trio.move_on_after(self.config.drain_timeout):
                 await self._wait_drained()
-        stream_error: BaseException
-        if kind is _CloseKind.LOCAL:
-            stream_error = SessionClosed(reason, by_peer=False)
-        elif kind is _CloseKind.PEER_GOODBYE:
-            stream_error = SessionClosed(reason, by_peer=True)
-        elif kind is _CloseKind.LOST or kind is _CloseKind.KEEPALIVE_TIMEOUT:
-            stream_error = SessionBroken(reason)
-            stream_error.__cause__ = self._stream_error
-        elif kind is _CloseKind.HANDSHAKE_TIMEOUT:
-            stream_error = HandshakeTimeout(reason)
-        else:
-            stream_error = SessionClosed(reason, by_peer=False)
-            stream_error.__cause__ = self._stream_error
+        assert kind is not None
+        stream_error = _closed_error(kind, reason, self._stream_error)
         if kind is not _CloseKind.LOST and not conn.goodbye_sent:
             goodbye = reason if kind is not _CloseKind.PEER_GOODBYE else "goodbye"
             dropped = conn.send_goodbye(goodbye)
@@ -1322,7 +1328,7 @@ class Session(Peer):
 
     def _open_subscription(self, subscription: StreamReceiver, initial_demand: int) -> int:
         if self._close_kind is not None:
-            raise SessionClosed(self._close_reason or "closed", by_peer=self._closed_by_peer)
+            raise _closed_error(self._close_kind, self._close_reason or "closed", None)
         subscriber = self._conn.subscribe(subscription.name, initial_demand, copy=subscription.copy)
         subscriptions = self._subscriptions
         subscriptions[subscriber] = subscription

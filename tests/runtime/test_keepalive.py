@@ -97,6 +97,12 @@ async def test_a_server_that_stops_answering_is_detected(raw_publisher_peer, aut
                 assert trio.current_time() - pinged == pytest.approx(5)
             await client.wait_closed()
             assert client.close_reason == "keepalive timeout: no pong within 5 s"
+            # A call after the close says what the streams heard: the
+            # transport broke (it said the local side had closed).
+            with pytest.raises(rstreams.SessionBroken, match="keepalive timeout") as late:
+                async with client.subscribe("ticker"):
+                    pass  # pragma: no cover
+            assert late.value.by_peer is True
     # One line, at info: the application hears it as SessionBroken (and
     # `rstreams sub`, at warning, printed the log line beside its own).
     records = [record for record in caplog.records if "keepalive timeout" in record.getMessage()]
