@@ -43,6 +43,8 @@ from pathlib import Path
 
 import trio
 
+from _proc import free_port, wait_listening
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMES = {
     "tcp": "tcp://127.0.0.1:{port}",
@@ -74,24 +76,6 @@ class Outcome:
     seconds: float
     message: str
     problem: str | None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
-    for _ in range(400):
-        if process.poll() is not None:
-            raise SystemExit(f"the server exited ({process.returncode}) before listening")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on port {port}")
 
 
 def open_fds(pid: int) -> int:
@@ -232,7 +216,7 @@ def main() -> int:
         server = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         for port in ports.values():
-            wait_listening(port, server)
+            wait_listening(port)
         steady = subprocess.Popen(
             [sys.executable, "-m", "rstreams", "sub", f"tcp://127.0.0.1:{ports['tcp']}", "ticker?interval=0.01", "--format", "raw"],
             cwd=ROOT,

@@ -167,7 +167,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         self._calls: PendingCalls[Response] = PendingCalls()
         self._peer_closed = False
         # The addresses now, while the socket has them (see info).
-        self._info: ConnectionInfo | None = connection_info(stream)
+        self._info = connection_info(stream)
 
     # ---- state and statistics -------------------------------------------
 
@@ -184,16 +184,14 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
     @property
     def info(self) -> ConnectionInfo:
         """The peer's address and TLS details (as a server's accept function saw them)."""
-        if self._info is None or self._info.config is None:
-            # Cached once the handshake has brought the peer's config.
+        known = self._info
+        if known.config is None:
+            # Read again (TLS details) until the handshake has brought the
+            # peer's config, then cached; the addresses stay those read when
+            # the connection was made (a socket that is gone has none: a log
+            # line about a reset said "from ?").
             info = connection_info(self.stream, self._machine.peer_config)
-            known = self._info
-            if info.peer_address is None and known is not None:
-                # A socket that is gone has no peer name any more: keep the
-                # addresses read while it had one (a log line about a reset
-                # said "from ?").
-                info = replace(info, peer_address=known.peer_address, local_address=known.local_address)
-            self._info = info
+            self._info = replace(info, peer_address=known.peer_address, local_address=known.local_address)
         return self._info
 
     @property

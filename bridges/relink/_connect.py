@@ -27,7 +27,7 @@ from rstreams.support import caller_sees_its_own_exception
 
 from ..kit import open_tcp_stream, start_connection
 from ._connection import Connection
-from ._errors import HandshakeRejected, LinkLostError, RelinkError, UnsupportedVersionError
+from ._errors import LinkLostError, RelinkError, UnsupportedVersionError
 from ._handshake import LinkConfig
 from ._link import Role
 from ._link_errors import RelinkConnectionLost
@@ -40,14 +40,13 @@ __all__ = ["open_relink_link", "DEFAULT_ENDPOINT"]
 #: The endpoint an rstreams app is served on (``relink://HOST:PORT`` with no path).
 DEFAULT_ENDPOINT = "rstreams"
 
-# Errors after which reconnecting cannot help: the listener refuses us.
-_PERMANENT = (HandshakeRejected, UnsupportedVersionError, LinkLostError)
-# ... except a hang-up in a reconnect's handshake: the listener accepted this
-# link's endpoint and config already, so a connection that closes before the
-# reply is far more likely one that dropped than a refusal, and is tried
-# again like any other until reconnect_timeout (a listener that now refuses
-# for good refuses every attempt, and the link still ends).
-_PERMANENT_ON_RECONNECT = (UnsupportedVersionError, LinkLostError)
+# Errors after which reconnecting cannot help. Not HandshakeRejected: in a
+# reconnect's handshake the listener accepted this link's endpoint and
+# config already, so a connection that closes before the reply is far more
+# likely one that dropped than a refusal, and is tried again like any other
+# until reconnect_timeout (a listener that now refuses for good refuses
+# every attempt, and the link still ends).
+_PERMANENT = (UnsupportedVersionError, LinkLostError)
 
 
 class _Connector:
@@ -111,7 +110,7 @@ class _Connector:
                     try:
                         await self.connect(nursery)
                         break
-                    except _PERMANENT_ON_RECONNECT as exc:
+                    except _PERMANENT as exc:
                         handle._fail(exc)
                         return
                     except (OSError, RelinkError, trio.BrokenResourceError) as exc:
