@@ -143,6 +143,12 @@ class MicroMsg2Peer(BridgePeer[MicroMsg2Connection]):
                 feed.deliver(payloads)
         except StreamError as exc:
             raise stream_error(feed.name, exc) from None
+        except MicroMsg2Closed as exc:
+            # The connection's normal end, which the peer's watch reports to
+            # every stream too: the same error whichever of the two sees it
+            # first, so that a ``sub`` says one thing for one event.
+            reason = connection.end_reason
+            raise self.stream_error(reason if reason is not None else exc) from None
         except trio.EndOfChannel:
             return  # completed
         finally:

@@ -16,7 +16,9 @@ The mapping (``docs/bridges/relink.md`` has a byte-level example):
 * The publisher **completes**: the listener closes its channel.
 * It **fails** (an unknown publisher included, or the server shutting
   down): one two-part message, the first part empty and the second the
-  error text in UTF-8, then the close.
+  error text in UTF-8, then the close. Our connector reads the text
+  :data:`SHUTTING_DOWN` as the server leaving (``RelinkClosed``), not as
+  the publisher failing.
 * The connector **closing** its channel cancels the subscription. The
   listener consumes the subscribe message only once its side of the
   channel is over (its close acknowledged, or the channel never opened),

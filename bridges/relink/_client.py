@@ -13,7 +13,9 @@ many were taken, or when everything received was taken (the listener may
 be waiting on a window smaller than our prefetch), or after the link's
 short ack delay, whichever comes first. A two-part message with an
 empty first part is the publisher's error (``no such publisher: ...`` is
-raised as :class:`rstreams.UnknownPublisher`). A subscriber that leaves
+raised as :class:`rstreams.UnknownPublisher`; ``server shutting down``, the
+listener's app server stopping, as :class:`~bridges.relink.RelinkClosed`
+with ``by_peer`` true, as the peer's shutdown). A subscriber that leaves
 early closes our channel, which cancels the subscription; whatever the
 listener had sent is consumed and dropped.
 
@@ -35,6 +37,7 @@ from rstreams import PublisherError, UnknownPublisher
 from rstreams.support import StreamFeed, parse_bridge_url
 
 from ..kit import BridgePeer, open_bridge_peer
+from ._app import SHUTTING_DOWN
 from ._connect import DEFAULT_ENDPOINT, open_relink_link
 from ._errors import RelinkError, RemoteProtocolError
 from ._events import MessageReceived
@@ -200,6 +203,10 @@ def _element(name: str, parts: tuple[bytes, ...]) -> bytes:
         return parts[0]
     if len(parts) == 2 and not parts[0]:
         text = parts[1].decode("utf-8", errors="replace")
+        if text == SHUTTING_DOWN:
+            # The listener's app server stopping, not this publisher failing:
+            # what a goodbye says over tcp://, so the same outcome (sub: 3).
+            raise RelinkClosed(f"the listener is shutting down: {text}", by_peer=True)
         if text.startswith("no such publisher"):
             raise UnknownPublisher(name, text)
         raise PublisherError(text)
