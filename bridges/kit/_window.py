@@ -113,20 +113,27 @@ class SendWindow:
         self._in_flight += more
         return 1 + more
 
-    async def wait_room(self) -> None:
+    async def wait_room(self, keep: int = 0) -> None:
         """Wait until at least one message may be sent, taking nothing.
 
         For a sender that must not take other resources (memory for the
         message) while the window is full: it waits here first, and then
         :meth:`acquire` finds room at once if nothing else sent meanwhile.
+        With ``keep``, until one more than ``keep`` may be sent: a sender
+        that keeps room for a last message (the error that ends a stream,
+        which must not wait for a peer that stopped consuming) never uses it
+        for anything else.
 
         Raises:
+            ValueError: ``keep`` is negative, or leaves no room (``keep >= size``).
             The error given to :meth:`close`, once closed.
 
         Cancellation: nothing happens. Always checkpoints.
         """
+        if not 0 <= keep < self.size:
+            raise ValueError(f"keep must be in [0, {self.size}), got {keep}")
         await trio.lowlevel.checkpoint_if_cancelled()
-        while not self.available:
+        while self.available <= keep:
             if self._error is not None:
                 raise copy_error(self._error)
             await self._lot.park()

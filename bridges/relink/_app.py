@@ -171,6 +171,12 @@ class RelinkAppServer(RelinkServer):
         # app session's inbound half.
         in_hand = subscriptions.in_hand
         budget_limit = link.settings.max_connection_memory
+        # One message of the window is kept for the error that may end the
+        # stream: it needs no demand (as onError), and a connector that
+        # stopped consuming must still learn why its stream ended, a server
+        # shutting down most of all (it would otherwise wait for a window
+        # that never opens, and the connector see a link lost a minute later).
+        keep = 1 if link.settings.send_window > 1 else 0
         count = 1
         largest = 0
         batches = BatchesWithinBudget(elements, in_hand, max_bytes=in_hand.limit)
@@ -181,7 +187,7 @@ class RelinkAppServer(RelinkServer):
             # wait there for a peer that stopped consuming this channel
             # while the other channels wait for that room. (This task is
             # the channel's only sender: the window's room only grows.)
-            count = min(count, await link.wait_window(channel_id))
+            count = min(count, await link.wait_window(channel_id, keep=keep))
             elements.request(count)
             asked = count
             while asked:

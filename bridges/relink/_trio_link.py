@@ -290,16 +290,17 @@ class RelinkLink:
         connection.after_call(prepaid=taken)  # the link's count of what it keeps takes over
         return sequence
 
-    async def wait_window(self, channel: int) -> int:
+    async def wait_window(self, channel: int, *, keep: int = 0) -> int:
         """Wait until ``channel``'s window takes a message; how many it takes now (taking none).
 
         For a sender to wait on before it takes memory for its messages: a
-        channel whose peer stops consuming then holds none. Raises as
-        :meth:`send` once the link ended. Cancellation: nothing happens.
+        channel whose peer stops consuming then holds none. ``keep``: room
+        left out, for the stream's last message (``SendWindow.wait_room``).
+        Raises as :meth:`send` once the link ended. Cancellation: nothing happens.
         """
         window = self._window(channel)
-        await window.wait_room()
-        return window.available
+        await window.wait_room(keep)
+        return window.available - keep
 
     async def send_batch(self, channel: int, messages: Sequence[Iterable[bytes]]) -> int:
         """Send the first messages of ``messages`` that the window takes now; how many (at least one).

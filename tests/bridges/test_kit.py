@@ -991,6 +991,28 @@ async def test_send_window_wait_room_waits_for_one_and_takes_nothing() -> None:
             await window.wait_room()
 
 
+async def test_send_window_wait_room_can_keep_room_for_a_last_message() -> None:
+    window = SendWindow(3)
+    window.acquire_nowait(2)
+    roomy = trio.Event()
+
+    async def wait_room() -> None:
+        await window.wait_room(keep=1)
+        roomy.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_room)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not roomy.is_set()  # one left, and it is kept
+            window.acquire_nowait()  # the kept room is still there to take
+            window.release(2)
+            await roomy.wait()
+    for keep in (-1, 3):
+        with pytest.raises(ValueError, match="keep"):
+            await window.wait_room(keep)
+
+
 async def test_send_window_acquire_waits_for_release() -> None:
     window = SendWindow(3)
     window.acquire_nowait(3)
