@@ -202,7 +202,11 @@ class RelinkServer:
                 with trio.fail_after(self.settings.handshake_timeout):
                     opening = await _read_opening(stream)
             except (RelinkError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                logger.info("Relink handshake failed: %s", describe_error(exc))
+                if isinstance(exc, trio.TooSlowError):
+                    # (as the other bridges say it; the error itself says nothing)
+                    logger.info("Relink handshake failed: no handshake within %g s", self.settings.handshake_timeout)
+                else:
+                    logger.info("Relink handshake failed: %s", describe_error(exc))
                 await trio.aclose_forcefully(stream)
                 return
             config = self._config_for(opening.request)

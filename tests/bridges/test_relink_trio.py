@@ -8,6 +8,7 @@ handshake's refusals. Reconnection is in ``test_relink_reconnect.py``.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from functools import partial
 
@@ -358,6 +359,16 @@ async def test_a_missing_handshake_times_out(nursery: trio.Nursery) -> None:
                 "127.0.0.1", listener_port(listeners[0]), settings=RelinkSettings(handshake_timeout=0.2)
             ):
                 pass  # pragma: no cover
+
+
+async def test_the_listener_logs_a_connector_that_never_shakes_hands(nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="rstreams.bridges")
+    _, port = await start(nursery, settings=RelinkSettings(handshake_timeout=0.2))
+    with trio.fail_after(10):
+        silent = await trio.open_tcp_stream("127.0.0.1", port)
+        assert await silent.receive_some() == b""  # closed by the listener, after the log line
+        await silent.aclose()
+    assert "Relink handshake failed: no handshake within 0.2 s" in caplog.messages
 
 
 async def test_send_batch_hands_over_what_the_window_takes(nursery: trio.Nursery) -> None:
