@@ -13,7 +13,10 @@ The mapping (``docs/bridges/relink.md`` has a byte-level example):
   channel with the same id. The connector's consumed acknowledgements are
   the subscriber's demand: the listener never has more than its window
   (``--relink-window``, default 65,536) of elements unconsumed.
-* The publisher **completes**: the listener closes its channel.
+* The publisher **completes**: the listener closes its channel. One that
+  completes without an element first opens the channel with a message of
+  no parts, which is no element: a channel opens with its first message,
+  and the close of one never opened is ignored.
 * It **fails** (an unknown publisher included, or the server shutting
   down): one two-part message, the first part empty and the second the
   error text in UTF-8, then the close. Our connector reads the text
@@ -246,6 +249,12 @@ class RelinkAppServer(RelinkServer):
                 error = SHUTTING_DOWN
             if error is not None:
                 await link.send(channel_id, [b"", error.encode("utf-8")])
+                forwarded[:] = [True]
+            elif not forwarded and not channel.ended and not scope.cancelled_caught:
+                # Completed without an element: a message of no parts opens
+                # our channel, so that its close can say so (a channel opens
+                # with its first message; a close alone would be ignored).
+                await link.send(channel_id, [])
                 forwarded[:] = [True]
             if forwarded:
                 # Until the connector acknowledges the close: it has every

@@ -124,7 +124,9 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
                 if feed.demand > 1 and len(inbound):
                     batch += inbound.receive_held(feed.demand - 1, consume=False)
                 inbound.consume(len(batch))  # one acknowledgement step for the batch
-                feed.deliver([_element(feed.name, parts) for parts in batch])
+                # (A message of no parts is no element: it opens the
+                # listener's channel for a stream that completes empty.)
+                feed.deliver([_element(feed.name, parts) for parts in batch if parts])
                 unacknowledged += len(batch)
                 if unacknowledged >= ack_window or not len(inbound):
                     # A full ack window; or we took all there is, and the
@@ -184,6 +186,8 @@ async def _wait_demand_or_end(feed: StreamFeed, inbound: InboundChannel) -> None
             item = inbound.peek()
             if isinstance(item, MessageReceived) and len(item.parts) == 2 and not item.parts[0]:
                 return
+            if isinstance(item, MessageReceived) and not item.parts and inbound.ended and len(inbound) == 1:
+                return  # an empty stream's opening, then its close: the end
             if inbound.ended:
                 await trio.sleep_forever()  # elements first: they need demand
             await inbound.wait_more_than(len(inbound))

@@ -117,6 +117,24 @@ async def test_never_more_than_the_window_beyond_what_was_consumed(nursery: trio
             assert got == [element(n) for n in range(40)]
 
 
+async def test_a_stream_that_completes_empty_opens_the_channel_with_a_message_of_no_parts(nursery: trio.Nursery) -> None:
+    # A channel opens with its first message, and the close of one never
+    # opened is ignored: without the message of no parts an empty stream
+    # never completed (fetch and sub hung).
+    _, port = await start(nursery, RelinkSettings(send_window=4, ack_delay=0.01))
+    with trio.fail_after(10):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(9)
+            await link.send(9, [b"range?count=0"])
+            assert await everything(link, 9) == [()]
+            assert replies.ended
+        async with connect_relink_url(f"relink://127.0.0.1:{port}", settings=FAST) as peer:
+            assert await peer.fetch("range?count=0", 1) == []
+            async with peer.subscribe("range?count=0") as numbers:
+                assert [raw async for raw in numbers] == []
+            assert await peer.fetch("range?count=2", 5) == [element(n)[0] for n in range(2)]
+
+
 async def test_closing_our_channel_cancels_the_subscription(nursery: trio.Nursery) -> None:
     server, port = await start(nursery, RelinkSettings(send_window=4, ack_delay=0.01))
     with trio.fail_after(10):
