@@ -182,8 +182,12 @@ class UnsupportedScheme(ValueError):
     """
 
     def __init__(self, url: str, scheme: str, known: Sequence[str]) -> None:
-        what = f"URL scheme {scheme + '://'!r}" if scheme else "a URL without a scheme"
-        super().__init__(f"unsupported {what} in {url!r}: known schemes are {', '.join(known)}")
+        schemes = ", ".join(known)
+        if scheme:
+            message = f"unsupported URL scheme {scheme + '://'!r} in {url!r}: known schemes are {schemes}"
+        else:
+            message = f"URL {url!r} has no scheme (tcp://{url} for rstreams over TCP): known schemes are {schemes}"
+        super().__init__(message)
         self.scheme = scheme
         self.known = tuple(known)
 

@@ -22,6 +22,7 @@ import trio
 from .._connect import connect
 from .._errors import PublisherError, RStreamsError, SessionBroken, SessionClosed
 from .._registry import url_is_secure
+from .._url import SCHEMES, url_scheme
 from .._stats_publisher import DEFAULT_STATS_INTERVAL, MIN_STATS_INTERVAL, STATS_PUBLISHER
 from ._client import add_ca_argument, client_token, stop_at_signal
 from ._common import (
@@ -261,6 +262,15 @@ def run(args: argparse.Namespace) -> int:
         secure = url_is_secure(args.url)
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
+    scheme = url_scheme(args.url)
+    if scheme not in SCHEMES:
+        # The bridges serve the app's publishers, not the runtime's own: a
+        # bridge's peer has no token to show, and $stats names every peer.
+        raise CommandError(
+            f"stats reads $stats over tcp://, tls://, ws:// or wss://, which {scheme}:// listeners do not carry:"
+            " use the same server's tcp:// or ws:// listener, or its --metrics endpoint",
+            EXIT_USAGE,
+        )
     ssl_context = client_ssl_context(secure, args.ca, ca_hint="--ca is for tls:// and wss:// URLs", cert=args.cert, key=args.key)
     out = sys.stdout
 

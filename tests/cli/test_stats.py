@@ -87,3 +87,12 @@ def test_stats_without_a_server_exits_4() -> None:
 
 def test_stats_bad_interval_is_a_usage_error() -> None:
     assert rstreams("stats", "tcp://127.0.0.1:1", "--interval", "0").returncode == 2
+
+
+@pytest.mark.parametrize("scheme", ["emp", "relink", "mm2", "epoxy"])
+def test_stats_over_a_bridge_is_a_usage_error_that_says_where_to_look(scheme: str) -> None:
+    # Before anything connects: the bridges do not carry $stats (it said
+    # "the server has no statistics", exit 1, of a server that has them).
+    result = rstreams("stats", f"{scheme}://127.0.0.1:{free_port()}", "--count", "1")
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith(f"rstreams: stats reads $stats over tcp://, tls://, ws:// or wss://, which {scheme}://")
