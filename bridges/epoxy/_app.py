@@ -51,7 +51,7 @@ import trio
 
 from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publish_to_topic
 
-from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, collect_elements, open_app_session
+from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, TopicRefused, collect_elements, open_app_session
 from . import bond
 from ._errors import EpoxyError
 from ._serve import EpoxyServer
@@ -173,7 +173,10 @@ class Publishers:
             except SubscriptionError as exc:
                 logger.warning("dropped a Publish event for topic %r: %s", topic, exc)
             return
-        await self._topics.publish(topic, request.value)
+        try:
+            await self._topics.publish(topic, request.value)
+        except TopicRefused:
+            pass  # logged by the kit; an event has no response to say it in
 
     async def aclose(self) -> None:
         """End the publishing streams; they finish once what they took is in the topics."""

@@ -24,7 +24,8 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
   :class:`rstreams.Peer`, what ``rstreams.connect(url)`` returns;
 * :func:`collect_elements`: an app's stream as one response;
 * :func:`open_app_session`, :class:`TopicPublisher`: an app in this
-  process, and values published into its topics;
+  process, and values published into its topics (:class:`TopicRefused`
+  when one is not taken, for a protocol that can tell its peer);
 * :class:`MemoryBudget`: the one memory budget of a connection, which
   every buffer takes from (``LinkSettings.max_connection_memory``);
 * :class:`BatchesWithinBudget`: an app's elements taken into that budget
@@ -55,13 +56,14 @@ from ._inbound import ITEM_COST, InboundQueue
 from ._net import open_connection, open_tcp_stream, start_connection
 from ._server import BridgeServer, ListenerService
 from ._slots import RequestSlots
-from ._topics import TopicPublisher, open_app_session
+from ._topics import TopicPublisher, TopicRefused, open_app_session
 from ._window import SendWindow
 
 __all__ = [
     "BatchesWithinBudget",
     "BridgeConnection",
     "BridgeError",
+    "TopicRefused",
     "BridgePeer",
     "BudgetStatistics",
     "BridgeServer",

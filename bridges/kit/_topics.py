@@ -27,7 +27,9 @@ from rstreams import Router, Session, SessionConfig, SubscriptionError, open_str
 from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
 from rstreams.support import memory_stream_pair
 
-__all__ = ["open_app_session", "TopicPublisher"]
+from ..errors import BridgeError
+
+__all__ = ["open_app_session", "TopicPublisher", "TopicRefused"]
 
 logger = logging.getLogger("rstreams.bridges")
 
@@ -51,6 +53,31 @@ async def open_app_session(app: Router, *, max_connection_memory: int = DEFAULT_
             yield session
 
 
+class TopicRefused(BridgeError):
+    """A value was not taken into a topic: the name is not one of the app's
+    topics, or the topic refused it (:meth:`TopicPublisher.publish`).
+
+    Attributes:
+        topic: the name the value was for.
+        reason: why, as the app said it (``no such publisher: ...``).
+    """
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"dropped a value for topic {topic!r}: {reason}")
+        self.topic = topic
+        self.reason = reason
+
+
+class _Feed:
+    # One topic's stream, as its publishers see it: where values go, and why
+    # the stream ended if the app refused it.
+    __slots__ = ("send", "refusal")
+
+    def __init__(self, send: trio.MemorySendChannel[bytes]) -> None:
+        self.send = send
+        self.refusal: str | None = None
+
+
 class TopicPublisher:
     """Values into an app's topics, one publishing stream per topic (see the module docstring).
 
@@ -60,42 +87,49 @@ class TopicPublisher:
         protocol: the bridge's name, for log lines.
 
     A value for a name that is not a topic (or a topic that refuses) is
-    logged and dropped: the stream into it fails at once and is removed.
-    Bounded by the app's topics: one stream per topic being published into.
+    logged and dropped, and :meth:`publish` raises :class:`TopicRefused`, so
+    that a bridge whose protocol can say so tells its peer: the stream into
+    it fails at once and is removed. Bounded by the app's topics: one stream
+    per topic being published into.
     """
 
     def __init__(self, session: Session, nursery: trio.Nursery, *, protocol: str = "bridge") -> None:
         self.session = session
         self.protocol = protocol
         self._nursery = nursery
-        self._feeds: dict[str, trio.MemorySendChannel[bytes]] = {}
+        self._feeds: dict[str, _Feed] = {}
 
     async def publish(self, topic: str, value: bytes) -> None:
         """Hand ``value`` to ``topic``'s stream; return once it was taken.
+
+        Raises:
+            TopicRefused: it was not taken (logged already).
 
         Cancellation: the value may or may not have been taken. Always checkpoints.
         """
         if not topic or "?" in topic:
             await trio.lowlevel.checkpoint()
             logger.warning("%s: dropped a value for %r: not a topic name", self.protocol, topic)
-            return
+            raise TopicRefused(topic, "not a topic name")
         feed = self._feeds.get(topic)
         if feed is None:
-            feed, values = trio.open_memory_channel[bytes](0)
-            self._feeds[topic] = feed
+            send, values = trio.open_memory_channel[bytes](0)
+            feed = self._feeds[topic] = _Feed(send)
             self._nursery.start_soon(self._publish, topic, feed, values)
         try:
-            await feed.send(value)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the stream into the topic ended, and said why
+            await feed.send.send(value)
+        except trio.BrokenResourceError:
+            # The stream into the topic ended, and said why.
+            raise TopicRefused(topic, feed.refusal or "the topic's stream ended") from None
+        except trio.ClosedResourceError:
+            raise TopicRefused(topic, "the bridge is closing") from None
 
-    async def _publish(
-        self, topic: str, feed: trio.MemorySendChannel[bytes], values: trio.MemoryReceiveChannel[bytes]
-    ) -> None:
+    async def _publish(self, topic: str, feed: _Feed, values: trio.MemoryReceiveChannel[bytes]) -> None:
         try:
             with values:
                 await publish_to_topic(self.session, topic, values)
         except SubscriptionError as exc:
+            feed.refusal = str(exc)
             logger.warning("%s: dropped values for topic %r: %s", self.protocol, topic, exc)
         finally:
             if self._feeds.get(topic) is feed:
@@ -104,4 +138,4 @@ class TopicPublisher:
     async def aclose(self) -> None:
         """End the publishing streams; they finish once what they took is in the topics."""
         for feed in list(self._feeds.values()):
-            await feed.aclose()
+            await feed.send.aclose()

@@ -23,7 +23,9 @@ The mapping (``docs/bridges/micromsg2.md`` has a whole session byte for byte):
   (``_envelope``: a topic element carries them). A topic subscriber
   therefore sees the properties each message was sent with, and its filter
   applies to them. A SEND to something that is not a topic is logged and
-  dropped (after its ack: MicroMsg2 has no per-message refusal).
+  dropped, and the client told with an ERROR for that destination that
+  ends no stream (``refuse_sends``, ``for=send``; the ack still comes:
+  acks are the window).
 * ``unsubscribe;destination=D`` cancels that stream; several subscriptions
   may be open on one connection, at most ``max_subscriptions``.
 
@@ -40,7 +42,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 
-from ..kit import BatchesWithinBudget, TopicPublisher, check_count, next_ask, open_app_session
+from ..kit import BatchesWithinBudget, TopicPublisher, TopicRefused, check_count, next_ask, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
@@ -115,7 +117,15 @@ async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublis
             message = await connection.receive_send()
         except (trio.EndOfChannel, MicroMsg2Error):
             return  # the client left (or the connection failed: obey_commands raises why)
-        await publisher.publish(message.destination, wrap(message.properties, message.payload))
+        try:
+            await publisher.publish(message.destination, wrap(message.properties, message.payload))
+        except TopicRefused as exc:
+            # Dropped (and logged): the client is told (ERROR ...,for=send);
+            # the ack still comes, as the window.
+            try:
+                await connection.refuse_sends(message.destination, exc.reason)
+            except MicroMsg2Error:
+                return  # the connection ended: obey_commands raises why
         connection.acknowledge(1)
 
 

@@ -49,6 +49,7 @@ from ._errors import (
     MicroMsg2Timeout,
     PeerError,
     RemoteProtocolError,
+    SendRefused,
     StreamError,
 )
 from ._events import MessageReceived
@@ -249,11 +250,11 @@ async def _send(args: argparse.Namespace) -> int:
     async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as mm2:
         await mm2.send_messages(args.destination, [(os.fsencode(payload), properties) for payload in args.payloads])
         await mm2.wait_acknowledged()
-        await _raise_if_refused(mm2)
+        await _raise_if_refused(mm2, args.destination)
     return EXIT_OK
 
 
-async def _raise_if_refused(mm2: MicroMsg2Connection) -> None:
+async def _raise_if_refused(mm2: MicroMsg2Connection, destination: str) -> None:
     # Without acks nothing confirms the messages: give a broker that refuses
     # them the chance to say so before we close.
     if mm2.window is None:
@@ -262,12 +263,17 @@ async def _raise_if_refused(mm2: MicroMsg2Connection) -> None:
     reason = mm2.end_reason
     if reason is not None and not isinstance(reason, MicroMsg2Closed):
         raise reason
+    refused = mm2.refused(destination)  # (a broker of ours says so before the ack)
+    if refused is not None:
+        raise refused
 
 
 def error_status(exc: BaseException) -> tuple[int, str] | None:
     """The exit status and message for a MicroMsg2 error (None: not one)."""
     if isinstance(exc, StreamError):
         return EXIT_FAILURE, f"the broker failed {exc.destination!r}: {exc.message}"
+    if isinstance(exc, SendRefused):
+        return EXIT_FAILURE, f"the broker dropped what was sent to {exc.destination!r}: {exc.message}"
     if isinstance(exc, PeerError):
         return EXIT_FAILURE, f"the broker sent an error: {exc.message}"
     if isinstance(exc, RemoteProtocolError):

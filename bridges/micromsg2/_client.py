@@ -212,6 +212,8 @@ async def publish_mm2_url(
     Raises:
         ValueError: a malformed URL (as :func:`connect_mm2_url`).
         OSError: the connection could not be made.
+        SendRefused: the broker dropped what was sent (``topic`` is not a
+            topic of its app); nothing of it was published.
         MicroMsg2Error: the handshake failed, the broker sent an ERROR, or
             the connection ended before every SEND was acknowledged.
 
@@ -224,6 +226,9 @@ async def publish_mm2_url(
     published = 0
     async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as connection:
         async for element in elements:
+            refused = connection.refused(topic)
+            if refused is not None:
+                raise refused  # (the broker dropped the ones before: say so now)
             await connection.send_message(topic, element)  # waits for the window: the topic's pace
             published += 1
         await connection.wait_acknowledged()
@@ -235,4 +240,7 @@ async def publish_mm2_url(
         reason = connection.end_reason
         if reason is not None and not isinstance(reason, MicroMsg2Closed):
             raise reason
+        refused = connection.refused(topic)  # (said before the ack of the SEND it is about)
+        if refused is not None:
+            raise refused
     return published

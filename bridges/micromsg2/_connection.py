@@ -55,6 +55,7 @@ from ._events import (
     Event,
     HandshakeCompleted,
     MessageReceived,
+    SendsRefused,
     StreamFailed,
     Subscribe,
     Unsubscribe,
@@ -301,6 +302,10 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
             events.append(ConnectionFailed(message=message))
             return
         self._receive_transition(ConnectionEvent.RECEIVE_FRAME, "stream ERROR frame")
+        if error.get("for") == "send":
+            # (ours: the SENDs to D were dropped; no stream of ours ends)
+            events.append(SendsRefused(destination=destination, message=message))
+            return
         self._subscriptions.discard(destination)
         events.append(StreamFailed(destination=destination, message=message))
 
@@ -534,6 +539,24 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
             raise LocalProtocolError(f"{destination!r} is not subscribed")
         self._queue(_stream_error(destination, message))
         self._subscriptions.remove(destination)
+
+    def refuse_sends(self, destination: str, message: str) -> None:
+        """(server) Queue ERROR ``error;destination=D,for=send,message=M``: the SENDs to ``D`` were dropped.
+
+        *Ours:* MicroMsg2 cannot refuse one message, and its acks are the
+        window, not a receipt; this ERROR tells the client that what it sent
+        to ``D`` went nowhere (``D`` is not a topic, say). ``for=send`` sets
+        it apart from a stream's failure, so a subscription to ``D`` (even
+        one crossing it) is not ended: the client's machine reports
+        :class:`SendsRefused`. The connection stays.
+
+        Raises:
+            LocalProtocolError: not open, or not a server.
+        """
+        self._check_open()
+        if self.role is not Role.SERVER:
+            raise LocalProtocolError("only the server refuses SENDs")
+        self._queue(ErrorFrame(error=NamedArguments.of("error", {"destination": destination, "for": "send", "message": message})))
 
     def send_error(self, message: str) -> None:
         """Queue ERROR ``error;message=M``; disconnect once it is written.

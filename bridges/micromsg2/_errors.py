@@ -35,6 +35,7 @@ __all__ = [
     "MalformedTextError",
     "FilterError",
     "PeerError",
+    "SendRefused",
     "MicroMsg2Closed",
     "MicroMsg2ConnectionLost",
     "MicroMsg2Timeout",
@@ -159,6 +160,20 @@ class MicroMsg2ConnectionLost(MicroMsg2Error):
 
 class MicroMsg2Timeout(MicroMsg2Error):
     """The peer's side of the handshake did not arrive in time."""
+
+
+class SendRefused(MicroMsg2Error):
+    """The server dropped what we sent to a destination, and said so (a
+    stream ERROR for a destination we did not subscribe to: it is not a
+    topic, say; ``MicroMsg2Connection.refused``).
+
+    Attributes:
+        destination: where the SENDs went.
+    """
+
+    def __init__(self, destination: str, message: str) -> None:
+        super().__init__(message)
+        self.destination = destination
 
 
 class StreamError(MicroMsg2Error):

@@ -22,6 +22,7 @@ __all__ = [
     "Unsubscribe",
     "Completed",
     "StreamFailed",
+    "SendsRefused",
     "ConnectionFailed",
     "ConnectionClosed",
     "Event",
@@ -113,6 +114,16 @@ class StreamFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SendsRefused:
+    """ERROR ``error;destination=D,for=send,message=M`` (*ours*): the server
+    dropped what we sent to ``D`` (not a topic, say); no stream ends, the
+    connection stays."""
+
+    destination: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionFailed:
     """ERROR ``error;message=M``: the peer gave up on the connection and disconnects."""
 
@@ -132,6 +143,7 @@ Event = Union[
     Unsubscribe,
     Completed,
     StreamFailed,
+    SendsRefused,
     ConnectionFailed,
     ConnectionClosed,
 ]

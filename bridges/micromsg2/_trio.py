@@ -53,7 +53,7 @@ import trio
 
 from ..kit import BridgeConnection, InboundQueue, SendWindow
 from ._connection import Connection
-from ._errors import MicroMsg2Closed, MicroMsg2ConnectionLost, MicroMsg2Timeout, PeerError
+from ._errors import MicroMsg2Closed, MicroMsg2ConnectionLost, MicroMsg2Timeout, PeerError, SendRefused
 from ._events import (
     Acknowledged,
     Completed,
@@ -61,6 +61,7 @@ from ._events import (
     ConnectionFailed,
     HandshakeCompleted,
     MessageReceived,
+    SendsRefused,
     StreamFailed,
     Subscribe,
     Unsubscribe,
@@ -76,6 +77,9 @@ __all__ = ["MicroMsg2Connection", "MessageStream", "Command"]
 
 #: A pubsub command from a client, as a server receives it.
 Command = Union[Subscribe, Unsubscribe]
+#: Destinations a client remembers the server's refusal of (``refused``): a
+#: publisher sends to one or a few; a server naming many costs no more.
+MAX_REFUSED = 16
 _OPEN_OR_HANDSHAKING = (
     ConnectionState.AWAITING_HELLO,
     ConnectionState.AWAITING_REPLY,
@@ -116,6 +120,7 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         self._commands: InboundQueue[Command] = InboundQueue(self)
         self._all_acknowledged = trio.Event()
         self._all_acknowledged.set()
+        self._refused: dict[str, str] = {}  # (client) the server's refuse_sends, by destination
 
     def _use_settings(self, settings: MicroMsg2Settings) -> None:
         # Before the connection starts: handshake with these settings instead
@@ -265,6 +270,9 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
             stream = self._streams.get(event.destination)
             if stream is not None:
                 stream._queue.put(event, 0)
+        elif isinstance(event, SendsRefused):
+            if len(self._refused) < MAX_REFUSED:
+                self._refused.setdefault(event.destination, event.message)  # see refused()
         elif isinstance(event, HandshakeCompleted):
             if event.window is not None:
                 self._window = SendWindow(event.window)
@@ -473,6 +481,30 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         self._check_open()
         self._machine.fail_stream(destination, message)
         await self._send_queued()
+
+    async def refuse_sends(self, destination: str, message: str) -> None:
+        """(server) Send ERROR ``error;destination=D,for=send,message=M``: the SENDs to ``D`` were dropped.
+
+        The connection stays, and so do the client's subscriptions (see
+        ``Connection.refuse_sends``).
+
+        Raises:
+            LocalProtocolError: not a server.
+            MicroMsg2Closed and the other end errors: the connection ended.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._machine.refuse_sends(destination, message)
+        await self._send_queued()
+
+    def refused(self, destination: str) -> SendRefused | None:
+        """(client) Why the server dropped what we sent to ``destination``, if it said so.
+
+        The server's :meth:`refuse_sends` (:class:`SendsRefused`). The first
+        few destinations are kept.
+        """
+        message = self._refused.get(destination)
+        return None if message is None else SendRefused(destination, message)
 
     def is_subscribed(self, destination: str) -> bool:
         """(server) Whether ``destination`` is an open subscription of the client's."""

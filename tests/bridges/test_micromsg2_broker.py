@@ -33,12 +33,14 @@ from bridges.micromsg2 import (
     MicroMsg2Connection,
     MicroMsg2Settings,
     Role,
+    SendRefused,
     StreamError,
     StreamFailed,
     UnixTime,
     open_micromsg2_connection,
     unwrap,
 )
+from bridges.micromsg2._client import publish_mm2_url  # (what `rstreams pub mm2://` calls)
 from rstreams.support import listener_port
 
 BIG = bytes(range(256)) * (3 * 1024 * 1024 // 256)  # 3 MiB: three CONTINUED frames
@@ -290,6 +292,33 @@ async def test_a_send_without_properties_is_stored_as_sent(served: Served) -> No
                 assert bytes(await plain.__anext__()) == b"bare"
                 stored = bytes(await plain.__anext__())
                 assert unwrap(stored) == ((), ENVELOPE_MAGIC + b"looks like one")
+
+
+async def test_sends_to_something_that_is_not_a_topic_are_refused_by_name(served: Served) -> None:
+    # They were dropped after their ack, and the client never knew (rstreams
+    # pub mm2://... said "published"): the broker now says so with a stream
+    # ERROR for that destination; the connection and its other work go on.
+    with trio.fail_after(10):
+        async with open_micromsg2_connection("127.0.0.1", served.port, settings=CLIENT) as mm2:
+            await mm2.send_message("nothing", b"lost")
+            await mm2.send_message("range", b"not a topic either")
+            await mm2.send_message("chat", b"kept")
+            await mm2.wait_acknowledged()
+            for destination in ("nothing", "range"):
+                refused = mm2.refused(destination)
+                assert isinstance(refused, SendRefused) and refused.destination == destination
+                assert "no such publisher" in refused.message
+            assert mm2.refused("chat") is None
+            stream = await mm2.subscribe("range?count=2")
+            assert [(await stream.receive()).payload for _ in range(2)] == [number(0), number(1)]
+        assert await publish_mm2_url(f"mm2://127.0.0.1:{served.port}", "chat", _values([b"a", b"b"])) == 2
+        with pytest.raises(SendRefused, match="no such publisher"):
+            await publish_mm2_url(f"mm2://127.0.0.1:{served.port}", "nothing", _values([b"a", b"b"]))
+
+
+async def _values(values: list[bytes]) -> AsyncIterator[bytes]:
+    for value in values:
+        yield value
 
 
 async def test_a_3_mib_element_goes_end_to_end_both_ways(served: Served) -> None:

@@ -24,6 +24,7 @@ from bridges.micromsg2 import (
     NamedArguments,
     RemoteProtocolError,
     Role,
+    SendsRefused,
     StreamFailed,
     Subscribe,
     TooManyPendingMessagesError,
@@ -328,6 +329,23 @@ def test_pubsub_commands_as_events() -> None:
     client.subscribe("a")
     client.unsubscribe("a")
     assert pair.take_server_events() == [Subscribe(destination="a"), Unsubscribe(destination="a")]
+
+
+def test_the_server_refuses_sends_to_a_destination_without_ending_a_stream_or_the_connection() -> None:
+    pair = open_pair("pubsub")
+    client, server = pair.client, pair.server
+    client.subscribe("a")
+    pair.pump()
+    pair.take_server_events()
+    wire = b"\x04\x36error;destination=a,for=send,message=no%20such%20topic"
+    server.refuse_sends("a", "no such topic")  # (a subscription to "a" crossing it, say)
+    assert server.data_to_send() == wire
+    client.receive_data(wire)
+    assert pair.take_client_events() == [SendsRefused(destination="a", message="no such topic")]
+    assert client.state is server.state is ConnectionState.OPEN
+    assert client.subscriptions == server.subscriptions == {"a"}  # no stream ended
+    with pytest.raises(LocalProtocolError, match="only the server"):
+        client.refuse_sends("a", "x")
 
 
 def test_an_unsubscribe_after_completed_is_ignored() -> None:

@@ -172,6 +172,7 @@ operations = st.lists(
         st.tuples(st.just("ack"), st.booleans(), st.integers(1, 3)),
         st.tuples(st.just("subscribe"), st.sampled_from(["a", "b"]), st.none()),
         st.tuples(st.just("complete"), st.sampled_from(["a", "b"]), st.none()),
+        st.tuples(st.just("refuse"), st.sampled_from(["a", "c"]), st.none()),
         st.tuples(st.just("pump"), st.none(), st.none()),
     ),
     max_size=30,
@@ -194,6 +195,8 @@ def test_two_machines_agree_whatever_the_application_does(ops: list[tuple[str, o
                 pair.client.subscribe(first)  # type: ignore[arg-type]
             elif name == "complete":
                 pair.server.complete(first)  # type: ignore[arg-type]
+            elif name == "refuse":
+                pair.server.refuse_sends(first, "dropped")  # type: ignore[arg-type]
             else:
                 pair.pump()
         except LocalProtocolError:
@@ -202,6 +205,7 @@ def test_two_machines_agree_whatever_the_application_does(ops: list[tuple[str, o
         assert pair.client.send_credit is not None and 0 <= pair.client.send_credit <= 3
     pair.pump()
     assert pair.client.state is pair.server.state is ConnectionState.OPEN
+    assert pair.client.subscriptions == pair.server.subscriptions  # (a refusal ends no stream)
     # everything delivered: what one side has not acked is exactly what the other awaits
     assert pair.server.unacknowledged == pair.client.pending_messages
     assert pair.client.unacknowledged == pair.server.pending_messages
