@@ -17,6 +17,7 @@ from ._logs import tcp_socket
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control, unpace_loopback
 from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
 from ._peer import DEFAULT_PREFETCH, FeedPeer, Peer, StreamFeed
+from ._publish import PUBLISHERS_PATH
 from ._registry import (
     ENTRY_POINT_GROUP,
     Bridge,
@@ -46,6 +47,7 @@ __all__ = [
     "FeedPeer",
     "Listener",
     "MemoryStream",
+    "PUBLISHERS_PATH",
     "Peer",
     "Scheme",
     "ServeContext",

@@ -22,6 +22,8 @@ so neither can stall the responses behind it.
 
 from __future__ import annotations
 
+import difflib
+import json
 import ssl
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,7 +31,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from rstreams import PublisherError, UnknownPublisher
-from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url
+from rstreams.support import PUBLISHERS_PATH, StreamFeed, caller_sees_its_own_exception, parse_bridge_url
 
 from ..kit import BridgePeer, open_bridge_peer
 from . import bond
@@ -83,6 +85,23 @@ class EpoxyPeer(BridgePeer[EpoxyConnection]):
             count = min(feed.demand, len(elements))
             feed.deliver(elements[:count])
             del elements[:count]
+
+
+async def _check_topic(connection: EpoxyConnection, topic: str) -> None:
+    # A Publish event to a name that is not a topic is dropped (an event has
+    # no response to refuse it with): ask the server's listing first, as
+    # `rstreams ls` does, so that nothing is sent that would go nowhere. A
+    # server that lists nothing (no $publishers, or too many routes to answer
+    # with) is not checked.
+    try:
+        records = [json.loads(raw) for raw in await subscribe_call(connection, PUBLISHERS_PATH)]
+    except (PublisherError, ValueError):
+        return
+    topics = sorted(str(r.get("name")) for r in records if isinstance(r, dict) and r.get("kind") == "topic")
+    if topic not in topics:
+        closest = difflib.get_close_matches(topic, topics, n=3)
+        hint = f" (closest: {', '.join(closest)})" if closest else f" (its topics: {', '.join(topics[:10]) or 'none'})"
+        raise UnknownPublisher(topic, f"no such topic: {topic}{hint}")
 
 
 async def _serve_nothing(connection: EpoxyConnection) -> None:
@@ -142,7 +161,14 @@ async def publish_epoxy_url(
     event was written to the transport, then closes the connection
     gracefully, and the server runs every event it reads before the close.
 
+    The listing of the server's routes (``$publishers``, as ``rstreams ls``)
+    is asked for first: a name that is not a topic there raises before
+    anything is sent, since a ``Publish`` event to it would be dropped
+    without a word (an event has no response).
+
     Raises:
+        UnknownPublisher: the server lists its routes and ``topic`` is not
+            a topic among them.
         ValueError: a malformed URL (as :func:`connect_epoxy_url`) or a
             topic that is empty or has a query.
         OSError: the connection could not be made; the Epoxy errors of the
@@ -159,6 +185,7 @@ async def publish_epoxy_url(
         with caller_sees_its_own_exception():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_serve_nothing, connection)
+                await _check_topic(connection, topic)
                 async for element in elements:
                     await connection.send_event(PUBLISHERS_SERVICE, "Publish", PublishEvent(topic=topic, value=element))
                     published += 1

@@ -208,7 +208,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             nursery.cancel_scope.cancel()
     status = stop.exit_status(status)
     if status == EXIT_OK:
-        print(f"rstreams: published {source.sent} lines into {args.name}", file=sys.stderr, flush=True)
+        print(f"rstreams: published {_lines(source.sent)} into {args.name}", file=sys.stderr, flush=True)
     return status
 
 
@@ -230,6 +230,9 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
                     )
             except ValueError as exc:
                 status = report(str(exc), EXIT_USAGE)
+            except PublisherError as exc:
+                # (a topic the server does not have, say: as over tcp://)
+                status = report(f"publisher error: {exc.message}", EXIT_FAILURE)
             except Exception as exc:
                 answer = bridge.error_status(exc) if bridge.error_status is not None else None
                 if answer is not None:
@@ -244,7 +247,7 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
             nursery.cancel_scope.cancel()
     status = stop.exit_status(status)
     if status == EXIT_OK:
-        print(f"rstreams: published {published} lines into {args.name}", file=sys.stderr, flush=True)
+        print(f"rstreams: published {_lines(published)} into {args.name}", file=sys.stderr, flush=True)
     return status
 
 
@@ -296,7 +299,11 @@ def run_client(args: argparse.Namespace) -> int:
             os.close(fd)
 
 
+def _lines(count: int) -> str:
+    return "1 line" if count == 1 else f"{count} lines"
+
+
 def _unconfirmed(sent: int, name: str) -> str:
     # What a user who must start again needs (tail -n +N): the lines that
     # left, of which the last ones may not have reached the topic.
-    return f"{sent} lines sent to {name} before it, the last of them unconfirmed"
+    return f"{_lines(sent)} sent to {name} before it, the last of them unconfirmed"

@@ -131,6 +131,26 @@ def test_a_line_that_is_not_json_ends_the_input_there(server: Server, scheme: st
     assert [json.loads(line) for line in server.read_chat(2)] == messages
 
 
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+@pytest.mark.parametrize("name", ["no-such-topic", "range"])
+def test_a_name_that_is_not_a_topic_is_a_publisher_error_and_nothing_is_published(server: Server, scheme: str, name: str) -> None:
+    # It said "published 1 lines into no-such-topic" (exit 0): the server
+    # had dropped them, MicroMsg2 after acking the SEND, Epoxy's event with
+    # no response to say it in. Over tcp:// this is exit 1.
+    result = rstreams("pub", server.urls[scheme], name, input=b"x\n")
+    assert result.returncode == 1, result.stderr
+    assert b"published" not in result.stderr
+    expected = {"mm2": b"the broker dropped what was sent to '%s': no such publisher" % name.encode(),
+                "epoxy": b"publisher error: no such topic: %s" % name.encode()}[scheme]
+    assert result.stderr.startswith(b"rstreams: " + expected), result.stderr
+    assert result.stderr.count(b"\n") == 1
+
+
+def test_one_line_is_one_line(server: Server) -> None:
+    result = rstreams("pub", server.urls["mm2"], "chat", input=b"x\n")
+    assert (result.returncode, result.stderr) == (0, b"rstreams: published 1 line into chat\n")
+
+
 @pytest.mark.parametrize("scheme", ["emp", "emps", "relink"])
 def test_a_bridge_that_cannot_publish_is_a_usage_error(scheme: str) -> None:
     result = rstreams("pub", f"{scheme}://127.0.0.1:{free_port()}", "chat", input=b"x\n")
@@ -163,6 +183,6 @@ def test_a_lost_connection_says_how_many_lines_left(server: Server) -> None:
     # (MicroMsg2 has no goodbye: a close after the handshake is its normal
     # end, 3; a reset, 4. Either way the stream did not finish.)
     assert result.returncode in (3, 4), result.stderr
-    found = re.fullmatch(rb"rstreams: .*\((\d+) lines sent to chat before it, the last of them unconfirmed\)\n", result.stderr)
+    found = re.fullmatch(rb"rstreams: .*\((\d+) lines? sent to chat before it, the last of them unconfirmed\)\n", result.stderr)
     assert found is not None, result.stderr
     assert 0 < int(found.group(1)) < 20_000
