@@ -1,8 +1,9 @@
-"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws://, emp://, relink:// and mm2://.
+"""One subscribe code, any URL: ``rstreams.connect`` over tcp://, ws://, emp://, relink://, mm2:// and epoxy://.
 
-The demo app is served five ways at once (reactive-streams-io over TCP and
-WebSocket, the EMP and Relink bridges, and the MicroMsg2 broker), and the very same function reads it through
-each URL: the elements, an unknown publisher, a failing one, and ``fetch``.
+The demo app is served six ways at once (reactive-streams-io over TCP and
+WebSocket, the EMP, Relink and Epoxy bridges, and the MicroMsg2 broker), and
+the very same function reads it through each URL: the elements, an empty
+stream, empty elements, an unknown publisher, a failing one, and ``fetch``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import examples.demo
 import rstreams
 import rstreams.demo
 from bridges.emp import EmpAppServer, EmpClosed
+from bridges.epoxy import EpoxyAppServer
 from bridges.micromsg2 import MicroMsg2AppServer
 from bridges.relink import RelinkAppServer
 from rstreams.support import listener_url
 
 EXPECTED = [n.to_bytes(8, "big") for n in range(3)]
+EVERY_SCHEME = ["tcp", "ws", "emp", "relink", "mm2", "epoxy"]
 
 
 @pytest.fixture
@@ -34,12 +37,14 @@ async def urls(nursery: trio.Nursery) -> AsyncIterator[dict[str, str]]:
     [mm2_listener] = await nursery.start(partial(MicroMsg2AppServer(examples.demo.app).serve_tcp, "127.0.0.1", 0))
     relink = RelinkAppServer(examples.demo.app)
     [relink_listener] = await nursery.start(partial(relink.serve_tcp, "127.0.0.1", 0))
+    [epoxy_listener] = await nursery.start(partial(EpoxyAppServer(examples.demo.app).serve_tcp, "127.0.0.1", 0))
     yield {
         "tcp": listener_url(tcp, "tcp"),
         "ws": listener_url(websocket, "ws", "/"),
         "emp": listener_url(emp_listener, "emp"),
         "mm2": listener_url(mm2_listener, "mm2"),
         "relink": listener_url(relink_listener, "relink", "/rstreams"),
+        "epoxy": listener_url(epoxy_listener, "epoxy"),
     }
 
 
@@ -51,7 +56,7 @@ async def read(url: str, name: str, *, prefetch: int = 32) -> list[bytes]:
             return [bytes(element) async for element in elements]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
+@pytest.mark.parametrize("scheme", EVERY_SCHEME)
 @pytest.mark.parametrize("prefetch", [0, 1, 32])
 async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str], scheme: str, prefetch: int) -> None:
     with trio.fail_after(10):
@@ -67,7 +72,7 @@ async def test_the_same_code_reads_range_over_every_scheme(urls: dict[str, str],
             assert got == EXPECTED
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
+@pytest.mark.parametrize("scheme", EVERY_SCHEME)
 async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         async with rstreams.connect(urls[scheme]) as peer:
@@ -75,7 +80,7 @@ async def test_fetch_and_codecs_are_the_same_everywhere(urls: dict[str, str], sc
             assert [int.from_bytes(x, "big") for x in await peer.fetch("range?count=4", 10)] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
+@pytest.mark.parametrize("scheme", EVERY_SCHEME)
 async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.UnknownPublisher) as caught:
@@ -83,11 +88,21 @@ async def test_an_unknown_publisher_is_refused_when_entering(urls: dict[str, str
         assert caught.value.name == "nothing-here"
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
+@pytest.mark.parametrize("scheme", EVERY_SCHEME)
 async def test_a_failing_publisher_is_a_publisher_error(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         with pytest.raises(rstreams.PublisherError):
             await read(urls[scheme], "fail?after=2")
+
+
+@pytest.mark.parametrize("scheme", EVERY_SCHEME)
+async def test_an_empty_stream_and_empty_elements_are_the_same_everywhere(urls: dict[str, str], scheme: str) -> None:
+    # (Over Relink an empty stream never completed: its channel never opened.)
+    with trio.fail_after(10):
+        assert await read(urls[scheme], "range?count=0") == []
+        assert await read(urls[scheme], "blob?count=3&size=0") == [b"", b"", b""]
+        async with rstreams.connect(urls[scheme]) as peer:
+            assert await peer.fetch("range?count=0", 1) == []
 
 
 async def test_a_bridge_stream_ends_with_the_bridge_s_typed_error(nursery: trio.Nursery) -> None:
@@ -159,7 +174,7 @@ async def cannot_open(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -
     raise FileNotFoundError(f"no such file: {UNDECODABLE}")
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "emp", "relink", "mm2"])
+@pytest.mark.parametrize("scheme", EVERY_SCHEME)
 async def test_a_name_without_utf8_is_refused_before_anything_is_sent(urls: dict[str, str], scheme: str) -> None:
     with trio.fail_after(10):
         async with rstreams.connect(urls[scheme]) as peer:
@@ -168,7 +183,7 @@ async def test_a_name_without_utf8_is_refused_before_anything_is_sent(urls: dict
             assert await peer.fetch("range?count=2", 2) == EXPECTED[:2]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "emp", "relink", "mm2"])
+@pytest.mark.parametrize("scheme", ["tcp", "emp", "relink", "mm2", "epoxy"])
 async def test_an_error_text_without_utf8_fails_its_stream_only(nursery: trio.Nursery, scheme: str) -> None:
     # The app's onError went through the bridge's in-process session, whose
     # connection died writing it: every stream of that bridge connection with it.
@@ -178,6 +193,7 @@ async def test_an_error_text_without_utf8_fails_its_stream_only(nursery: trio.Nu
         "emp": lambda: partial(EmpAppServer(app).serve_tcp),
         "relink": lambda: partial(RelinkAppServer(app).serve_tcp),
         "mm2": lambda: partial(MicroMsg2AppServer(app).serve_tcp),
+        "epoxy": lambda: partial(EpoxyAppServer(app).serve_tcp),
     }
     [listener] = await nursery.start(servers[scheme](), "127.0.0.1", 0)
     url = listener_url(listener, scheme, "/rstreams" if scheme == "relink" else "")
