@@ -19,6 +19,9 @@ fields rather than a sentence to parse:
 ``stream_error``                debug  ``peer``, ``stream``, ``reason``
 ==============================  =====  ==========================================
 
+The bridges' servers log their connections with the same two session
+events, ``transport`` being the bridge's scheme (``emp``, ``mm2``, ...).
+
 A peer's mistake (a protocol error, a bad parameter) is the peer's problem,
 not the server's: it is one ``info`` line naming the peer, never a traceback.
 Nothing is logged per element. Whether a session logs its streams (debug) is

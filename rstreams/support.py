@@ -13,7 +13,7 @@ modules.
 from ._accept import serve_listeners
 from ._errors import describe_error
 from ._groups import caller_sees_its_own_exception, first_leaf
-from ._logs import tcp_socket
+from ._logs import peer_address, tcp_socket
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control, unpace_loopback
 from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
 from ._peer import DEFAULT_PREFETCH, FeedPeer, Peer, StreamFeed
@@ -64,6 +64,7 @@ __all__ = [
     "listener_url",
     "memory_stream_pair",
     "parse_bridge_url",
+    "peer_address",
     "register_bridge",
     "registered_bridges",
     "serve_listeners",

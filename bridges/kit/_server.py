@@ -26,6 +26,7 @@ from rstreams.support import (
     describe_error,
     first_leaf,
     listener_url,
+    peer_address,
     serve_listeners,
     with_tls,
 )
@@ -54,6 +55,14 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         max_connections: a connection beyond this many is refused ("server
             busy").
         protocol: the protocol's name, for log lines.
+        scheme: its URL scheme (default: ``protocol`` in lower case), the
+            ``transport`` of its log records (with an ``s`` over TLS).
+
+    Each connection is logged as ``rstreams serve`` logs its own sessions
+    (``docs/operating.md``): ``session_open`` once the protocol's handshake
+    is done, ``session_close`` with the reason when it ends (the only line
+    of a connection that never got through its handshake), at info, with
+    the fields ``peer``, ``transport`` and ``reason``.
     """
 
     def __init__(
@@ -62,12 +71,14 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         *,
         max_connections: int | None = None,
         protocol: str = "bridge",
+        scheme: str | None = None,
     ) -> None:
         if max_connections is not None:
             check_count("max_connections", max_connections)
         self.handler = handler
         self.max_connections = max_connections
         self.protocol = protocol
+        self.scheme = scheme or protocol.lower()
         self._connections: set[ConnectionT] = set()
         self._active = 0
         self._closing = False
@@ -93,21 +104,32 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         # Reserve the slot before the first await, so that connections
         # arriving together cannot all pass the check.
         self._active += 1
+        # (Read now: once the peer is gone, so is its address.)
+        peer = peer_address(stream)
+        transport = self.scheme + ("s" if isinstance(stream, trio.SSLStream) else "")
+        reason = "closed"
         try:
             async with self._open(stream) as connection:
                 self._connections.add(connection)
+                fields = {"event": "session_open", "peer": peer, "transport": transport}
+                logger.info("session open: %s over %s", peer, transport, extra=fields)
                 try:
                     await self.handler(connection)
                 finally:
                     self._connections.discard(connection)
+                    if connection.end_reason is not None:
+                        reason = describe_error(connection.end_reason)
         except* BridgeError as ended:
             # The end of one client (a lost connection, a violation), also
             # when it comes out of the handler's nurseries wrapped in groups.
-            logger.info("%s connection ended: %s", self.protocol, describe_error(first_leaf(ended)))
-        except* Exception:
+            reason = describe_error(first_leaf(ended))
+        except* Exception as failed:
+            reason = f"the connection's handler failed: {describe_error(first_leaf(failed))}"
             logger.exception("%s connection handler failed", self.protocol)
         finally:
             self._active -= 1
+            fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
+            logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
 
     async def serve_tcp(
         self,

@@ -36,7 +36,7 @@ from typing import NoReturn
 
 import trio
 
-from rstreams.support import Listener, describe_error, first_leaf, serve_listeners, with_tls
+from rstreams.support import Listener, describe_error, first_leaf, peer_address, serve_listeners, with_tls
 
 from ..kit import check_count, open_connection
 from ._connection import Connection
@@ -197,21 +197,22 @@ class RelinkServer:
             await trio.aclose_forcefully(stream)
             return
         self._active += 1
+        # (Read now: once the peer is gone, so is its address.)
+        peer = peer_address(stream)
+        transport = "relinks" if isinstance(stream, trio.SSLStream) else "relink"
         try:
             try:
                 with trio.fail_after(self.settings.handshake_timeout):
                     opening = await _read_opening(stream)
             except (RelinkError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                if isinstance(exc, trio.TooSlowError):
-                    # (as the other bridges say it; the error itself says nothing)
-                    logger.info("Relink handshake failed: no handshake within %g s", self.settings.handshake_timeout)
-                else:
-                    logger.info("Relink handshake failed: %s", describe_error(exc))
+                # (No handshake within the timeout: as the other bridges say it; the error itself says nothing.)
+                why = f"no handshake within {self.settings.handshake_timeout:g} s" if isinstance(exc, trio.TooSlowError) else describe_error(exc)
+                _log_close(peer, transport, f"handshake failed: {why}")
                 await trio.aclose_forcefully(stream)
                 return
             config = self._config_for(opening.request)
             if config is None:
-                logger.info("Relink connector rejected: %r", opening.request)
+                _log_close(peer, transport, f"connector rejected: {opening.request!r}")
                 await trio.aclose_forcefully(stream)
                 return
             machine = Connection(
@@ -236,7 +237,7 @@ class RelinkServer:
                     if connection.resumed:
                         await connection.wait_ended()
                     else:
-                        await self._run_link(handle)
+                        await self._run_link(handle, peer, transport)
                 finally:
                     self._connections.discard(connection)
         except* RelinkError as ended:
@@ -247,19 +248,25 @@ class RelinkServer:
         finally:
             self._active -= 1
 
-    async def _run_link(self, handle: RelinkLink) -> None:
-        # The link's own task: its handler, and forgetting it when nobody comes back.
+    async def _run_link(self, handle: RelinkLink, peer: str, transport: str) -> None:
+        # The link's own task: its handler, and forgetting it when nobody
+        # comes back. A link is the session the log speaks of (it outlives
+        # its connections): session_open now, session_close when it ends.
         assert handle.state is not None
         link_id = handle.state.link_id
+        fields = {"event": "session_open", "peer": peer, "transport": transport}
+        logger.info("session open: %s over %s (link %d)", peer, transport, link_id, extra=fields)
+        reasons: list[str] = []  # (the first says why it ended)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._expire, handle, nursery.cancel_scope)
+                nursery.start_soon(self._expire, handle, nursery.cancel_scope, reasons)
                 try:
                     await self.handler(handle)
                 except* RelinkError as ended:
                     # The link ended under the handler (lost, forgotten, shut down).
-                    logger.info("Relink link %d ended: %s", link_id, describe_error(first_leaf(ended)))
-                except* Exception:
+                    reasons.append(describe_error(first_leaf(ended)))
+                except* Exception as failed:
+                    reasons.append(f"the link's handler failed: {describe_error(first_leaf(failed))}")
                     logger.exception("Relink link handler failed")
                 finally:
                     with trio.CancelScope(shield=True):
@@ -269,8 +276,9 @@ class RelinkServer:
             self.registry.remove(link_id)
             self._links.pop(link_id, None)
             self._links_lot.unpark_all()
+            _log_close(peer, f"{transport} (link {link_id})", reasons[0] if reasons else "the link was shut down")
 
-    async def _expire(self, handle: RelinkLink, scope: trio.CancelScope) -> None:
+    async def _expire(self, handle: RelinkLink, scope: trio.CancelScope, reasons: list[str]) -> None:
         while True:
             await handle.wait_disconnected()
             if handle.ended:
@@ -283,10 +291,8 @@ class RelinkServer:
                 continue
             if handle.state is not None:
                 self.registry.remove(handle.state.link_id)
-                # (Its connection's loss was not logged: the link outlives it.)
-                logger.info(
-                    "Relink link %d forgotten: no connection for %g s", handle.state.link_id, self.settings.link_timeout
-                )
+            # (Its connection's loss was not logged: the link outlives it.)
+            reasons.append(f"forgotten: no connection for {self.settings.link_timeout:g} s")
             scope.cancel()  # the handler first: what it would do has no link left
             handle._fail(LinkLostError(f"no connection for {self.settings.link_timeout} s: the link was forgotten"))
             return
@@ -351,3 +357,9 @@ async def serve_relink(
     """
     server = RelinkServer(handler, endpoints, settings=settings, max_connections=max_connections)
     await server.serve_tcp(host, port, ssl_context, handler_nursery=handler_nursery, task_status=task_status)
+
+
+def _log_close(peer: str, transport: str, reason: str) -> None:
+    # As rstreams serve logs its sessions' ends (docs/operating.md).
+    fields = {"event": "session_close", "peer": peer, "transport": transport.split(" ")[0], "reason": reason}
+    logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)

@@ -368,7 +368,10 @@ async def test_the_listener_logs_a_connector_that_never_shakes_hands(nursery: tr
         silent = await trio.open_tcp_stream("127.0.0.1", port)
         assert await silent.receive_some() == b""  # closed by the listener, after the log line
         await silent.aclose()
-    assert "Relink handshake failed: no handshake within 0.2 s" in caplog.messages
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "session_close"]
+    assert record.getMessage().endswith(" over relink: handshake failed: no handshake within 0.2 s")
+    assert (record.transport, record.reason) == ("relink", "handshake failed: no handshake within 0.2 s")  # type: ignore[attr-defined]
+    assert record.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
 
 
 async def test_send_batch_hands_over_what_the_window_takes(nursery: trio.Nursery) -> None:

@@ -1,4 +1,4 @@
-"""A peer that resets its connection in the middle of a stream is one log line on every bridge.
+"""A peer that resets its connection in the middle of a stream is one log line on every bridge (its session's close).
 
 Each app server (EMP, Relink, the MicroMsg2 broker, Epoxy) serves an endless
 ``ticker``; a client reads it through a proxy, which resets the server's side
@@ -98,10 +98,14 @@ async def test_a_reset_in_the_middle_of_a_stream_is_one_line(
         while server.connections:
             await trio.sleep(0.01)
     records = [record for record in caplog.records if record.name.startswith("rstreams")]
-    [record] = records or [None]  # one line, that says what ended
-    assert record is not None and len(records) == 1, [r.getMessage() for r in records]
-    assert record.levelno == logging.INFO and record.exc_info is None, (record.levelname, record.getMessage())
-    message = record.getMessage()
+    # The session's two lines, as rstreams serve logs its own: it opened,
+    # and one line that says what ended it.
+    events = [getattr(record, "event", None) for record in records]
+    assert events == ["session_open", "session_close"], [r.getMessage() for r in records]
+    for record in records:
+        assert record.levelno == logging.INFO and record.exc_info is None, (record.levelname, record.getMessage())
+        assert record.peer.startswith("127.0.0.1:") and record.transport == bridge  # type: ignore[attr-defined]
+    message = records[1].getMessage()
     assert "group" not in message and "?" not in message, message  # the error itself, and who it was
     assert "Traceback" not in caplog.text
 
@@ -133,3 +137,28 @@ def _client_socket(peer: object) -> socket.socket:
         if isinstance(stream, trio.SocketStream):
             return stream.socket
     raise AssertionError(f"no socket found under {peer!r}")
+
+
+@pytest.mark.parametrize("bridge", sorted(SERVERS))
+async def test_a_connection_that_ends_normally_is_its_session_s_two_lines(
+    bridge: str, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What an operator sees of every bridge's clients, as of rstreams serve's
+    # own: who came, over what, and why they left. (Bridges logged nothing
+    # of a client that came and went normally.)
+    caplog.set_level(logging.INFO)
+    make, url, _ = SERVERS[bridge]
+    server = make(examples.demo.app)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    with trio.fail_after(20):
+        async with rstreams.connect(url.format(port=listener_port(listener))) as peer:
+            assert len(await peer.fetch("range?count=2", 5)) == 2
+        while any(getattr(r, "event", None) == "session_close" for r in caplog.records) is False:
+            await trio.sleep(0.01)
+    records = [r for r in caplog.records if r.name.startswith("rstreams")]
+    assert [getattr(r, "event", None) for r in records] == ["session_open", "session_close"], [r.getMessage() for r in records]
+    opened, closed = records
+    assert opened.peer == closed.peer and opened.peer.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+    assert opened.transport == closed.transport == bridge  # type: ignore[attr-defined]
+    assert closed.reason  # type: ignore[attr-defined]
+    assert closed.getMessage() == f"session closed: {closed.peer} over {bridge}{' (link 1)' if bridge == 'relink' else ''}: {closed.reason}"  # type: ignore[attr-defined]
