@@ -65,18 +65,25 @@ def _reset(stream: trio.SocketStream) -> None:
     stream.socket.close()
 
 
+async def _serve(bridge: str, nursery: trio.Nursery) -> tuple[Any, int, str, str]:
+    # The bridge's app server on a free port: the server, its port, its URL
+    # pattern and the publisher its tests read.
+    make, url, name = SERVERS[bridge]
+    server = make(examples.demo.app)
+    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    return server, listener_port(listener), url, name
+
+
 @pytest.mark.parametrize("bridge", sorted(SERVERS))
 async def test_a_reset_in_the_middle_of_a_stream_is_one_line(
     bridge: str, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    make, url, name = SERVERS[bridge]
-    server = make(examples.demo.app)
-    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    server, port, url, name = await _serve(bridge, nursery)
     upstreams: list[trio.SocketStream] = []
 
     async def proxy(client: trio.SocketStream) -> None:
-        upstream = await trio.open_tcp_stream("127.0.0.1", listener_port(listener))
+        upstream = await trio.open_tcp_stream("127.0.0.1", port)
         upstreams.append(upstream)
         async with trio.open_nursery() as pumps:
             pumps.start_soon(_pump, client, upstream)
@@ -115,11 +122,9 @@ async def test_every_bridge_s_connections_keep_tcp_alive(bridge: str, nursery: t
     # The other way a peer vanishes: without a word (power loss, a
     # partition). MicroMsg2 and Epoxy have no ping, so only the kernel's
     # keepalive probes would ever find it: on, by default, both ends.
-    make, url, name = SERVERS[bridge]
-    server = make(examples.demo.app)
-    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    server, port, url, name = await _serve(bridge, nursery)
     with trio.fail_after(20):
-        async with rstreams.connect(url.format(port=listener_port(listener))) as peer:
+        async with rstreams.connect(url.format(port=port)) as peer:
             async with peer.subscribe(name, prefetch=8) as elements:
                 async for _ in elements:
                     break
@@ -147,11 +152,9 @@ async def test_a_connection_that_ends_normally_is_its_session_s_two_lines(
     # own: who came, over what, and why they left. (Bridges logged nothing
     # of a client that came and went normally.)
     caplog.set_level(logging.INFO)
-    make, url, _ = SERVERS[bridge]
-    server = make(examples.demo.app)
-    [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
+    _, port, url, _ = await _serve(bridge, nursery)
     with trio.fail_after(20):
-        async with rstreams.connect(url.format(port=listener_port(listener))) as peer:
+        async with rstreams.connect(url.format(port=port)) as peer:
             assert len(await peer.fetch("range?count=2", 5)) == 2
         while any(getattr(r, "event", None) == "session_close" for r in caplog.records) is False:
             await trio.sleep(0.01)
