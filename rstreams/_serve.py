@@ -137,7 +137,7 @@ class Server:
         transport = transport_name(stream)
         opened: Session | None = None
         try:
-            if isinstance(stream, trio.SSLStream) and await _speaks_plain(stream, config.handshake_timeout):
+            if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
                 # A tcp:// client at a TLS port: answered in its own terms.
                 self._totals.connection_refused()
                 await _refuse(stream.transport_stream, TLS_PORT_REASON)
@@ -356,11 +356,17 @@ TLS_PORT_REASON = "this port speaks TLS: use tls://"
 _TLS_HANDSHAKE_RECORD = 0x16
 
 
-async def _speaks_plain(stream: trio.SSLStream[Any], timeout: float) -> bool:
-    # Peek (MSG_PEEK: the bytes stay for the TLS handshake) at the client's
-    # first byte before TLS reads it: anything but a TLS handshake record is
-    # a client that does not speak TLS, which would otherwise see the
-    # connection close without a word (OpenSSL sends no alert there).
+async def speaks_plain(stream: trio.SSLStream[Any], timeout: float) -> bool:
+    """Whether the client of a TLS server's ``stream`` speaks something else.
+
+    Peeks (``MSG_PEEK``: the bytes stay for the TLS handshake) at the
+    client's first byte, within ``timeout``, before TLS reads it: anything
+    but a TLS handshake record is a client that does not speak TLS (a
+    ``tcp://`` URL at a ``tls://`` port), which would otherwise see the
+    connection close without a word (OpenSSL sends no alert there). The
+    server may then refuse it in the plain protocol, saying which scheme to
+    use. False when nothing came in time, or for a stream without a socket.
+    """
     transport = stream.transport_stream
     if not isinstance(transport, trio.SocketStream):
         return False

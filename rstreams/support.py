@@ -32,7 +32,7 @@ from ._registry import (
     registered_bridges,
     url_is_secure,
 )
-from ._serve import Listener, listener_address, listener_port, listener_url, with_tls
+from ._serve import Listener, listener_address, listener_port, listener_url, speaks_plain, with_tls
 from ._url import BridgeURL, parse_bridge_url, url_scheme
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "register_bridge",
     "registered_bridges",
     "serve_listeners",
+    "speaks_plain",
     "tcp_socket",
     "unpace_loopback",
     "url_is_secure",

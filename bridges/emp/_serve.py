@@ -40,7 +40,7 @@ class EmpServer(BridgeServer[EmpConnection]):
     """
 
     def __init__(self, handler: EmpHandler, *, config: EmpConfig = DEFAULT_CONFIG, max_connections: int | None = None) -> None:
-        super().__init__(handler, max_connections=max_connections, protocol="EMP")
+        super().__init__(handler, max_connections=max_connections, protocol="EMP", handshake_timeout=config.handshake_timeout)
         self.config = config
 
     def _open(self, stream: trio.abc.Stream) -> AbstractAsyncContextManager[EmpConnection]:

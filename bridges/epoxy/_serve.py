@@ -57,7 +57,7 @@ class EpoxyServer(BridgeServer[EpoxyConnection]):
         accept: AcceptFunction | None = None,
         max_connections: int | None = None,
     ) -> None:
-        super().__init__(handler, max_connections=max_connections, protocol="Epoxy")
+        super().__init__(handler, max_connections=max_connections, protocol="Epoxy", handshake_timeout=settings.handshake_timeout)
         self.settings = settings
         self.accept = accept
 

@@ -28,6 +28,7 @@ from rstreams.support import (
     listener_url,
     peer_address,
     serve_listeners,
+    speaks_plain,
     with_tls,
 )
 
@@ -57,12 +58,19 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         protocol: the protocol's name, for log lines.
         scheme: its URL scheme (default: ``protocol`` in lower case), the
             ``transport`` of its log records (with an ``s`` over TLS).
+        handshake_timeout: how long a client may take to begin (its
+            settings' ``handshake_timeout``). At a TLS listener, a client
+            that begins with something else than TLS (a plain URL) is
+            refused in the plain protocol: "this port speaks TLS: use
+            SCHEMEs://", as ``rstreams serve`` does for ``tcp://``.
 
     Each connection is logged as ``rstreams serve`` logs its own sessions
     (``docs/operating.md``): ``session_open`` once the protocol's handshake
     is done, ``session_close`` with the reason when it ends (the only line
-    of a connection that never got through its handshake), at info, with
-    the fields ``peer``, ``transport`` and ``reason``.
+    of a connection that never got through its handshake), and
+    ``connection_refused`` for one turned away (busy, shutting down, a
+    plain client at a TLS port), at info, with the fields ``peer``,
+    ``transport`` and ``reason``.
     """
 
     def __init__(
@@ -72,6 +80,7 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         max_connections: int | None = None,
         protocol: str = "bridge",
         scheme: str | None = None,
+        handshake_timeout: float = 10.0,
     ) -> None:
         if max_connections is not None:
             check_count("max_connections", max_connections)
@@ -79,6 +88,7 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         self.max_connections = max_connections
         self.protocol = protocol
         self.scheme = scheme or protocol.lower()
+        self.handshake_timeout = handshake_timeout
         self._connections: set[ConnectionT] = set()
         self._active = 0
         self._closing = False
@@ -98,15 +108,26 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """Run the handler over one connected stream; only cancellation escapes."""
+        # (Read now: once the peer is gone, so is its address.)
+        peer = peer_address(stream)
+        transport = self.scheme + ("s" if isinstance(stream, trio.SSLStream) else "")
         if self._closing or (self.max_connections is not None and self._active >= self.max_connections):
-            await self._refuse(stream, "server shutting down" if self._closing else "server busy")
+            await self._refuse_logged(stream, peer, transport, "server shutting down" if self._closing else "server busy")
             return
         # Reserve the slot before the first await, so that connections
         # arriving together cannot all pass the check.
         self._active += 1
-        # (Read now: once the peer is gone, so is its address.)
-        peer = peer_address(stream)
-        transport = self.scheme + ("s" if isinstance(stream, trio.SSLStream) else "")
+        try:
+            if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, self.handshake_timeout):
+                # A plain URL at a TLS port: answered in its own terms.
+                reason = f"this port speaks TLS: use {self.scheme}s://"
+                await self._refuse_logged(stream.transport_stream, peer, transport, reason)
+                return
+            await self._run_handler(stream, peer, transport)
+        finally:
+            self._active -= 1
+
+    async def _run_handler(self, stream: trio.abc.Stream, peer: str, transport: str) -> None:
         reason = "closed"
         try:
             async with self._open(stream) as connection:
@@ -127,9 +148,14 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
             reason = f"the connection's handler failed: {describe_error(first_leaf(failed))}"
             logger.exception("%s connection handler failed", self.protocol)
         finally:
-            self._active -= 1
             fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
             logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
+
+    async def _refuse_logged(self, stream: trio.abc.Stream, peer: str, transport: str, reason: str) -> None:
+        # As rstreams serve logs a refusal (docs/operating.md).
+        fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
+        logger.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
+        await self._refuse(stream, reason)
 
     async def serve_tcp(
         self,

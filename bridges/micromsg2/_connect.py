@@ -124,7 +124,9 @@ class MicroMsg2Server(BridgeServer[MicroMsg2Connection]):
         settings: MicroMsg2Settings = DEFAULT_SETTINGS,
         max_connections: int | None = None,
     ) -> None:
-        super().__init__(handler, max_connections=max_connections, protocol="MicroMsg2", scheme="mm2")
+        super().__init__(
+            handler, max_connections=max_connections, protocol="MicroMsg2", scheme="mm2", handshake_timeout=settings.handshake_timeout
+        )
         self.settings = settings
 
     def _open(self, stream: trio.abc.Stream) -> AbstractAsyncContextManager[MicroMsg2Connection]:
