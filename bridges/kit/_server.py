@@ -138,8 +138,11 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
                     await self.handler(connection)
                 finally:
                     self._connections.discard(connection)
-                    if connection.end_reason is not None:
-                        reason = describe_error(connection.end_reason)
+                    ended = connection.end_reason
+                    if self._closing and (ended is None or getattr(ended, "by_peer", None) is False):
+                        reason = "server shutting down"  # (this side closed it: aclose)
+                    elif ended is not None:
+                        reason = describe_error(ended)
         except* BridgeError as ended:
             # The end of one client (a lost connection, a violation), also
             # when it comes out of the handler's nurseries wrapped in groups.

@@ -276,7 +276,8 @@ class RelinkServer:
             self.registry.remove(link_id)
             self._links.pop(link_id, None)
             self._links_lot.unpark_all()
-            _log_close(peer, f"{transport} (link {link_id})", reasons[0] if reasons else "the link was shut down")
+            ended = "server shutting down" if self.closing.is_set() else "the link was shut down"
+            _log_close(peer, f"{transport} (link {link_id})", reasons[0] if reasons else ended)
 
     async def _expire(self, handle: RelinkLink, scope: trio.CancelScope, reasons: list[str]) -> None:
         while True:

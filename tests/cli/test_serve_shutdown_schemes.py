@@ -29,7 +29,7 @@ EXPECTED = {
 
 
 def test_every_streaming_scheme_sees_the_server_leave(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    args = ["serve", "examples.demo:app"]
+    args = ["serve", "examples.demo:app", "--log-level", "info"]
     for option in LISTENERS.values():
         args += [option, "127.0.0.1:0"]
     subscribers: dict[str, subprocess.Popen[bytes]] = {}
@@ -55,6 +55,10 @@ def test_every_streaming_scheme_sees_the_server_leave(tmp_path) -> None:  # type
             assert subscriber.stderr is not None
             message = subscriber.stderr.read().decode().strip()
             assert (scheme, status, message) == (scheme, 3, EXPECTED[scheme])
+        # The server's side says the same, one session_close a client.
+        log = (tmp_path / "serve.log").read_text()
+        for transport in ("tcp", "ws", "relink (link 1)", "mm2"):
+            assert re.search(rf"session closed: 127\.0\.0\.1:\d+ over {re.escape(transport)}: server shutting down", log), log
     finally:
         for subscriber in subscribers.values():
             stop(subscriber)
