@@ -276,8 +276,8 @@ class RelinkServer:
             self.registry.remove(link_id)
             self._links.pop(link_id, None)
             self._links_lot.unpark_all()
-            ended = "server shutting down" if self.closing.is_set() else "the link was shut down"
-            _log_close(peer, f"{transport} (link {link_id})", reasons[0] if reasons else ended)
+            normal_end = "server shutting down" if self.closing.is_set() else "the link was shut down"
+            _log_close(peer, f"{transport} (link {link_id})", reasons[0] if reasons else normal_end)
 
     async def _expire(self, handle: RelinkLink, scope: trio.CancelScope, reasons: list[str]) -> None:
         while True:
