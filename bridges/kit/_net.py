@@ -59,7 +59,9 @@ async def start_connection(connection: BridgeConnection, nursery: trio.Nursery) 
             await connection.aclose()
         raise
     interval = connection.config.keepalive_interval
-    if interval is not None and connection._nursery is not None:
+    # (Not for a connection that ended in the very read that finished its
+    # handshake: its tasks are gone, and so is their nursery.)
+    if interval is not None and connection._nursery is not None and connection._end is None:
         connection._nursery.start_soon(connection._keepalive, interval)
 
 
