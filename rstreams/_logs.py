@@ -40,7 +40,18 @@ import time
 
 import trio
 
-__all__ = ["logger", "JsonFormatter", "innermost_stream", "tcp_socket", "peer_address", "transport_name", "RECORD_FIELDS"]
+__all__ = [
+    "logger",
+    "JsonFormatter",
+    "innermost_stream",
+    "tcp_socket",
+    "peer_address",
+    "transport_name",
+    "RECORD_FIELDS",
+    "log_session_open",
+    "log_session_close",
+    "log_connection_refused",
+]
 
 logger = logging.getLogger("rstreams")
 
@@ -74,6 +85,29 @@ def tcp_socket(stream: object) -> trio.socket.SocketType | None:
     except OSError:
         return None
     return sock
+
+
+def log_session_open(peer: str, transport: str, *, log: logging.Logger = logger, detail: str = "") -> None:
+    """``session_open`` (info): ``session open: PEER over TRANSPORT[ DETAIL]``.
+
+    The one wording of the session lines, for ``rstreams serve`` and every
+    bridge's server alike (``log``: the logger to write to; ``detail``: more
+    to say of the session, ``(link 3)``, after the transport).
+    """
+    fields = {"event": "session_open", "peer": peer, "transport": transport}
+    log.info("session open: %s over %s%s", peer, transport, f" {detail}" if detail else "", extra=fields)
+
+
+def log_session_close(peer: str, transport: str, reason: str, *, log: logging.Logger = logger, detail: str = "") -> None:
+    """``session_close`` (info): ``session closed: PEER over TRANSPORT[ DETAIL]: REASON``."""
+    fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
+    log.info("session closed: %s over %s%s: %s", peer, transport, f" {detail}" if detail else "", reason, extra=fields)
+
+
+def log_connection_refused(peer: str, transport: str, reason: str, *, log: logging.Logger = logger) -> None:
+    """``connection_refused`` (info): ``connection refused: PEER over TRANSPORT: REASON``."""
+    fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
+    log.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
 
 
 def peer_address(stream: object) -> str:

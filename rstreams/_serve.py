@@ -27,7 +27,7 @@ from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
 from ._endpoints import operator_endpoints
-from ._logs import peer_address, transport_name
+from ._logs import log_connection_refused, log_session_close, log_session_open, peer_address, transport_name
 from ._stats import ServerTotals, StatisticsSource, server_statistics
 from ._stats_publisher import STATS_PUBLISHER, ServerRoutes, stats_route
 from ._publish import Router
@@ -148,15 +148,12 @@ class Server:
                 self._described[session] = (transport, time.monotonic())
                 self._totals.session_opened(transport)
                 peer = session.peer_address
-                fields = {"event": "session_open", "peer": peer, "transport": transport}
-                logger.info("session open: %s over %s", peer, transport, extra=fields)
+                log_session_open(peer, transport)
                 try:
                     await session.wait_closed()
                 finally:
                     self._sessions.discard(session)
-                    reason = session.close_reason or "session cancelled"
-                    fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
-                    logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
+                    log_session_close(peer, transport, session.close_reason or "session cancelled")
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
@@ -381,9 +378,7 @@ async def speaks_plain(stream: trio.SSLStream[Any], timeout: float) -> bool:
 
 async def _refuse(stream: trio.abc.Stream, reason: str) -> None:
     # Say hello and goodbye (the protocol's way to refuse), then close.
-    peer, transport = peer_address(stream), transport_name(stream)
-    fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
-    logger.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
+    log_connection_refused(peer_address(stream), transport_name(stream), reason)
     connection = Connection()
     connection.send_goodbye(reason)
     with trio.move_on_after(1):

@@ -26,6 +26,9 @@ from rstreams.support import (
     describe_error,
     first_leaf,
     listener_url,
+    log_connection_refused,
+    log_session_close,
+    log_session_open,
     peer_address,
     serve_listeners,
     speaks_plain,
@@ -132,8 +135,7 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         try:
             async with self._open(stream) as connection:
                 self._connections.add(connection)
-                fields = {"event": "session_open", "peer": peer, "transport": transport}
-                logger.info("session open: %s over %s", peer, transport, extra=fields)
+                log_session_open(peer, transport, log=logger)
                 try:
                     await self.handler(connection)
                 finally:
@@ -151,13 +153,10 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
             reason = f"the connection's handler failed: {describe_error(first_leaf(failed))}"
             logger.exception("%s connection handler failed", self.protocol)
         finally:
-            fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
-            logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
+            log_session_close(peer, transport, reason, log=logger)
 
     async def _refuse_logged(self, stream: trio.abc.Stream, peer: str, transport: str, reason: str) -> None:
-        # As rstreams serve logs a refusal (docs/operating.md).
-        fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
-        logger.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
+        log_connection_refused(peer, transport, reason, log=logger)
         await self._refuse(stream, reason)
 
     async def serve_tcp(

@@ -36,7 +36,7 @@ from typing import NoReturn
 
 import trio
 
-from rstreams.support import Listener, describe_error, first_leaf, peer_address, serve_listeners, with_tls
+from rstreams.support import Listener, describe_error, first_leaf, log_session_close, log_session_open, peer_address, serve_listeners, with_tls
 
 from ..kit import check_count, open_connection
 from ._connection import Connection
@@ -207,12 +207,12 @@ class RelinkServer:
             except (RelinkError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # (No handshake within the timeout: as the other bridges say it; the error itself says nothing.)
                 why = f"no handshake within {self.settings.handshake_timeout:g} s" if isinstance(exc, trio.TooSlowError) else describe_error(exc)
-                _log_close(peer, transport, f"handshake failed: {why}")
+                log_session_close(peer, transport, f"handshake failed: {why}", log=logger)
                 await trio.aclose_forcefully(stream)
                 return
             config = self._config_for(opening.request)
             if config is None:
-                _log_close(peer, transport, f"connector rejected: {opening.request!r}")
+                log_session_close(peer, transport, f"connector rejected: {opening.request!r}", log=logger)
                 await trio.aclose_forcefully(stream)
                 return
             machine = Connection(
@@ -254,8 +254,7 @@ class RelinkServer:
         # its connections): session_open now, session_close when it ends.
         assert handle.state is not None
         link_id = handle.state.link_id
-        fields = {"event": "session_open", "peer": peer, "transport": transport}
-        logger.info("session open: %s over %s (link %d)", peer, transport, link_id, extra=fields)
+        log_session_open(peer, transport, log=logger, detail=f"(link {link_id})")
         reasons: list[str] = []  # (the first says why it ended)
         try:
             async with trio.open_nursery() as nursery:
@@ -277,7 +276,7 @@ class RelinkServer:
             self._links.pop(link_id, None)
             self._links_lot.unpark_all()
             normal_end = "server shutting down" if self.closing.is_set() else "the link was shut down"
-            _log_close(peer, f"{transport} (link {link_id})", reasons[0] if reasons else normal_end)
+            log_session_close(peer, transport, reasons[0] if reasons else normal_end, log=logger, detail=f"(link {link_id})")
 
     async def _expire(self, handle: RelinkLink, scope: trio.CancelScope, reasons: list[str]) -> None:
         while True:
@@ -358,9 +357,3 @@ async def serve_relink(
     """
     server = RelinkServer(handler, endpoints, settings=settings, max_connections=max_connections)
     await server.serve_tcp(host, port, ssl_context, handler_nursery=handler_nursery, task_status=task_status)
-
-
-def _log_close(peer: str, transport: str, reason: str) -> None:
-    # As rstreams serve logs its sessions' ends (docs/operating.md).
-    fields = {"event": "session_close", "peer": peer, "transport": transport.split(" ")[0], "reason": reason}
-    logger.info("session closed: %s over %s: %s", peer, transport, reason, extra=fields)
