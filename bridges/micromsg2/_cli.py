@@ -38,6 +38,7 @@ from rstreams.cli import (
 )
 
 from ..kit import open_tcp_stream
+from ._client import confirm_sends
 from ._codec import DEFAULT_LIMITS
 from ._connect import open_micromsg2_stream
 from ._errors import (
@@ -58,7 +59,6 @@ from ._filters import parse_filter
 from ._properties import FilterValue, Properties, UnixTime, decode_properties
 from ._settings import MicroMsg2Settings
 from ._state import Role
-from ._trio import MicroMsg2Connection
 
 # Reached through BRIDGE only (bridges.micromsg2._bridge), so that importing
 # bridges.micromsg2 never imports the command line; not re-exported.
@@ -249,23 +249,8 @@ async def _send(args: argparse.Namespace) -> int:
     stream = await _connect(args)
     async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as mm2:
         await mm2.send_messages(args.destination, [(os.fsencode(payload), properties) for payload in args.payloads])
-        await mm2.wait_acknowledged()
-        await _raise_if_refused(mm2, args.destination)
+        await confirm_sends(mm2, args.destination)
     return EXIT_OK
-
-
-async def _raise_if_refused(mm2: MicroMsg2Connection, destination: str) -> None:
-    # Without acks nothing confirms the messages: give a broker that refuses
-    # them the chance to say so before we close.
-    if mm2.window is None:
-        with trio.move_on_after(0.2):
-            await mm2.wait_ended()
-    reason = mm2.end_reason
-    if reason is not None and not isinstance(reason, MicroMsg2Closed):
-        raise reason
-    refused = mm2.refused(destination)  # (a broker of ours says so before the ack)
-    if refused is not None:
-        raise refused
 
 
 def error_status(exc: BaseException) -> tuple[int, str] | None:

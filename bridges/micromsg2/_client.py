@@ -51,7 +51,7 @@ from ._settings import DEFAULT_SETTINGS, MicroMsg2Settings
 from ._state import Role
 from ._trio import MicroMsg2Connection
 
-__all__ = ["PUBLISH_WINDOW", "MicroMsg2Peer", "connect_mm2_url", "publish_mm2_url", "stream_error"]
+__all__ = ["PUBLISH_WINDOW", "MicroMsg2Peer", "confirm_sends", "connect_mm2_url", "publish_mm2_url", "stream_error"]
 
 #: The batch-ack window :func:`publish_mm2_url` suggests when the URL has
 #: none: SENDs in flight to the broker and not yet in their topic (the
@@ -231,16 +231,31 @@ async def publish_mm2_url(
                 raise refused  # (the broker dropped the ones before: say so now)
             await connection.send_message(topic, element)  # waits for the window: the topic's pace
             published += 1
-        await connection.wait_acknowledged()
-        if connection.window is None:
-            # Without acks nothing confirms the SENDs: give a broker that
-            # refuses them the chance to say so before we close.
-            with trio.move_on_after(UNACKNOWLEDGED_GRACE):
-                await connection.wait_ended()
-        reason = connection.end_reason
-        if reason is not None and not isinstance(reason, MicroMsg2Closed):
-            raise reason
-        refused = connection.refused(topic)  # (said before the ack of the SEND it is about)
-        if refused is not None:
-            raise refused
+        await confirm_sends(connection, topic)
     return published
+
+
+async def confirm_sends(connection: MicroMsg2Connection, destination: str) -> None:
+    """Return once every SEND to ``destination`` was taken; raise if the broker said otherwise.
+
+    What ``publish_mm2_url`` and ``rstreams mm2 send`` end with: every SEND
+    acknowledged (without acks nothing confirms them, so a broker that
+    refuses them gets :data:`UNACKNOWLEDGED_GRACE` to say so before we
+    close).
+
+    Raises:
+        SendRefused: the broker dropped what was sent to ``destination``
+            (a broker of ours says so before the ack of the SEND).
+        MicroMsg2Error: the broker sent an ERROR, or the connection ended
+            otherwise than closed.
+    """
+    await connection.wait_acknowledged()
+    if connection.window is None:
+        with trio.move_on_after(UNACKNOWLEDGED_GRACE):
+            await connection.wait_ended()
+    reason = connection.end_reason
+    if reason is not None and not isinstance(reason, MicroMsg2Closed):
+        raise reason
+    refused = connection.refused(destination)
+    if refused is not None:
+        raise refused

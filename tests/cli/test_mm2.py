@@ -172,6 +172,14 @@ def test_a_send_without_properties_reaches_a_tcp_subscriber_as_sent(broker: Mm2S
     assert result.stdout == b"plain bytes\n"
 
 
+@pytest.mark.parametrize("window", [[], ["--window", "1"]])
+def test_mm2_send_to_something_that_is_not_a_topic_exits_1(broker: Mm2Serve, window: list[str]) -> None:
+    # (It exited 0: the broker acked the SENDs and dropped them.)
+    result = rstreams("mm2", "send", broker.address, "nothing-here", "x", "y", *window)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(b"rstreams: the broker dropped what was sent to 'nothing-here': no such publisher"), result.stderr
+
+
 def test_mm2_sub_reports_a_failing_stream(broker: Mm2Serve) -> None:
     result = rstreams("mm2", "sub", broker.address, "fail?after=1", "--format", "hex")
     assert result.returncode == 1
