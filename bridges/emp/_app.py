@@ -167,13 +167,11 @@ class EmpAppServer(EmpServer):
         async with open_app_session(self.app, max_connection_memory=connection.budget.limit) as session:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_drop_data, connection)
+                # The peer's error, a violation (already answered with
+                # error), a lost connection: the end of one client, which the
+                # kit's server reports in its session_close line.
                 try:
                     await answer_requests(connection, respond_to, RequestSlots(self.max_concurrency))
-                except EmpError:
-                    # The peer's error, a violation (already answered with
-                    # error), a lost connection: the end of one client, which
-                    # the kit's session_close line reports (its end_reason).
-                    pass
                 finally:
                     nursery.cancel_scope.cancel()
 

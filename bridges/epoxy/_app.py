@@ -53,7 +53,6 @@ from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publi
 
 from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, TopicRefused, collect_elements, open_app_session
 from . import bond
-from ._errors import EpoxyError
 from ._serve import EpoxyServer
 from ._service import DEFAULT_MAX_CONCURRENCY, ServiceError, event, hold_for_response, method, serve_services, service
 from ._settings import DEFAULT_SETTINGS, AcceptFunction, EpoxySettings
@@ -220,13 +219,11 @@ class EpoxyAppServer(EpoxyServer):
                     nursery=nursery,
                     budget=connection.budget,
                 )
+                # The peer's Error frame, a violation (already answered with
+                # one), a lost connection: the end of one client, which the
+                # kit's server reports in its session_close line.
                 try:
                     await serve_services(connection, [publishers], max_concurrency=self.max_concurrency)
-                except EpoxyError:
-                    # The peer's Error frame, a violation (already answered
-                    # with one), a lost connection: the end of one client,
-                    # which the kit's session_close line reports.
-                    pass
                 finally:
                     await publishers.aclose()
 
