@@ -27,7 +27,12 @@ from rstreams.support import caller_sees_its_own_exception
 
 from ..kit import open_tcp_stream, start_connection
 from ._connection import Connection
-from ._errors import LinkLostError, RelinkError, UnsupportedVersionError
+from ._errors import (
+    LinkLostError,
+    RelinkError,
+    RemoteProtocolError,
+    UnsupportedVersionError,
+)
 from ._handshake import LinkConfig
 from ._link import Role
 from ._link_errors import RelinkConnectionLost
@@ -47,6 +52,25 @@ DEFAULT_ENDPOINT = "rstreams"
 # until reconnect_timeout (a listener that now refuses for good refuses
 # every attempt, and the link still ends).
 _PERMANENT = (UnsupportedVersionError, LinkLostError)
+
+# Connections in a row that the listener broke before it sent a message on
+# them, before the link ends with that error. One such connection may be a fluke
+# (a link is resumed after a violation, as Go does); a "listener" that does
+# it every time is not speaking Relink (another protocol's port, whose
+# greeting happened to pass for a handshake), and reconnecting to it at
+# once, forever, would be a hang for the user and a hammering for it.
+MAX_BROKEN_CONNECTIONS = 3
+
+
+def _broke_at_once(connection: RelinkConnection | None) -> RemoteProtocolError | None:
+    """The listener's protocol error if ``connection`` ended in one before
+    the listener sent a message on it (acks, pings or nothing at all)."""
+    if connection is None:
+        return None
+    reason = connection.end_reason
+    if isinstance(reason, RemoteProtocolError) and not connection.machine.statistics().messages_received:
+        return reason
+    return None
 
 
 class _Connector:
@@ -93,6 +117,8 @@ class _Connector:
 
     async def maintain(self, nursery: trio.Nursery) -> None:
         handle, settings = self.handle, self.handle.settings
+        broken = 0  # connections in a row the listener broke at once
+        delay = settings.reconnect_delay
         while True:
             await handle.wait_disconnected()
             if handle.ended:
@@ -101,9 +127,25 @@ class _Connector:
             if isinstance(reason, _PERMANENT):
                 handle._fail(reason)
                 return
+            violation = _broke_at_once(self.last)
+            if violation is None:
+                broken = 0
+                delay = settings.reconnect_delay
+            else:
+                broken += 1
+                if broken >= MAX_BROKEN_CONNECTIONS:
+                    error = RemoteProtocolError(
+                        f"on {broken} connections in a row, before any message: {violation}"
+                        f" (is {self.host}:{self.port} a Relink listener?)"
+                    )
+                    error.__cause__ = violation
+                    handle._fail(error)
+                    return
+                # No reconnect at once: the backoff goes on growing.
+                await trio.sleep(delay)
+                delay = min(delay * 2, settings.reconnect_max_delay)
             timeout = settings.reconnect_timeout
             deadline = math.inf if timeout is None else trio.current_time() + timeout
-            delay = settings.reconnect_delay
             last_error: BaseException | None = reason
             while not handle.ended:
                 with trio.move_on_at(deadline):
