@@ -194,6 +194,52 @@ def describe_error(error: BaseException) -> str:
     return f"{text}; {hint}" if hint is not None and hint not in text else text
 
 
+def connection_lost_reason(error: BaseException, doing: str = "") -> str:
+    """Why a transport ended under us, in words: ``connection lost while
+    DOING: ...``, or ``TLS handshake failed: ...`` when the error is one
+    that only a TLS handshake raises (the certificate did not verify, the
+    peer does not speak TLS, or it answered the handshake with an alert).
+
+    trio's TLS streams handshake on their first read or write, so a bad
+    certificate reaches the reader as a broken connection; a user is better
+    told that the connection never came up than that it was lost.
+    """
+    detail = describe_error(error)
+    if _failed_tls_handshake(error):
+        return f"TLS handshake failed: {detail}"
+    return f"connection lost while {doing}: {detail}" if doing else f"connection lost: {detail}"
+
+
+# OpenSSL's alerts a peer sends to refuse a handshake (our certificate, or
+# the lack of one, or what we offered).
+_HANDSHAKE_ALERTS = frozenset(
+    {
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "TLSV1_ALERT_PROTOCOL_VERSION",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+    }
+)
+
+
+def _failed_tls_handshake(error: BaseException) -> bool:
+    import ssl
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return True
+        if isinstance(current, ssl.SSLError):
+            reason = getattr(current, "reason", None)
+            return reason in _NOT_TLS_REASONS or reason in _HANDSHAKE_ALERTS
+        current = current.__cause__ or current.__context__
+    return False
+
+
 # OpenSSL's reasons when a TLS client reads something that is not TLS: the
 # port speaks plain rstreams (or HTTP, or anything else).
 _NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"})

@@ -50,7 +50,7 @@ from ._codecs import CodecLike, resolve_codec
 from ._config import DEFAULT_CONFIG, STREAM_MEMORY_COST, SessionConfig
 from ._direct_socket import direct_socket, written_through
 from ._errors import (
-    describe_error,
+    connection_lost_reason,
     HandshakeTimeout,
     NotRetained,
     PublisherError,
@@ -707,7 +707,7 @@ class Session(Peer):
             # stays silent.
             with trio.move_on_after(_WRITE_ERROR_GRACE):
                 await self._reader_done.wait()
-            self._request_close(_CloseKind.LOST, f"connection lost while writing: {describe_error(exc)}", exc)
+            self._request_close(_CloseKind.LOST, connection_lost_reason(exc, "writing"), exc)
         finally:
             self._writer_held = 0
             self._writer_done.set()
@@ -740,7 +740,7 @@ class Session(Peer):
                     pass
         except _TRANSPORT_ERRORS as exc:
             if self._close_kind is None:
-                self._request_close(_CloseKind.LOST, f"connection lost: {describe_error(exc)}", exc)
+                self._request_close(_CloseKind.LOST, connection_lost_reason(exc), exc)
         except RemoteProtocolError as exc:
             # Raised by a transport that frames the protocol itself (WebSocket:
             # a text message); the close sequence queues the goodbye.

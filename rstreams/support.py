@@ -11,7 +11,7 @@ modules.
 """
 
 from ._accept import serve_listeners
-from ._errors import describe_error
+from ._errors import connection_lost_reason, describe_error
 from ._groups import caller_sees_its_own_exception, first_leaf
 from ._logs import log_connection_refused, log_session_close, log_session_open, peer_address, tcp_socket
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control, unpace_loopback
@@ -56,6 +56,7 @@ __all__ = [
     "caller_sees_its_own_exception",
     "first_leaf",
     "check_congestion_control",
+    "connection_lost_reason",
     "describe_error",
     "find_scheme",
     "known_schemes",

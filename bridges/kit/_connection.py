@@ -97,7 +97,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from rstreams.protocol import RemoteProtocolError
-from rstreams.support import describe_error, unpace_loopback
+from rstreams.support import connection_lost_reason, unpace_loopback
 
 from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
@@ -481,7 +481,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     self._reader_lot.unpark_all()
                     with trio.move_on_after(self.config.close_timeout):
                         await self._ended.wait()
-                    self._finish(self._lost(f"connection lost while writing: {describe_error(exc)}"))
+                    self._finish(self._lost(connection_lost_reason(exc, "writing")))
                     return
                 self._written += len(data)
                 self.budget.give_back(len(data))
@@ -607,7 +607,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # trio's error often says nothing itself ("BrokenResourceError()")
                 # while its cause does (a certificate that failed to verify).
-                self._finish(self._lost(f"connection lost while reading: {describe_error(exc)}"))
+                self._finish(self._lost(connection_lost_reason(exc, "reading")))
                 return
             self._bytes_in += len(data)
             self._last_input = trio.current_time()

@@ -170,7 +170,11 @@ def session_closed(exc: SessionClosed, *, progress: str = "") -> int:
 
     tail = f" ({progress})" if progress else ""
     if isinstance(exc, SessionBroken):
-        return report(f"connection lost: {with_cause(exc.reason, exc)}{tail}", EXIT_CONNECTION)
+        reason = with_cause(exc.reason, exc)
+        if reason.startswith("TLS handshake failed"):
+            # (as every bridge says it: never "lost", it never came up)
+            return report(f"{reason}{tail}", EXIT_CONNECTION)
+        return report(f"connection lost: {reason}{tail}", EXIT_CONNECTION)
     if isinstance(exc, HandshakeTimeout):
         return report(f"cannot connect: the server sent no hello ({exc.reason}){tail}", EXIT_CONNECTION)
     if exc.by_peer:

@@ -162,7 +162,7 @@ def test_tls_listeners(tmp_path: Path) -> None:
         assert trusted.stdout == b"0000000000000000\n0000000000000001\n"
         untrusted = rstreams("sub", server.url, "range?count=2")
         assert untrusted.returncode == 4
-        assert b"rstreams: connection lost: [SSL: CERTIFICATE_VERIFY_FAILED]" in untrusted.stderr
+        assert b"rstreams: TLS handshake failed: [SSL: CERTIFICATE_VERIFY_FAILED]" in untrusted.stderr
         plain = rstreams("sub", server.url.replace("tls://", "tcp://"), "range?count=2")
         assert plain.returncode != 0
 
