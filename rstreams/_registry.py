@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import ssl
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -44,12 +44,14 @@ __all__ = [
     "Bridge",
     "BridgeService",
     "PublishFunction",
+    "ReadyElements",
     "ServeContext",
     "UnsupportedScheme",
     "registered_bridges",
     "register_bridge",
     "find_scheme",
     "known_schemes",
+    "take_ready",
     "url_is_secure",
 ]
 
@@ -120,6 +122,35 @@ class ServeContext:
 
 
 ConnectFunction = Callable[..., AbstractAsyncContextManager[Peer]]
+
+
+class ReadyElements(Protocol):
+    """Elements to publish that can also hand over, without waiting, those they hold now.
+
+    What ``rstreams pub`` hands a bridge's publish (the lines already read
+    from its input): a bridge that awaited one element may then take the
+    ones ready after it (:func:`take_ready`) and send them in one write, so
+    that its peer reads them in one read and acknowledges them once.
+    """
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    def take_ready(self, max_count: int) -> list[bytes]:
+        """At most ``max_count`` more elements, those ready now; never waits.
+
+        Each counts as handed out, as one from the iterator does.
+        """
+        ...
+
+
+def take_ready(elements: AsyncIterable[bytes], max_count: int) -> list[bytes]:
+    """The elements ``elements`` has ready now, at most ``max_count``: none
+    unless it is :class:`ReadyElements` (any other async iterable only says
+    what it has by being awaited)."""
+    if max_count <= 0:
+        return []
+    take = getattr(elements, "take_ready", None)
+    return take(max_count) if take is not None else []
 
 
 class PublishFunction(Protocol):

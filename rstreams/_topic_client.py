@@ -35,6 +35,7 @@ async def publish_to_topic(
     codec: CodecLike = None,
     source: str | None = None,
     producer: str | None = None,
+    batches: bool = False,
 ) -> int:
     """Publish ``values`` into the peer's topic ``topic``; return how many.
 
@@ -53,8 +54,14 @@ async def publish_to_topic(
     The values must then be the same, in the same order, on every attempt.
     The return value counts the elements sent, duplicates included.
 
+    With ``batches``, ``values`` is an async iterable of lists of values
+    (a source that gets them in bursts: a network read, a poll), and each
+    list goes as one batch as soon as it comes, instead of a value at a
+    time.
+
     Raises:
-        ValueError: the session has no app to serve the source from.
+        ValueError: the session has no app to serve the source from, or
+            ``batches`` with a synchronous iterable.
         PublisherError: the topic refused (closed, or unknown).
 
     Cancellation cancels the source; elements already accepted stay published.
@@ -62,6 +69,8 @@ async def publish_to_topic(
     app = session.app
     if app is None:
         raise ValueError("publish_to_topic needs a session opened with app=rstreams.Router()")
+    if batches and not isinstance(values, AsyncIterable):
+        raise ValueError("batches=True needs an async iterable of lists of values")
     encoder = resolve_codec(codec)
     source = source or f"rstreams-topic-source-{next(_source_numbers)}"
     count = 0
@@ -86,8 +95,14 @@ async def publish_to_topic(
             batch = []
 
         if isinstance(values, AsyncIterable):
-            # A live source (a sensor): send each value as it comes, so
-            # nothing waits in a batch for the next reading.
+            # A live source (a sensor): send each value (or list) as it
+            # comes, so nothing waits in a batch for the next reading.
+            if batches:
+                async for values_now in values:
+                    batch = [element(value) for value in values_now]
+                    if batch:
+                        await flush()
+                return
             async for value in values:
                 batch.append(element(value))
                 await flush()

@@ -23,6 +23,7 @@ from ._registry import (
     Bridge,
     BridgeService,
     PublishFunction,
+    ReadyElements,
     ServeContext,
     Scheme,
     UnsupportedScheme,
@@ -30,6 +31,7 @@ from ._registry import (
     known_schemes,
     register_bridge,
     registered_bridges,
+    take_ready,
     url_is_secure,
 )
 from ._serve import Listener, listener_address, listener_port, listener_url, speaks_plain, with_tls
@@ -39,6 +41,7 @@ __all__ = [
     "Bridge",
     "BridgeService",
     "PublishFunction",
+    "ReadyElements",
     "BridgeURL",
     "DEFAULT_LOOPBACK_CONGESTION_CONTROL",
     "DEFAULT_MEMORY_BUFFER",
@@ -73,6 +76,7 @@ __all__ = [
     "registered_bridges",
     "serve_listeners",
     "speaks_plain",
+    "take_ready",
     "tcp_socket",
     "unpace_loopback",
     "url_is_secure",

@@ -73,7 +73,7 @@ class _Feed:
     # the stream ended if the app refused it.
     __slots__ = ("send", "refusal")
 
-    def __init__(self, send: trio.MemorySendChannel[bytes]) -> None:
+    def __init__(self, send: trio.MemorySendChannel[list[bytes]]) -> None:
         self.send = send
         self.refusal: str | None = None
 
@@ -107,27 +107,41 @@ class TopicPublisher:
 
         Cancellation: the value may or may not have been taken. Always checkpoints.
         """
+        await self.publish_many(topic, [value])
+
+    async def publish_many(self, topic: str, values: list[bytes]) -> None:
+        """Hand ``values`` to ``topic``'s stream as one batch; return once it was taken.
+
+        What a bridge that read many values for one topic at once (a read
+        of many SENDs) uses: the stream takes them in one step, instead of
+        a step each. The list is the stream's from then on.
+
+        Raises:
+            TopicRefused: none of them was taken (logged already).
+
+        Cancellation: the values may or may not have been taken. Always checkpoints.
+        """
         if not topic or "?" in topic:
             await trio.lowlevel.checkpoint()
-            logger.warning("%s: dropped a value for %r: not a topic name", self.protocol, topic)
+            logger.warning("%s: dropped %s for %r: not a topic name", self.protocol, _values(len(values)), topic)
             raise TopicRefused(topic, "not a topic name")
         feed = self._feeds.get(topic)
         if feed is None:
-            send, values = trio.open_memory_channel[bytes](0)
+            send, batches = trio.open_memory_channel[list[bytes]](0)
             feed = self._feeds[topic] = _Feed(send)
-            self._nursery.start_soon(self._publish, topic, feed, values)
+            self._nursery.start_soon(self._publish, topic, feed, batches)
         try:
-            await feed.send.send(value)
+            await feed.send.send(values)
         except trio.BrokenResourceError:
             # The stream into the topic ended, and said why.
             raise TopicRefused(topic, feed.refusal or "the topic's stream ended") from None
         except trio.ClosedResourceError:
             raise TopicRefused(topic, "the bridge is closing") from None
 
-    async def _publish(self, topic: str, feed: _Feed, values: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _publish(self, topic: str, feed: _Feed, batches: trio.MemoryReceiveChannel[list[bytes]]) -> None:
         try:
-            with values:
-                await publish_to_topic(self.session, topic, values)
+            with batches:
+                await publish_to_topic(self.session, topic, batches, batches=True)
         except SubscriptionError as exc:
             feed.refusal = str(exc)
             logger.warning("%s: dropped values for topic %r: %s", self.protocol, topic, exc)
@@ -139,3 +153,7 @@ class TopicPublisher:
         """End the publishing streams; they finish once what they took is in the topics."""
         for feed in list(self._feeds.values()):
             await feed.send.aclose()
+
+
+def _values(count: int) -> str:
+    return "a value" if count == 1 else f"{count} values"

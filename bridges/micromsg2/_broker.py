@@ -72,6 +72,9 @@ BROKER_WINDOW = 64
 BROKER_SETTINGS = MicroMsg2Settings(
     identity="rstreams", optional=(ExtensionSpec.batch_ack(BROKER_WINDOW), ExtensionSpec(name=PUBSUB))
 )
+#: SENDs taken into the topics, and acknowledged, in one step at most
+#: (those one read brought: they are read, and counted, already).
+MAX_SENDS_AT_ONCE = 256
 #: Elements asked of a publisher at a time when no ack extension is used.
 PUSH_BATCH = 16
 #: Subscriptions one connection may hold open at once; one more is refused
@@ -111,22 +114,34 @@ async def serve_broker(
 
 
 async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublisher) -> None:
-    # Each SEND into its topic; acknowledged once the topic's stream took it.
+    # The SENDs into their topics; acknowledged once the topics took them.
+    # What one read brought goes in one step: each run of SENDs to one
+    # destination is one batch into its topic, and the lot is acknowledged
+    # with one ack (a client that writes SENDs one at a time gets an ack
+    # each, as before).
     while True:
         try:
-            message = await connection.receive_send()
+            messages = await connection.receive_sends(MAX_SENDS_AT_ONCE)
         except (trio.EndOfChannel, MicroMsg2Error):
             return  # the client left (or the connection failed: obey_commands raises why)
-        try:
-            await publisher.publish(message.destination, wrap(message.properties, message.payload))
-        except TopicRefused as exc:
-            # Dropped (and logged): the client is told (ERROR ...,for=send);
-            # the ack still comes, as the window.
+        start = 0
+        while start < len(messages):
+            destination = messages[start].destination
+            end = start + 1
+            while end < len(messages) and messages[end].destination == destination:
+                end += 1
+            values = [wrap(message.properties, message.payload) for message in messages[start:end]]
+            start = end
             try:
-                await connection.refuse_sends(message.destination, exc.reason)
-            except MicroMsg2Error:
-                return  # the connection ended: obey_commands raises why
-        connection.acknowledge(1)
+                await publisher.publish_many(destination, values)
+            except TopicRefused as exc:
+                # Dropped (and logged): the client is told (ERROR ...,for=send);
+                # the ack still comes, as the window.
+                try:
+                    await connection.refuse_sends(destination, exc.reason)
+                except MicroMsg2Error:
+                    return  # the connection ended: obey_commands raises why
+        connection.acknowledge(len(messages))
 
 
 class _Broker:

@@ -40,10 +40,10 @@ from dataclasses import replace
 import trio
 
 from rstreams import PublisherError, UnknownPublisher
-from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url
+from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url, take_ready
 
 from ..kit import BridgePeer, open_bridge_peer, open_tcp_stream, start_connection
-from ._broker import UNKNOWN_PUBLISHER
+from ._broker import MAX_SENDS_AT_ONCE, UNKNOWN_PUBLISHER
 from ._connect import open_micromsg2_stream
 from ._errors import MicroMsg2Closed, StreamError
 from ._extensions import MAX_WINDOW, PUBSUB, ExtensionSpec
@@ -205,7 +205,11 @@ async def publish_mm2_url(
     :data:`PUBLISH_WINDOW`); the broker acknowledges a SEND once the topic
     took it, so at most W elements are sent and not yet in the topic, and
     the next element is pulled from ``elements`` only when the window has
-    room. Returns once every SEND was acknowledged. Without acks (a broker
+    room. When ``elements`` is :class:`rstreams.support.ReadyElements` (the
+    lines ``rstreams pub`` has read already), those ready after each one go
+    with it in one write, as many as the window has room for, and the
+    broker takes them into the topic, and acknowledges them, together.
+    Returns once every SEND was acknowledged. Without acks (a broker
     that refuses the extension) nothing confirms the SENDs: they were
     written, and the broker did not end the connection.
 
@@ -229,8 +233,13 @@ async def publish_mm2_url(
             refused = connection.refused(topic)
             if refused is not None:
                 raise refused  # (the broker dropped the ones before: say so now)
-            await connection.send_message(topic, element)  # waits for the window: the topic's pace
-            published += 1
+            # With it, those ready already, as the window has room for them:
+            # one write, one read for the broker and one ack.
+            credit = connection.send_credit
+            room = MAX_SENDS_AT_ONCE if credit is None else min(credit, MAX_SENDS_AT_ONCE)
+            batch = [element, *take_ready(elements, room - 1)]
+            await connection.send_messages(topic, [(each, ()) for each in batch])  # waits for the window: the topic's pace
+            published += len(batch)
         await confirm_sends(connection, topic)
     return published
 

@@ -539,6 +539,27 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         """
         return await self._sends.take()
 
+    async def receive_sends(self, max_count: int) -> list[MessageReceived]:
+        """(server) The next SEND from the client, and those already read after it: at most ``max_count``.
+
+        The batch form of :meth:`receive_send` for high rates: a client that
+        writes many SENDs at once has them handled in one step and
+        acknowledged with one ack (:meth:`acknowledge` of them all), instead
+        of a step and an ack each. Waits only for the first.
+
+        Raises:
+            ValueError: ``max_count`` is not positive.
+            and as :meth:`receive_send`.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if max_count <= 0:
+            raise ValueError(f"max_count must be positive, got {max_count}")
+        batch = [await self._sends.take()]
+        if max_count > 1:
+            batch += self._sends.take_held(max_count - 1, _any_send)
+        return batch
+
     def acknowledge(self, count: int = 1) -> None:
         """(server) ``count`` more SENDs taken with :meth:`receive_send` are handled: ack them now.
 
@@ -555,3 +576,8 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         Raises and cancellation as :meth:`receive_send`.
         """
         return await self._commands.take()
+
+
+def _any_send(item: MessageReceived) -> bool:
+    # (take_held's predicate: the SENDs queue holds only SENDs)
+    return True

@@ -110,6 +110,13 @@ class LineReader:
                     self._wanted.set()
                 await arrived.wait()
 
+    def readline_nowait(self) -> bytes | None:
+        """The next line if one is buffered and no caller is waiting; else
+        None (which says nothing of the end of input: :meth:`readline` does)."""
+        if self._lock.locked():
+            return None
+        return self._take_line()
+
     def unread(self, line: bytes) -> None:
         """Give back a line that could not be delivered; it is handed out next."""
         self._returned.appendleft(line)

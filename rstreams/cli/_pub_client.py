@@ -118,7 +118,7 @@ class _LineSource:
         self.skip_blank = skip_blank
         self.sent = 0
         self.bad_line: str | None = None
-        self._handed_out = False
+        self._handed_out = 0  # elements handed to a bridge's publish since it last asked
 
     async def publish(self, sink: Sink) -> None:
         while True:
@@ -147,9 +147,8 @@ class _LineSource:
         # The same lines as an async iterable, for a bridge's publish, which
         # pulls the next one only when its protocol can take it. The element
         # handed out before this call was published (or is on its way).
-        if self._handed_out:
-            self.sent += 1
-            self._handed_out = False
+        self.sent += self._handed_out
+        self._handed_out = 0
         while True:
             line = await self.lines.readline()
             if line is None:
@@ -161,8 +160,27 @@ class _LineSource:
             except LineError as exc:
                 self.bad_line = f"line {self.sent + 1}: {exc}"
                 raise StopAsyncIteration from None
-            self._handed_out = True
+            self._handed_out = 1
             return element
+
+    def take_ready(self, max_count: int) -> list[bytes]:
+        # (rstreams.support.ReadyElements) The lines already read, after
+        # the one __anext__ handed out: a bridge sends them in one write. A
+        # line --format refuses is left for __anext__, which reports it.
+        elements: list[bytes] = []
+        while len(elements) < max_count:
+            line = self.lines.readline_nowait()
+            if line is None:
+                break
+            if self.skip_blank and not line.strip():
+                continue
+            try:
+                elements.append(self.encode(line))
+            except LineError:
+                self.lines.unread(line)
+                break
+        self._handed_out += len(elements)
+        return elements
 
 
 def _open_input(path: str | None) -> int:

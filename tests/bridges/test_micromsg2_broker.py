@@ -24,6 +24,7 @@ import examples.demo
 import rstreams
 from bridges.micromsg2 import (
     ENVELOPE_MAGIC,
+    Acknowledged,
     Completed,
     Connection,
     ExtensionSpec,
@@ -34,6 +35,7 @@ from bridges.micromsg2 import (
     MicroMsg2Settings,
     Role,
     SendRefused,
+    SendsRefused,
     StreamError,
     StreamFailed,
     UnixTime,
@@ -314,6 +316,37 @@ async def test_sends_to_something_that_is_not_a_topic_are_refused_by_name(served
         assert await publish_mm2_url(f"mm2://127.0.0.1:{served.port}", "chat", _values([b"a", b"b"])) == 2
         with pytest.raises(SendRefused, match="no such publisher"):
             await publish_mm2_url(f"mm2://127.0.0.1:{served.port}", "nothing", _values([b"a", b"b"]))
+
+
+async def test_sends_read_together_go_into_their_topics_together_with_one_ack(served: Served) -> None:
+    # A client that writes many SENDs at once had them published one at a
+    # time, each with an ack of its own: a step through the app session and
+    # an ack frame per SEND (`rstreams pub mm2://` ran at a quarter of `pub
+    # tcp://`). What one read brings now goes in runs, a run per
+    # destination, and one ack covers them all; a refused run is named
+    # before that ack, and the runs around it are kept.
+    with trio.fail_after(10):
+        client = await handshake(served, window=64)
+        sends = [("chat", b"%d" % n) for n in range(40)]
+        sends += [("nothing", b"lost"), ("chat", b"40"), ("chat", b"41")]
+        for destination, payload in sends:
+            client.machine.send_message(destination, payload)
+        await client.flush()  # (one write: the broker reads it in one read)
+        acks: list[Acknowledged] = []
+        refused: list[SendsRefused] = []
+        while sum(ack.count for ack in acks) < len(sends):
+            event = await client.next_event()
+            if isinstance(event, Acknowledged):
+                acks.append(event)
+            elif isinstance(event, SendsRefused):
+                assert not acks or sum(ack.count for ack in acks) < len(sends)
+                refused.append(event)
+        assert acks[-1].sequence == len(sends)
+        assert len(acks) < len(sends) / 4, acks
+        assert [event.destination for event in refused] == ["nothing"]
+        async with rstreams.open_local_session(served.server.app) as session:
+            async with session.subscribe("chat?history=64", prefetch=64) as chat:
+                assert [bytes(await chat.__anext__()) for _ in range(42)] == [b"%d" % n for n in range(42)]
 
 
 async def _values(values: list[bytes]) -> AsyncIterator[bytes]:

@@ -6,6 +6,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 import trio.testing
 
@@ -95,3 +96,48 @@ async def test_a_cancelled_wait_leaves_the_data_for_the_next_caller() -> None:
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+async def test_readline_nowait_hands_out_only_what_is_buffered() -> None:
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b"a\nb\n", close=False) as reader:
+            assert reader.readline_nowait() is None  # nothing read yet, and no read asked for
+            assert await reader.readline() == b"a"
+            assert reader.readline_nowait() == b"b"  # the read that brought "a" brought it
+            assert reader.readline_nowait() is None  # and None is not the end
+            assert not reader.exhausted
+
+
+async def test_the_publishing_source_hands_a_bridge_the_lines_ready_and_counts_them() -> None:
+    # rstreams pub over a bridge: after each line it awaited, the bridge
+    # takes the lines already read (rstreams.support.take_ready) and sends
+    # them in one write. Blank lines are skipped as ever, a line --format
+    # refuses is left for the iterator to report, and `sent` counts what
+    # was handed out before the bridge asked again.
+    from rstreams.cli._pub_client import LINE_FORMATS, _LineSource
+    from rstreams.support import take_ready
+
+    with trio.fail_after(TIMEOUT):
+        async with pipe_reader(b'{"n": 1}\n\n{"n": 2}\n{"n": 3}\nnot json\n{"n": 4}\n') as reader:
+            source = _LineSource(reader, LINE_FORMATS["jsonl"], skip_blank=True)
+            iterator = source.__aiter__()
+            first = await iterator.__anext__()
+            assert take_ready(source, 0) == []
+            assert len(take_ready(source, 1)) == 1  # {"n": 2}, past the blank line
+            rest = take_ready(source, 10)
+            assert len(rest) == 1  # {"n": 3}; "not json" stays for the iterator
+            assert source.sent == 0  # (counted when the bridge asks again)
+            with pytest.raises(StopAsyncIteration):
+                await iterator.__anext__()
+            assert source.sent == 3
+            assert source.bad_line is not None and source.bad_line.startswith("line 4: not JSON")
+            assert first and all(rest)
+
+
+async def test_take_ready_of_a_plain_async_iterable_is_nothing() -> None:
+    from rstreams.support import take_ready
+
+    async def values() -> AsyncIterator[bytes]:
+        yield b"x"
+
+    assert take_ready(values(), 5) == []

@@ -333,3 +333,24 @@ async def test_a_producer_publishes_into_a_topic_bounded_by_bytes_in_chunks_that
                 held = await read_partition(reader, "tight?from=earliest&until=now")
     assert held == [(i, b"%010d" % i) for i in range(7, 12)]
     assert topic.statistics().published == 12 and topic._ledger.duplicates == 12
+
+
+async def test_a_source_of_batches_publishes_each_batch_as_it_comes() -> None:
+    # batches=True: what a bridge that read many values at once hands over
+    # (a read of many MicroMsg2 SENDs), a list at a time.
+    topic = rstreams.Topic("bursts", capacity=64)
+    numbers = [b"%d" % n for n in range(12)]
+
+    async def bursts() -> AsyncIterator[list[bytes]]:
+        for start, end in ((0, 3), (3, 3), (3, 10), (10, 12)):  # (an empty list is no batch)
+            yield numbers[start:end]
+
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as reader, rstreams.open_session(url, app=rstreams.Router()) as writer:
+            async with reader.subscribe("bursts", prefetch=64) as subscription:
+                await wait_until(lambda: len(topic.statistics().subscribers) == 1)
+                with trio.fail_after(10):
+                    assert await rstreams.publish_to_topic(writer, "bursts", bursts(), batches=True) == 12
+                    assert [bytes(await subscription.__anext__()) for _ in range(12)] == numbers
+            with pytest.raises(ValueError, match="async iterable"):
+                await rstreams.publish_to_topic(writer, "bursts", [[b"x"]], batches=True)
