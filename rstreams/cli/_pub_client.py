@@ -105,6 +105,10 @@ def publish_route(name: str, source: str = SOURCE) -> str:
     return f"{path}/publish?{urlencode([*parameters, ('source', source)])}"
 
 
+#: Lines handed over in one step at most (those read already, within demand).
+MAX_LINES_AT_ONCE = 256
+
+
 class _LineSource:
     # The client's publisher: one line per element, read only on demand.
     # A line that --format refuses ends the input there: the source
@@ -133,12 +137,19 @@ class _LineSource:
             except LineError as exc:
                 self.bad_line = f"line {self.sent + 1}: {exc}"
                 return
+            # With it, the lines read already, as far as demand goes: one
+            # step, and one message on the wire, for all of them.
+            lines, elements = [line], [element]
+            self._take_ready_lines(min(sink.demand, MAX_LINES_AT_ONCE) - 1, lines, elements)
             try:
-                await sink.send(element)  # atomic: queued, or Cancelled and not queued
+                # Queued as demand and the queue's bound allow; what is not
+                # (or all, if cancelled first) goes back, to be read again.
+                taken = await sink.send_some(elements)
             except BaseException:
-                self.lines.unread(line)
+                self._unread(lines)
                 raise
-            self.sent += 1
+            self._unread(lines[taken:])
+            self.sent += taken
 
     def __aiter__(self) -> _LineSource:
         return self
@@ -165,22 +176,34 @@ class _LineSource:
 
     def take_ready(self, max_count: int) -> list[bytes]:
         # (rstreams.support.ReadyElements) The lines already read, after
-        # the one __anext__ handed out: a bridge sends them in one write. A
-        # line --format refuses is left for __anext__, which reports it.
+        # the one __anext__ handed out: a bridge sends them in one write.
         elements: list[bytes] = []
-        while len(elements) < max_count:
-            line = self.lines.readline_nowait()
-            if line is None:
-                break
-            if self.skip_blank and not line.strip():
-                continue
-            try:
-                elements.append(self.encode(line))
-            except LineError:
-                self.lines.unread(line)
-                break
+        self._take_ready_lines(max_count, [], elements)
         self._handed_out += len(elements)
         return elements
+
+    def _take_ready_lines(self, max_count: int, lines: list[bytes], elements: list[bytes]) -> None:
+        # Up to max_count more of the lines read already, and their
+        # elements, appended to the two lists; never waits. A line --format
+        # refuses is left for the next readline, which reports it.
+        for _ in range(max_count):
+            while True:
+                line = self.lines.readline_nowait()
+                if line is None or not (self.skip_blank and not line.strip()):
+                    break
+            if line is None:
+                return
+            try:
+                element = self.encode(line)
+            except LineError:
+                self.lines.unread(line)
+                return
+            lines.append(line)
+            elements.append(element)
+
+    def _unread(self, lines: list[bytes]) -> None:
+        for line in reversed(lines):
+            self.lines.unread(line)
 
 
 def _open_input(path: str | None) -> int:
