@@ -30,12 +30,15 @@ from collections import deque
 
 import trio
 
-__all__ = ["LineReader", "CHUNK_SIZE", "MAX_LINE_BYTES"]
+__all__ = ["LineReader", "CHUNK_SIZE", "MAX_LINES_AT_ONCE", "MAX_LINE_BYTES"]
 
 logger = logging.getLogger("rstreams.cli")
 
 #: Bytes asked of the descriptor per read (a pipe holds 64 KiB).
 CHUNK_SIZE = 64 * 1024
+#: Lines a publisher hands over in one step at most: the one it waited for
+#: and those read already (within demand), queued with one ``send_some``.
+MAX_LINES_AT_ONCE = 256
 #: A line longer than this is handed out in pieces of this size, so one
 #: endless line cannot grow the buffer without bound (elements up to 64 MiB
 #: reach a default peer; this stays well below).
@@ -117,9 +120,23 @@ class LineReader:
             return None
         return self._take_line()
 
+    def readlines_nowait(self, max_count: int) -> list[bytes]:
+        """Up to ``max_count`` lines, those buffered now (see :meth:`readline_nowait`)."""
+        lines: list[bytes] = []
+        while len(lines) < max_count:
+            line = self.readline_nowait()
+            if line is None:
+                break
+            lines.append(line)
+        return lines
+
     def unread(self, line: bytes) -> None:
         """Give back a line that could not be delivered; it is handed out next."""
         self._returned.appendleft(line)
+
+    def unread_lines(self, lines: list[bytes]) -> None:
+        """Give back lines that could not be delivered; they are handed out next, in order."""
+        self._returned.extendleft(reversed(lines))
 
     def _take_line(self) -> bytes | None:
         if self._returned:

@@ -24,7 +24,7 @@ from ._common import (
 )
 from ._client import URL_HELP, add_ca_argument
 from ._serving import serve_until_stopped
-from ._lines import LineReader
+from ._lines import MAX_LINES_AT_ONCE, LineReader
 
 __all__ = ["add_parser", "LinePublisher"]
 
@@ -157,11 +157,17 @@ class LinePublisher:
                 line = await self.lines.readline()
                 if line is None:
                     return
+                # With it, the lines read already, as far as this
+                # subscriber's demand goes: one step for all of them.
+                lines = [line, *self.lines.readlines_nowait(min(sink.demand, MAX_LINES_AT_ONCE) - 1)]
                 try:
-                    await sink.send(line)  # atomic: queued, or Cancelled and not queued
+                    # Queued as demand and the queue's bound allow; the rest
+                    # (or all, if cancelled first) goes back for the next caller.
+                    taken = await sink.send_some(lines)
                 except BaseException:
-                    self.lines.unread(line)
+                    self.lines.unread_lines(lines)
                     raise
+                self.lines.unread_lines(lines[taken:])
         finally:
             self.active -= 1
             if not self.active and self.lines.exhausted:

@@ -47,7 +47,7 @@ from .._publish import Router, Sink
 from .._url import SCHEMES, url_scheme
 from ._client import check_name, client_ssl, client_token, client_url, report, session_closed, silence_stdout, stop_at_signal
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_GOODBYE, EXIT_OK, EXIT_USAGE, CommandError, run_command
-from ._lines import LineReader
+from ._lines import MAX_LINES_AT_ONCE, LineReader
 
 if TYPE_CHECKING:
     from .._registry import Bridge, PublishFunction
@@ -105,10 +105,6 @@ def publish_route(name: str, source: str = SOURCE) -> str:
     return f"{path}/publish?{urlencode([*parameters, ('source', source)])}"
 
 
-#: Lines handed over in one step at most (those read already, within demand).
-MAX_LINES_AT_ONCE = 256
-
-
 class _LineSource:
     # The client's publisher: one line per element, read only on demand.
     # A line that --format refuses ends the input there: the source
@@ -146,9 +142,9 @@ class _LineSource:
                 # (or all, if cancelled first) goes back, to be read again.
                 taken = await sink.send_some(elements)
             except BaseException:
-                self._unread(lines)
+                self.lines.unread_lines(lines)
                 raise
-            self._unread(lines[taken:])
+            self.lines.unread_lines(lines[taken:])
             self.sent += taken
 
     def __aiter__(self) -> _LineSource:
@@ -201,9 +197,6 @@ class _LineSource:
             lines.append(line)
             elements.append(element)
 
-    def _unread(self, lines: list[bytes]) -> None:
-        for line in reversed(lines):
-            self.lines.unread(line)
 
 
 def _open_input(path: str | None) -> int:

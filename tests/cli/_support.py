@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+import trio
+
 ROOT = Path(__file__).resolve().parents[2]
 RSTREAMS = str(Path(sys.executable).parent / "rstreams")
 
@@ -220,3 +222,26 @@ def cut_upstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
     with front:
         yield front.getsockname()[1]
     cutter.join(10)
+
+
+class StepSink:
+    # What the pub publishers ask of an rstreams.Sink: demand, and
+    # send_some, which here takes at most ``take`` elements a step (as a
+    # full queue would). No demand left ends the publisher with
+    # trio.EndOfChannel, for a test to catch.
+    def __init__(self, demand: int, take: int) -> None:
+        self.demand = demand
+        self.take = take
+        self.steps: list[list[bytes]] = []
+
+    async def wait_demand(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if not self.demand:
+            raise trio.EndOfChannel  # (ends the test's publish: nothing more asked)
+
+    async def send_some(self, values: list[bytes]) -> int:
+        await trio.lowlevel.checkpoint()
+        taken = values[: self.take]
+        self.steps.append(taken)
+        self.demand -= len(taken)
+        return len(taken)

@@ -12,6 +12,8 @@ import trio.testing
 
 from rstreams.cli._lines import LineReader
 
+from ._support import StepSink
+
 TIMEOUT = 10
 
 
@@ -143,27 +145,6 @@ async def test_take_ready_of_a_plain_async_iterable_is_nothing() -> None:
     assert take_ready(values(), 5) == []
 
 
-class _Sink:
-    # What _LineSource.publish asks of a Sink: demand, and send_some, which
-    # here takes at most ``take`` elements a step (as a full queue would).
-    def __init__(self, demand: int, take: int) -> None:
-        self.demand = demand
-        self.take = take
-        self.steps: list[list[bytes]] = []
-
-    async def wait_demand(self) -> None:
-        await trio.lowlevel.checkpoint()
-        if not self.demand:
-            raise trio.EndOfChannel  # (ends the test's publish: nothing more asked)
-
-    async def send_some(self, values: list[bytes]) -> int:
-        await trio.lowlevel.checkpoint()
-        taken = values[: self.take]
-        self.steps.append(taken)
-        self.demand -= len(taken)
-        return len(taken)
-
-
 async def test_the_client_publisher_sends_the_lines_read_already_in_one_step_within_demand() -> None:
     # `rstreams pub tcp://` sent a line a step (about 16,000 a second); it
     # now sends the lines its reader holds already, as far as demand goes,
@@ -173,7 +154,7 @@ async def test_the_client_publisher_sends_the_lines_read_already_in_one_step_wit
     with trio.fail_after(TIMEOUT):
         async with pipe_reader(b"".join(b"%d\n" % n for n in range(10))) as reader:
             source = _LineSource(reader, LINE_FORMATS["raw"], skip_blank=False)
-            sink = _Sink(demand=7, take=4)
+            sink = StepSink(demand=7, take=4)
             with pytest.raises(trio.EndOfChannel):
                 await source.publish(sink)  # type: ignore[arg-type]
             assert sink.steps == [[b"0", b"1", b"2", b"3"], [b"4", b"5", b"6"]]

@@ -23,7 +23,7 @@ import rstreams
 from rstreams.cli._lines import LineReader
 from rstreams.cli._pub import LinePublisher
 
-from ._support import ServeProcess, start
+from ._support import ServeProcess, StepSink, start
 from ._support import rstreams as run_rstreams
 
 TIMEOUT = 20
@@ -177,3 +177,26 @@ async def test_end_of_input_completes_every_subscriber_and_finishes() -> None:
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
+
+
+async def test_a_subscriber_gets_the_lines_read_already_in_one_step_within_its_demand() -> None:
+    # `pub --serve` handed out a line a step (about 23,000 a second): now
+    # the one it waited for and those the reader holds already, as far as
+    # the subscriber's demand goes; what the sink did not take goes back to
+    # the reader, in order, for the next caller.
+    read_fd, write_fd = os.pipe()
+    lines = LineReader(read_fd)
+    try:
+        os.write(write_fd, b"".join(b"%d\n" % n for n in range(10)))
+        with trio.fail_after(TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lines.run)
+                sink = StepSink(demand=7, take=4)
+                with pytest.raises(trio.EndOfChannel):
+                    await LinePublisher(lines).publish(sink)  # type: ignore[arg-type]
+                assert sink.steps == [[b"0", b"1", b"2", b"3"], [b"4", b"5", b"6"]]
+                assert [await lines.readline() for _ in range(3)] == [b"7", b"8", b"9"]
+                nursery.cancel_scope.cancel()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
