@@ -86,26 +86,31 @@ class StreamFeed:
         name: the publisher name the subscriber asked for.
         id: the stream's id, unique within its peer.
         context: free for the peer implementation (its per-stream state).
-        adaptive: True when the subscriber gave no ``prefetch``: its demand
-            starts small and grows while it keeps up (``AdaptiveDemand``), so
-            a protocol that fixes a window once (MicroMsg2's batch-ack) should
-            not fix it at the first, small demand, but at what the demand may
-            grow to; its acknowledgements still follow the demand.
     """
 
-    __slots__ = ("name", "id", "context", "adaptive", "_receiver", "_peer", "_demand", "_ended", "_cancelled", "_demand_waiter")
+    __slots__ = ("name", "id", "context", "_receiver", "_peer", "_demand", "_ended", "_cancelled", "_demand_waiter")
 
     def __init__(self, peer: FeedPeer, receiver: StreamReceiver, stream_id: int, demand: int) -> None:
         self.name = receiver.name
         self.id = stream_id
         self.context: Any = None
-        self.adaptive = receiver.adaptive
         self._receiver = receiver
         self._peer = peer
         self._demand = demand
         self._ended = False
         self._cancelled = False
         self._demand_waiter: trio.Event | None = None
+
+    @property
+    def adaptive(self) -> bool:
+        """True when the subscriber's demand adapts (it gave no ``prefetch``,
+        or drives such a window by hand: :attr:`rstreams.Subscription.adaptive`):
+        it starts small and grows while the subscriber keeps up, so a
+        protocol that fixes a window once (MicroMsg2's batch-ack) should not
+        fix it at the first, small demand, but at what the demand may grow
+        to; its acknowledgements still follow the demand. Read when the
+        first demand arrives."""
+        return self._receiver.adaptive
 
     @property
     def demand(self) -> int:

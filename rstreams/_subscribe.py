@@ -760,8 +760,20 @@ class Subscription(_OneWaiter):
     @property
     def adaptive(self) -> bool:
         """True when opened with no ``prefetch``: the demand window adapts
-        to the consumer (a bridge's peer sizes its protocol's window by it)."""
+        to the consumer (a bridge's peer sizes its protocol's window by it).
+
+        Set it on a subscription opened with ``prefetch=0`` whose owner runs
+        an adaptive window by hand (``rstreams sub`` does, to stop at
+        ``--count``), before its first :meth:`request`: a bridge whose
+        protocol fixes a window once (MicroMsg2's ack window) then sizes it
+        for the demand the window may grow to, not for the first request,
+        which is only where it starts.
+        """
         return self._adaptive
+
+    @adaptive.setter
+    def adaptive(self, value: bool) -> None:
+        self._adaptive = bool(value)
 
     def statistics(self) -> SubscriptionStatistics:
         """A snapshot of this subscription."""

@@ -11,8 +11,10 @@ The window is the demand. The peer requires ``pubsub`` and suggests
 the demand of the first subscriber when it first has some: ``rstreams sub
 --prefetch N`` asks for N, so it subscribes with a window of N (capped at
 ``max_pending_messages``, 1024). A subscriber with no prefetch (the default:
-its demand adapts, starting at 16) gets the largest window, 1024, since its
-first demand is only where its window starts: the acks follow its demand. That is why the handshake waits for the
+its demand adapts, starting at 16), or one that runs such a window by hand
+(:attr:`rstreams.Subscription.adaptive`: ``rstreams sub`` without
+``--prefetch``), gets the largest window, 1024, since its first demand is
+only where its window starts: the acks follow its demand. That is why the handshake waits for the
 first subscription: the TCP (or TLS) connection is made at once, so a host
 that does not answer fails ``connect``, but a broker that refuses the
 handshake fails the first subscription, with the typed MicroMsg2 error.

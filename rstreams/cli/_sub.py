@@ -365,6 +365,9 @@ async def _subscribe(
                     with trio.CancelScope(deadline=deadline) as overall, idle:
                         try:
                             async with peer.subscribe(args.name, prefetch=0) as subscription:
+                                # (Demand by hand, to stop at --count, but adaptive
+                                # without --prefetch: a bridge sizes its window so.)
+                                subscription.adaptive = demand.adaptive is not None
                                 await _print_elements(subscription, demand, format_element, out, restart_idle_timeout, progress)
                         except PublisherError as exc:
                             status = report(f"publisher error: {exc.message}", EXIT_FAILURE)

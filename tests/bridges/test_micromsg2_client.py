@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 
 import pytest
@@ -70,6 +71,37 @@ async def test_an_adaptive_subscriber_gets_the_largest_window_not_its_first_dema
                 async with peer.subscribe("x") as stream:
                     assert [element async for element in stream] == []
     assert windows == [1024, 64]
+
+
+async def test_demand_by_hand_that_adapts_gets_the_largest_window_too(nursery: trio.Nursery) -> None:
+    # `rstreams sub` asks by hand (prefetch=0, to stop at --count) with an
+    # adaptive window of its own, which starts at 16: the window was fixed
+    # at 16, and `sub mm2://` ran at a third of the rate the API's default
+    # subscription gets. Subscription.adaptive says so; the CLI sets it
+    # without --prefetch, and not with it.
+    windows: list[int | None] = []
+
+    async def record(connection: MicroMsg2Connection) -> None:
+        windows.append(connection.window)
+        command = await connection.receive_command()
+        assert isinstance(command, Subscribe)
+        await connection.complete(command.destination)
+
+    generous = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(1024), ExtensionSpec(name="pubsub")))
+    url = await serve(nursery, MicroMsg2Server(record, settings=generous))
+    with trio.fail_after(30):
+        async with rstreams.connect(url) as peer:
+            subscription = peer.subscribe("x", prefetch=0)
+            subscription.adaptive = True
+            async with subscription:
+                subscription.request(16)
+                assert [element async for element in subscription] == []
+        for options in ([], ["--prefetch", "16"]):
+            result = await trio.run_process(
+                [sys.executable, "-m", "rstreams", "sub", url, "x", *options], capture_stdout=True, capture_stderr=True
+            )
+            assert result.returncode == 0, result.stderr
+    assert windows == [1024, 1024, 16]
 
 
 async def test_leaving_early_unsubscribes(nursery: trio.Nursery) -> None:
