@@ -45,7 +45,8 @@ async def publish_to_topic(
     to it. The server asks only for what the topic has room for, so a full
     topic holds this call back instead of filling memory: a synchronous
     iterable is read at most PUBLISH_BATCH values ahead of demand, an async
-    iterable one value (each is sent as soon as it comes and demand allows).
+    iterable one value (each is sent as soon as it comes and demand allows;
+    values that come with no wait between them are written together).
     Returns once the server has accepted every element into the topic.
 
     With a ``producer`` id, elements are numbered from 0 and the topic
@@ -103,9 +104,13 @@ async def publish_to_topic(
                     if batch:
                         await flush()
                 return
+            # A value at a time through Sink.send, whose runs let a source
+            # that has values ready (an iterator over a buffer) have them
+            # written together, while one that waits between values has
+            # each sent at once (see "Runs of send" in rstreams._publish).
             async for value in values:
-                batch.append(element(value))
-                await flush()
+                await sink.send(element(value))
+                count += 1
             return
         for value in values:
             batch.append(element(value))

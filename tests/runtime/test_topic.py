@@ -354,3 +354,32 @@ async def test_a_source_of_batches_publishes_each_batch_as_it_comes() -> None:
                     assert [bytes(await subscription.__anext__()) for _ in range(12)] == numbers
             with pytest.raises(ValueError, match="async iterable"):
                 await rstreams.publish_to_topic(writer, "bursts", [[b"x"]], batches=True)
+
+
+async def test_an_async_source_has_each_value_sent_as_it_comes_and_a_ready_run_together() -> None:
+    # publish_to_topic(async iterable) sent each value in a step of its own
+    # (about 11,000 a second from a generator that never waits). It now
+    # goes through Sink.send, whose runs write what a source has ready
+    # together; a value after a wait is still sent at once, not held for
+    # the next one: here the source waits until the subscriber saw it.
+    topic = rstreams.Topic("live", capacity=64)
+    seen = trio.Event()
+
+    async def source() -> AsyncIterator[bytes]:
+        for n in range(50):
+            yield b"%d" % n  # a run: no wait between them
+        yield b"last before the wait"
+        await seen.wait()  # held here until the value before was delivered
+        yield b"after"
+
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as reader, rstreams.open_session(url, app=rstreams.Router()) as writer:
+            async with reader.subscribe("live", prefetch=64) as subscription:
+                await wait_until(lambda: len(topic.statistics().subscribers) == 1)
+                with trio.fail_after(10):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(rstreams.publish_to_topic, writer, "live", source())
+                        got = [bytes(await subscription.__anext__()) for _ in range(51)]
+                        seen.set()
+                        got.append(bytes(await subscription.__anext__()))
+    assert got == [b"%d" % n for n in range(50)] + [b"last before the wait", b"after"]
