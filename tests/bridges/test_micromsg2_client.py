@@ -25,6 +25,18 @@ from rstreams.support import listener_url
 BROKERISH = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(64), ExtensionSpec(name="pubsub")))
 
 
+GENEROUS = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(1024), ExtensionSpec(name="pubsub")))
+
+
+async def complete_recording_window(windows: list[int | None], connection: MicroMsg2Connection) -> None:
+    # A broker that notes the window each connection negotiated, then
+    # completes the one subscription at once.
+    windows.append(connection.window)
+    command = await connection.receive_command()
+    assert isinstance(command, Subscribe)
+    await connection.complete(command.destination)
+
+
 async def serve(nursery: trio.Nursery, server: MicroMsg2Server) -> str:
     [listener] = await nursery.start(partial(server.serve_tcp, "127.0.0.1", 0))
     return listener_url(listener, "mm2")
@@ -32,12 +44,7 @@ async def serve(nursery: trio.Nursery, server: MicroMsg2Server) -> str:
 
 async def test_the_window_is_the_first_subscriber_s_demand(nursery: trio.Nursery) -> None:
     windows: list[int | None] = []
-
-    async def record(connection: MicroMsg2Connection) -> None:
-        windows.append(connection.window)
-        command = await connection.receive_command()
-        assert isinstance(command, Subscribe)
-        await connection.complete(command.destination)
+    record = partial(complete_recording_window, windows)
 
     url = await serve(nursery, MicroMsg2Server(record, settings=BROKERISH))
     with trio.fail_after(10):
@@ -56,15 +63,9 @@ async def test_an_adaptive_subscriber_gets_the_largest_window_not_its_first_dema
     # connection, so it asks for the largest window (1024) instead, and
     # the broker's smaller suggestion (64) still wins.
     windows: list[int | None] = []
+    record = partial(complete_recording_window, windows)
 
-    async def record(connection: MicroMsg2Connection) -> None:
-        windows.append(connection.window)
-        command = await connection.receive_command()
-        assert isinstance(command, Subscribe)
-        await connection.complete(command.destination)
-
-    generous = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(1024), ExtensionSpec(name="pubsub")))
-    for settings in (generous, BROKERISH):
+    for settings in (GENEROUS, BROKERISH):
         url = await serve(nursery, MicroMsg2Server(record, settings=settings))
         with trio.fail_after(10):
             async with rstreams.connect(url) as peer:
@@ -80,15 +81,9 @@ async def test_demand_by_hand_that_adapts_gets_the_largest_window_too(nursery: t
     # subscription gets. Subscription.adaptive says so; the CLI sets it
     # without --prefetch, and not with it.
     windows: list[int | None] = []
+    record = partial(complete_recording_window, windows)
 
-    async def record(connection: MicroMsg2Connection) -> None:
-        windows.append(connection.window)
-        command = await connection.receive_command()
-        assert isinstance(command, Subscribe)
-        await connection.complete(command.destination)
-
-    generous = MicroMsg2Settings(optional=(ExtensionSpec.batch_ack(1024), ExtensionSpec(name="pubsub")))
-    url = await serve(nursery, MicroMsg2Server(record, settings=generous))
+    url = await serve(nursery, MicroMsg2Server(record, settings=GENEROUS))
     with trio.fail_after(30):
         async with rstreams.connect(url) as peer:
             subscription = peer.subscribe("x", prefetch=0)
