@@ -51,8 +51,9 @@ the server that subscribes back to it:
                      what that publisher streams back
 Input is read only when the server asks for it. pub exits 0 once the input
 ended and the server accepted every line (a topic completes the stream then).
-If the connection ends first, its message says how many lines were sent
-before (the last of them unconfirmed), so that you know where to start again.
+If the connection ends first, or Ctrl-C or SIGTERM stops pub, its message
+says how many lines were sent before (the last of them unconfirmed), so that
+you know where to start again.
 
 Over a bridge that can publish into a topic, URL is also mm2://HOST:PORT
 (MicroMsg2: one SEND per line, at most the ack window -- ?window=N, default

@@ -45,7 +45,17 @@ from .._connect import open_session
 from .._errors import PublisherError, SessionClosed
 from .._publish import Router, Sink
 from .._url import SCHEMES, url_scheme
-from ._client import check_name, client_ssl, client_token, client_url, report, session_closed, silence_stdout, stop_at_signal
+from ._client import (
+    SignalStop,
+    check_name,
+    client_ssl,
+    client_token,
+    client_url,
+    report,
+    session_closed,
+    silence_stdout,
+    stop_at_signal,
+)
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_GOODBYE, EXIT_OK, EXIT_USAGE, CommandError, run_command
 from ._lines import MAX_LINES_AT_ONCE, LineReader
 
@@ -240,10 +250,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             except SessionClosed as exc:
                 status = session_closed(exc, progress=_unconfirmed(source.sent, args.name) if source.sent else "")
             nursery.cancel_scope.cancel()
-    status = stop.exit_status(status)
-    if status == EXIT_OK:
-        print(f"rstreams: published {_lines(source.sent)} into {args.name}", file=sys.stderr, flush=True)
-    return status
+    return _finish(stop, status, source.sent, args.name)
 
 
 async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, bridge: Bridge, publish: PublishFunction) -> int:
@@ -279,9 +286,20 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
                 else:
                     raise
             nursery.cancel_scope.cancel()
-    status = stop.exit_status(status)
+    return _finish(stop, status, published if status == EXIT_OK and stop.status is None else source.sent, args.name)
+
+
+def _finish(stop: SignalStop, status: int, sent: int, name: str) -> int:
+    # The last line of a publishing run, and its exit status. Stopped by
+    # Ctrl-C or SIGTERM with lines sent, it says how many, as a lost
+    # connection does, so that a user knows where to start again.
+    if stop.status is not None:
+        if sent:
+            signame = signal.Signals(stop.status - 128).name
+            print(f"rstreams: stopped by {signame}: {_unconfirmed(sent, name)}", file=sys.stderr, flush=True)
+        return stop.status
     if status == EXIT_OK:
-        print(f"rstreams: published {_lines(published)} into {args.name}", file=sys.stderr, flush=True)
+        print(f"rstreams: published {_lines(sent)} into {name}", file=sys.stderr, flush=True)
     return status
 
 

@@ -3,7 +3,9 @@
 ``sub``, ``pub URL NAME`` and ``stats`` each run their work under one
 watcher (``stop_at_signal``): the signal cancels the work, the session says
 goodbye on its way out, and the command exits 130 for SIGINT and 143 for
-SIGTERM, with nothing on stderr (``pub`` does not claim it published).
+SIGTERM, with nothing on stderr; ``pub`` does not claim it published, but
+once it sent lines it says how many, as for a lost connection, so that a
+user knows where to start again.
 Each command is signalled only once it is visibly at work (it printed), so
 that the watcher, not the interpreter's default handler, is what answers:
 SIGTERM before it would end the process by the signal itself (-15).
@@ -50,7 +52,8 @@ def test_pub_into_a_running_server(demo_server: ServeProcess, signum: int, statu
     assert publisher.stdin is not None
     publisher.stdin.write(b"hello\n")
     publisher.stdin.flush()
-    assert _stopped_at_work(publisher, signum) == (status, b"")
+    said = f"rstreams: stopped by {signum.name}: 1 line sent to echo?source= before it, the last of them unconfirmed\n"
+    assert _stopped_at_work(publisher, signum) == (status, said.encode())
 
 
 @pytest.mark.parametrize("signum, status", SIGNALS, ids=["SIGINT", "SIGTERM"])

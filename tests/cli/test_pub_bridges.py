@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import msgpack
 import pytest
 import trustme
 
-from ._support import COMMAND_TIMEOUT, ServeProcess, cut_upstream_after, free_port, rstreams
+from ._support import COMMAND_TIMEOUT, ServeProcess, cut_upstream_after, free_port, rstreams, start, stop
 
 LISTENERS = ["--micromsg2", "127.0.0.1:0", "--epoxy", "127.0.0.1:0", "--tcp", "127.0.0.1:0"]
 SECURE = {"mm2": "mm2s", "epoxy": "epoxys"}
@@ -186,3 +188,21 @@ def test_a_lost_connection_says_how_many_lines_left(server: Server) -> None:
     found = re.fullmatch(rb"rstreams: .*\((\d+) lines? sent to chat before it, the last of them unconfirmed\)\n", result.stderr)
     assert found is not None, result.stderr
     assert 0 < int(found.group(1)) < 20_000
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_stopped_by_a_signal_it_says_how_many_lines_left(server: Server, scheme: str) -> None:
+    # As over tcp:// (test_client_signals): exit 130 and where to start again.
+    publisher = start("pub", server.urls[scheme], "chat", stdin=subprocess.PIPE)
+    try:
+        assert publisher.stdin is not None and publisher.stderr is not None
+        publisher.stdin.write(b"one\ntwo\n")
+        publisher.stdin.flush()
+        assert server.read_chat(2) == [b"one", b"two"]  # (in the topic: pub waits for a third line)
+        assert stop(publisher, signal.SIGINT) == 130
+        assert publisher.stderr.read() == b"rstreams: stopped by SIGINT: 2 lines sent to chat before it, the last of them unconfirmed\n"
+    finally:
+        stop(publisher)
+        for stream in (publisher.stdin, publisher.stdout, publisher.stderr):
+            if stream is not None:
+                stream.close()
