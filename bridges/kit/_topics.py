@@ -68,14 +68,54 @@ class TopicRefused(BridgeError):
         self.reason = reason
 
 
+class _Handed:
+    # One batch on its way into a topic's stream, as its publisher waits
+    # for it: done once the stream sent it all (taken) or ended first.
+    __slots__ = ("values", "done", "taken")
+
+    def __init__(self, values: list[bytes]) -> None:
+        self.values = values
+        self.done = trio.Event()
+        self.taken = False
+
+
 class _Feed:
-    # One topic's stream, as its publishers see it: where values go, and why
-    # the stream ended if the app refused it.
+    # One topic's stream, as its publishers see it: where batches go, and
+    # why the stream ended if the app refused it.
     __slots__ = ("send", "refusal")
 
-    def __init__(self, send: trio.MemorySendChannel[list[bytes]]) -> None:
+    def __init__(self, send: trio.MemorySendChannel[_Handed]) -> None:
         self.send = send
         self.refusal: str | None = None
+
+
+class _Batches:
+    # The batches of a feed as publish_to_topic(batches=True) reads them.
+    # Asking for the next one says the one before was sent (queued into the
+    # session within the topic's demand); release() says the stream ended
+    # with one still in hand.
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[_Handed]) -> None:
+        self._receive = receive
+        self._pending: _Handed | None = None
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[bytes]:
+        self.release(taken=True)
+        try:
+            handed = await self._receive.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+        self._pending = handed
+        return handed.values
+
+    def release(self, *, taken: bool) -> None:
+        handed, self._pending = self._pending, None
+        if handed is not None:
+            handed.taken = taken
+            handed.done.set()
 
 
 class TopicPublisher:
@@ -110,14 +150,18 @@ class TopicPublisher:
         await self.publish_many(topic, [value])
 
     async def publish_many(self, topic: str, values: list[bytes]) -> None:
-        """Hand ``values`` to ``topic``'s stream as one batch; return once it was taken.
+        """Hand ``values`` to ``topic``'s stream as one batch; return once it took them all.
 
         What a bridge that read many values for one topic at once (a read
         of many SENDs) uses: the stream takes them in one step, instead of
-        a step each. The list is the stream's from then on.
+        a step each. Taken means sent into the topic's publishing stream
+        within the topic's demand (room), as :meth:`publish` means it; until
+        then the caller holds them (and counts them in its budget). The list
+        is the stream's from then on.
 
         Raises:
-            TopicRefused: none of them was taken (logged already).
+            TopicRefused: the stream into the topic refused them, or ended
+                before it took them all (logged already).
 
         Cancellation: the values may or may not have been taken. Always checkpoints.
         """
@@ -127,25 +171,32 @@ class TopicPublisher:
             raise TopicRefused(topic, "not a topic name")
         feed = self._feeds.get(topic)
         if feed is None:
-            send, batches = trio.open_memory_channel[list[bytes]](0)
+            send, batches = trio.open_memory_channel[_Handed](0)
             feed = self._feeds[topic] = _Feed(send)
             self._nursery.start_soon(self._publish, topic, feed, batches)
+        handed = _Handed(values)
         try:
-            await feed.send.send(values)
+            await feed.send.send(handed)
         except trio.BrokenResourceError:
             # The stream into the topic ended, and said why.
             raise TopicRefused(topic, feed.refusal or "the topic's stream ended") from None
         except trio.ClosedResourceError:
             raise TopicRefused(topic, "the bridge is closing") from None
+        await handed.done.wait()
+        if not handed.taken:
+            raise TopicRefused(topic, feed.refusal or "the topic's stream ended")
 
-    async def _publish(self, topic: str, feed: _Feed, batches: trio.MemoryReceiveChannel[list[bytes]]) -> None:
+    async def _publish(self, topic: str, feed: _Feed, receive: trio.MemoryReceiveChannel[_Handed]) -> None:
+        batches = _Batches(receive)
         try:
-            with batches:
+            with receive:
                 await publish_to_topic(self.session, topic, batches, batches=True)
         except SubscriptionError as exc:
             feed.refusal = str(exc)
             logger.warning("%s: dropped values for topic %r: %s", self.protocol, topic, exc)
         finally:
+            # A batch still in hand was not all taken: its publisher hears so.
+            batches.release(taken=False)
             if self._feeds.get(topic) is feed:
                 del self._feeds[topic]
 

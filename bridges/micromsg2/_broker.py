@@ -46,7 +46,7 @@ from ..kit import BatchesWithinBudget, TopicPublisher, TopicRefused, check_count
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
-from ._events import Subscribe, Unsubscribe
+from ._events import MessageReceived, Subscribe, Unsubscribe
 from ._extensions import PUBSUB, ExtensionSpec
 from ._filters import Filter
 from ._properties import Properties
@@ -119,29 +119,46 @@ async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublis
     # destination is one batch into its topic, and the lot is acknowledged
     # with one ack (a client that writes SENDs one at a time gets an ack
     # each, as before).
+    budget = connection.budget
     while True:
         try:
             messages = await connection.receive_sends(MAX_SENDS_AT_ONCE)
         except (trio.EndOfChannel, MicroMsg2Error):
             return  # the client left (or the connection failed: obey_commands raises why)
-        start = 0
-        while start < len(messages):
-            destination = messages[start].destination
-            end = start + 1
-            while end < len(messages) and messages[end].destination == destination:
-                end += 1
-            values = [wrap(message.properties, message.payload) for message in messages[start:end]]
-            start = end
-            try:
-                await publisher.publish_many(destination, values)
-            except TopicRefused as exc:
-                # Dropped (and logged): the client is told (ERROR ...,for=send);
-                # the ack still comes, as the window.
-                try:
-                    await connection.refuse_sends(destination, exc.reason)
-                except MicroMsg2Error:
-                    return  # the connection ended: obey_commands raises why
+        # Taken out of the reader's queue, they still count in the
+        # connection's budget until their topics took them: what one peer's
+        # SENDs hold stays within its one limit, however many a read brought.
+        held = sum(len(message.payload) for message in messages)
+        budget.charge(held)
+        try:
+            if not await _publish_runs(connection, publisher, messages):
+                return  # the connection ended: obey_commands raises why
+        finally:
+            budget.give_back(held)
         connection.acknowledge(len(messages))
+
+
+async def _publish_runs(connection: MicroMsg2Connection, publisher: TopicPublisher, messages: list[MessageReceived]) -> bool:
+    # Each run of SENDs to one destination into its topic as one batch;
+    # False if the connection ended while refusing one.
+    start = 0
+    while start < len(messages):
+        destination = messages[start].destination
+        end = start + 1
+        while end < len(messages) and messages[end].destination == destination:
+            end += 1
+        values = [wrap(message.properties, message.payload) for message in messages[start:end]]
+        start = end
+        try:
+            await publisher.publish_many(destination, values)
+        except TopicRefused as exc:
+            # Dropped (and logged): the client is told (ERROR ...,for=send);
+            # the ack still comes, as the window.
+            try:
+                await connection.refuse_sends(destination, exc.reason)
+            except MicroMsg2Error:
+                return False
+    return True
 
 
 class _Broker:

@@ -595,6 +595,64 @@ async def test_micromsg2_continued_message_larger_than_the_budget_closes_that_co
         assert [type(event) for event in events] == [MessageReceived, MessageReceived, Completed]
 
 
+async def test_micromsg2_sends_taken_together_stay_in_the_budget_while_their_topic_holds_them(raw_pair: Any) -> None:
+    # The broker takes the SENDs one read brought in one step, out of the
+    # reader's queue, and holds them while their topic has no room (a
+    # `block` subscriber that asks for nothing). They must still count in
+    # the connection's one budget then: else the reader, its queue emptied,
+    # would read as much again, and a client holding the topic full would
+    # cost the broker twice its budget.
+    import dataclasses
+
+    from micromsg2_raw import RawClient
+
+    from bridges.micromsg2 import BROKER_SETTINGS, Connection, ExtensionSpec, HandshakeCompleted, MicroMsg2AppServer, Role
+
+    app = rstreams.Router()
+    topic = rstreams.Topic("chat", capacity=2)
+    topic.mount(app)
+    settings = dataclasses.replace(BROKER_SETTINGS, max_connection_memory=2 * MiB, max_read_ahead=1 * MiB)
+    server = MicroMsg2AppServer(app, settings=settings)
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    size, n = 64 * 1024, 64
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery, rstreams.open_local_session(app) as holder:
+            async with holder.subscribe("chat?policy=block", prefetch=0) as hold:
+                nursery.start_soon(server.serve_stream, ours)
+                client = RawClient(theirs, Connection(Role.CLIENT, identity="hog", required=[ExtensionSpec(name="pubsub")],
+                                                      optional=[ExtensionSpec.batch_ack(n)]))  # fmt: skip
+                await client.flush()
+                assert isinstance(await client.next_event(), HandshakeCompleted)
+                (connection,) = server.connections
+                for i in range(n):
+                    client.machine.send_message("chat", bytes([i % 256]) * size)
+                data = client.machine.data_to_send()
+                sent = 0
+
+                async def send() -> None:
+                    nonlocal sent
+                    for start in range(0, len(data), 16 * 1024):
+                        await theirs.send_all(data[start : start + 16 * 1024])
+                        sent += 16 * 1024
+
+                nursery.start_soon(send)
+                stuck = lambda: (connection.statistics().bytes_received, connection.budget.used, sent)  # noqa: E731
+                await _wait_until_stuck(stuck)
+                # The topic takes a few: the broker's next step takes all the
+                # reader had queued meanwhile, and the topic holds it again.
+                hold.request(3)
+                await _wait_until_stuck(stuck)
+                budget = connection.budget
+                assert budget.used <= budget.limit, budget.statistics()
+                # Every SEND read and not yet in the topic's stream (not
+                # acknowledged: in the reader's queue, or in the broker's
+                # hand) is counted; the rest wait with the client.
+                held = connection.statistics().pending_messages * size
+                assert held <= budget.used, (held, budget.statistics())
+                assert sent < len(data)
+                nursery.cancel_scope.cancel()
+
+
 async def test_epoxy_frame_larger_than_the_budget_closes_that_connection_only(nursery: trio.Nursery) -> None:
     from functools import partial
 
