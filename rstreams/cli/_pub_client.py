@@ -208,7 +208,6 @@ class _LineSource:
             elements.append(element)
 
 
-
 def _open_input(path: str | None) -> int:
     if path is None or path == "-":
         return STDIN_FD
