@@ -90,6 +90,7 @@ from ._service import (
     ServiceProxy,
     ServiceTable,
     dispatch_event,
+    dispatch_events,
     dispatch_request,
     event,
     hold_for_response,
@@ -189,6 +190,7 @@ __all__ = [
     "serve_services",
     "dispatch_request",
     "dispatch_event",
+    "dispatch_events",
     "hold_for_response",
     "DEFAULT_MAX_CONCURRENCY",
     # the mapping onto rstreams

@@ -160,22 +160,36 @@ class Publishers:
                 self._budget.give_back(size)  # not answered by serve_services
         return Elements(elements=elements)
 
-    @event
     async def Publish(self, request: PublishEvent) -> None:  # noqa: N802 - Bond's method name
-        topic = request.topic
-        if not topic or "?" in topic:
-            logger.warning("dropped a Publish event: %r is not a topic name", topic)
-            return
-        if self._topics is None:
+        """One ``Publish`` event (the batch form, :meth:`publish_events`, is what the connection calls)."""
+        await self.publish_events([request])
+
+    @event(name="Publish", batch=True)
+    async def publish_events(self, requests: list[PublishEvent]) -> None:
+        """The ``Publish`` events one read brought: each run to one topic goes
+        into it as one batch (one step of its publishing stream, not one per
+        event), in order; returns once the topics took them."""
+        start = 0
+        while start < len(requests):
+            topic = requests[start].topic
+            end = start + 1
+            while end < len(requests) and requests[end].topic == topic:
+                end += 1
+            values = [request.value for request in requests[start:end]]
+            start = end
+            if not topic or "?" in topic:
+                logger.warning("dropped %s: %r is not a topic name", _publish_events(len(values)), topic)
+                continue
+            if self._topics is None:
+                try:
+                    await publish_to_topic(self.session, topic, values)
+                except SubscriptionError as exc:
+                    logger.warning("dropped %s for topic %r: %s", _publish_events(len(values)), topic, exc)
+                continue
             try:
-                await publish_to_topic(self.session, topic, [request.value])
-            except SubscriptionError as exc:
-                logger.warning("dropped a Publish event for topic %r: %s", topic, exc)
-            return
-        try:
-            await self._topics.publish(topic, request.value)
-        except TopicRefused:
-            pass  # logged by the kit; an event has no response to say it in
+                await self._topics.publish_many(topic, values)
+            except TopicRefused:
+                pass  # logged by the kit; an event has no response to say it in
 
     async def aclose(self) -> None:
         """End the publishing streams; they finish once what they took is in the topics."""
@@ -227,3 +241,6 @@ class EpoxyAppServer(EpoxyServer):
                 finally:
                     await publishers.aclose()
 
+
+def _publish_events(count: int) -> str:
+    return "a Publish event" if count == 1 else f"{count} Publish events"

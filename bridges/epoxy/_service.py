@@ -35,7 +35,10 @@ next request is read only when a slot is free (the kit's
 :class:`~bridges.kit.RequestSlots`), so a client that floods requests is
 held back by TCP. Events run one after the other, in order: the next event
 is read only once the previous one was handled, so a slow event method
-paces its sender.
+paces its sender. An event method declared ``@event(batch=True)`` takes a
+list: each run of its events that one read brought, in one call (``async
+def Name(self, requests: list[Req]) -> None``), for a sender that sends
+many at once; the peer still sends them one event each.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ __all__ = [
     "serve_services",
     "dispatch_request",
     "dispatch_event",
+    "dispatch_events",
     "hold_for_response",
     "ServiceProxy",
     "DEFAULT_MAX_CONCURRENCY",
@@ -80,6 +84,8 @@ logger = logging.getLogger("rstreams.epoxy")
 
 #: Requests answered at once per connection.
 DEFAULT_MAX_CONCURRENCY = 16
+#: Events taken, and run, in one step at most (those one read brought).
+MAX_EVENTS_AT_ONCE = 256
 #: The longest ``message`` we put in an error response made from an exception.
 MAX_ERROR_MESSAGE = 4096
 
@@ -106,6 +112,8 @@ class MethodInfo:
         request_class: the request struct.
         response_class: the response struct (None for an event).
         attribute: the Python attribute that implements it.
+        batch: an event method that takes a list of requests (a run of its
+            events at a time); on the wire, still one event each.
     """
 
     name: str
@@ -113,6 +121,7 @@ class MethodInfo:
     request_class: type[bond.Struct]
     response_class: type[bond.Struct] | None
     attribute: str
+    batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,13 +139,14 @@ class _Mark:
     name: str | None
     request: type[bond.Struct] | None
     response: type[bond.Struct] | None
+    batch: bool = False
 
 
-def _mark(kind: MethodKind, function: F | None, name: str | None, request: Any, response: Any) -> Any:
+def _mark(kind: MethodKind, function: F | None, name: str | None, request: Any, response: Any, batch: bool = False) -> Any:
     def decorate(target: F) -> F:
         if not inspect.iscoroutinefunction(target):
             raise TypeError(f"{target.__qualname__}: an Epoxy method must be an async function")
-        setattr(target, _METHOD_ATTRIBUTE, _Mark(kind, name, request, response))
+        setattr(target, _METHOD_ATTRIBUTE, _Mark(kind, name, request, response, batch))
         return target
 
     return decorate(function) if function is not None else decorate
@@ -168,10 +178,17 @@ def method(
 @typing.overload
 def event(function: F, /) -> F: ...
 @typing.overload
-def event(*, name: str | None = None, request: type[bond.Struct] | None = None) -> Callable[[F], F]: ...
-def event(function: F | None = None, /, *, name: str | None = None, request: type[bond.Struct] | None = None) -> Any:
-    """Declare an event method (one-way): ``async def Name(self, request: Req) -> None``."""
-    return _mark(MethodKind.EVENT, function, name, request, None)
+def event(*, name: str | None = None, request: type[bond.Struct] | None = None, batch: bool = False) -> Callable[[F], F]: ...
+def event(
+    function: F | None = None, /, *, name: str | None = None, request: type[bond.Struct] | None = None, batch: bool = False
+) -> Any:
+    """Declare an event method (one-way): ``async def Name(self, request: Req) -> None``.
+
+    With ``batch``, ``async def Name(self, requests: list[Req]) -> None``:
+    called with each run of its events that one read brought (those that
+    do not decode dropped and logged), in order with the other events.
+    """
+    return _mark(MethodKind.EVENT, function, name, request, None, batch)
 
 
 def _struct_class(value: object, what: str) -> type[bond.Struct]:
@@ -190,13 +207,15 @@ def _method_info(attribute: str, function: Callable[..., Any], mark: _Mark) -> M
             raise TypeError(f"{where} must take exactly one argument, the request struct")
         if request is None:
             request = hints.get(parameters[0].name)
+            if mark.batch and typing.get_origin(request) is list:
+                (request,) = typing.get_args(request)
         if response is None and mark.kind is MethodKind.REQUEST_RESPONSE:
             response = hints.get("return")
     request_class = _struct_class(request, f"{where}'s request")
     response_class = None
     if mark.kind is MethodKind.REQUEST_RESPONSE:
         response_class = _struct_class(response, f"{where}'s response")
-    return MethodInfo(mark.name or attribute, mark.kind, request_class, response_class, attribute)
+    return MethodInfo(mark.name or attribute, mark.kind, request_class, response_class, attribute, mark.batch)
 
 
 def service(name: str) -> Callable[[type[T]], type[T]]:
@@ -366,6 +385,44 @@ async def dispatch_event(table: ServiceTable, message: Event) -> None:
         logger.exception("Epoxy event method %s failed", full_name)
 
 
+async def dispatch_events(table: ServiceTable, messages: list[Event]) -> None:
+    """Run ``messages`` in order: each run of events for one batch event
+    method (``@event(batch=True)``) in one call with the list of its
+    requests, every other event as :func:`dispatch_event` does.
+
+    Never raises for the methods' failures; cancellation propagates.
+    """
+    start = 0
+    while start < len(messages):
+        message = messages[start]
+        found = table.find(message.service_name, message.method_name)
+        if found is None or found[0].kind is not MethodKind.EVENT or not found[0].batch:
+            await dispatch_event(table, message)
+            start += 1
+            continue
+        info, function = found
+        end = start + 1
+        while end < len(messages) and (messages[end].service_name, messages[end].method_name) == (
+            message.service_name,
+            message.method_name,
+        ):
+            end += 1
+        full_name = f"{message.service_name}.{message.method_name}"
+        requests = []
+        for each in messages[start:end]:
+            try:
+                requests.append(each.decode(info.request_class))
+            except bond.BondDecodeError as exc:
+                logger.warning("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
+        start = end
+        if not requests:
+            continue
+        try:
+            await function(requests)
+        except Exception:
+            logger.exception("Epoxy event method %s failed", full_name)
+
+
 class _Held:
     # What the method answering one request holds of a memory budget for its response.
     __slots__ = ("budget", "size")
@@ -465,15 +522,23 @@ async def serve_services(
             slots.release()
 
     async def run_events() -> None:
+        budget = connection.budget
         while True:
             try:
-                message = await connection.receive_event()
+                messages = await connection.receive_events(MAX_EVENTS_AT_ONCE)
             except trio.EndOfChannel:
                 return
             except EpoxyError as exc:
                 ends.append(exc)
                 return
-            await dispatch_event(table, message)
+            # Out of the reader's queue, they still count in the
+            # connection's budget until they have run.
+            held = sum(len(message.payload) for message in messages)
+            budget.charge(held)
+            try:
+                await dispatch_events(table, messages)
+            finally:
+                budget.give_back(held)
 
     # The errors are kept and raised outside the nurseries, so the caller
     # gets the connection's end unwrapped.

@@ -352,6 +352,25 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         """
         return await self._events.take()
 
+    async def receive_events(self, max_count: int) -> list[Event]:
+        """The next event, and those already read after it: at most ``max_count``.
+
+        The batch form of :meth:`receive_event`: what one read brought is
+        handled in one step. Waits only for the first.
+
+        Raises:
+            ValueError: ``max_count`` is not positive.
+            and as :meth:`receive_event`.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if max_count <= 0:
+            raise ValueError(f"max_count must be positive, got {max_count}")
+        events = [await self._events.take()]
+        if max_count > 1:
+            events += self._events.take_held(max_count - 1, _any_event)
+        return events
+
     # ---- answering ------------------------------------------------------------------
 
     async def respond(self, request: Request | int, payload: Payload) -> None:
@@ -523,3 +542,8 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         except ValueError:
             name = str(error_code)
         await self._close_with(EpoxyClosed(f"connection closed by this side with ProtocolError {name}", by_peer=False))
+
+
+def _any_event(item: Event) -> bool:
+    # (take_held's predicate: the events queue holds only events)
+    return True

@@ -187,6 +187,25 @@ async def test_publish_puts_the_value_into_the_topic_as_sent(served: Served) -> 
         assert bond.unmarshal(Elements, payload).elements == [b'{"a": 1}', b"[2]"]
 
 
+async def test_publish_events_read_together_go_into_their_topics_in_order(served: Served) -> None:
+    # Runs of Publish events to one topic go in as one batch each
+    # (Publishers.publish_events); across topics and runs, in order.
+    port, app = served.port, served.app
+    sent = [("notes", b"[%d]" % n) if n % 50 else ("nowhere", b"lost") for n in range(1, 301)]
+    with trio.fail_after(20):
+        async with rstreams.open_local_session(app) as session:
+            async with session.subscribe("notes", prefetch=400) as reader:
+                raw = await RawEpoxy.connect(port)
+                await raw.handshake_as_client()
+                await raw.send(
+                    *(message(2 * n + 1, EVENT, PublishEvent(topic=topic, value=value), PUBLISHERS_SERVICE, "Publish")
+                      for n, (topic, value) in enumerate(sent))
+                )  # fmt: skip
+                expected = [value for topic, value in sent if topic == "notes"]
+                got = [bytes(await reader.__anext__()) for _ in expected]
+    assert got == expected
+
+
 async def test_publish_events_are_paced_by_the_topic(served: Served) -> None:
     port, news, app = served.port, served.news, served.app
     with trio.fail_after(10):

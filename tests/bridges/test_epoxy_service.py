@@ -29,6 +29,7 @@ from bridges.epoxy import (
     ServiceTable,
     bond,
     dispatch_event,
+    dispatch_events,
     dispatch_request,
     event,
     hold_for_response,
@@ -195,6 +196,54 @@ async def test_events_run_and_what_cannot_run_is_dropped(caplog: pytest.LogCaptu
     assert notes.notes == ["a", "d"]
     assert sum("dropped event" in record.message for record in caplog.records) == 3
     assert any("failed" in record.message for record in caplog.records)
+
+
+@service("test.Log")
+class Log:
+    # A batch event method beside a plain one: what each call got.
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+
+    @event(name="Write", batch=True)
+    async def write(self, notes: list[Note]) -> None:
+        if any(note.text == "boom" for note in notes):
+            raise RuntimeError("boom")
+        self.calls.append(("Write", [note.text for note in notes]))
+
+    @event
+    async def Mark(self, note: Note) -> None:  # noqa: N802
+        self.calls.append(("Mark", [note.text]))
+
+
+async def test_a_batch_event_method_gets_each_run_of_its_events_in_order(caplog: pytest.LogCaptureFixture) -> None:
+    # What one read brought, run in one step per run of a batch method's
+    # events: a run ends at another method's event, and an event that does
+    # not decode is dropped alone (the rest of its run still goes).
+    log = Log()
+    table = ServiceTable([log])
+    info = service_info(log).methods["Write"]
+    assert info.batch and info.request_class is Note and info.attribute == "write"
+
+    def message(method_name: str, payload: bytes) -> Event:
+        return Event(conversation_id=1, service_name="test.Log", method_name=method_name, payload=payload)
+
+    def write(text: str) -> Event:
+        return message("Write", bond.marshal(Note(text=text)))
+
+    with caplog.at_level(logging.WARNING, logger="rstreams.epoxy"):
+        await dispatch_events(
+            table,
+            [write("a"), write("b"), message("Mark", bond.marshal(Note(text="m"))), write("c"),
+             message("Write", b"CB\x01\x00\x09"), write("d"), write("boom"), write("e"),
+             message("Nope", b""), write("f")],
+        )  # fmt: skip
+    # c, d, boom and e are one run (the bad one dropped), and the method
+    # raised for it: logged, and the events after it still run.
+    assert log.calls == [("Write", ["a", "b"]), ("Mark", ["m"]), ("Write", ["f"])]
+    messages = [record.message for record in caplog.records]
+    assert sum("dropped event test.Log.Write: not a valid Note" in message for message in messages) == 1
+    assert sum("no such event method" in message for message in messages) == 1
+    assert any("Epoxy event method test.Log.Write failed" in message for message in messages)  # the run with "boom"
 
 
 async def test_the_proxy_calls_methods_and_sends_events(nursery: trio.Nursery) -> None:
