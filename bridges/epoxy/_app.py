@@ -46,6 +46,8 @@ as a TCP subscriber's.
 from __future__ import annotations
 
 import logging
+from itertools import groupby
+from operator import attrgetter
 
 import trio
 
@@ -169,14 +171,8 @@ class Publishers:
         """The ``Publish`` events one read brought: each run to one topic goes
         into it as one batch (one step of its publishing stream, not one per
         event), in order; returns once the topics took them."""
-        start = 0
-        while start < len(requests):
-            topic = requests[start].topic
-            end = start + 1
-            while end < len(requests) and requests[end].topic == topic:
-                end += 1
-            values = [request.value for request in requests[start:end]]
-            start = end
+        for topic, run in groupby(requests, attrgetter("topic")):
+            values = [request.value for request in run]
             if not topic or "?" in topic:
                 logger.warning("dropped %s: %r is not a topic name", _publish_events(len(values)), topic)
                 continue

@@ -364,12 +364,7 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
 
         Cancellation: nothing is taken. Always checkpoints.
         """
-        if max_count <= 0:
-            raise ValueError(f"max_count must be positive, got {max_count}")
-        events = [await self._events.take()]
-        if max_count > 1:
-            events += self._events.take_held(max_count - 1, _any_event)
-        return events
+        return await self._events.take_batch(max_count)
 
     # ---- answering ------------------------------------------------------------------
 
@@ -542,8 +537,3 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         except ValueError:
             name = str(error_code)
         await self._close_with(EpoxyClosed(f"connection closed by this side with ProtocolError {name}", by_peer=False))
-
-
-def _any_event(item: Event) -> bool:
-    # (take_held's predicate: the events queue holds only events)
-    return True

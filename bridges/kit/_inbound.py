@@ -97,6 +97,24 @@ class InboundQueue(Generic[ItemT]):
         await trio.lowlevel.cancel_shielded_checkpoint()
         return item
 
+    async def take_batch(self, max_count: int) -> list[ItemT]:
+        """The next item (read for if none is held) and the ones held after
+        it: at most ``max_count``, in order. For a taker that handles what one
+        read brought in one step. Waits only for the first.
+
+        Raises:
+            ValueError: ``max_count`` is not positive.
+            and as :meth:`take`.
+
+        Cancellation: nothing is taken. Always checkpoints.
+        """
+        if max_count <= 0:
+            raise ValueError(f"max_count must be positive, got {max_count}")
+        batch = [await self.take()]
+        if max_count > 1:
+            batch += self.take_held(max_count - 1, _any_item)
+        return batch
+
     def take_held(self, limit: int, accept: Callable[[ItemT], bool]) -> list[ItemT]:
         """Up to ``limit`` more of the items held now, in order, stopping at the first ``accept`` refuses.
 
@@ -114,3 +132,7 @@ class InboundQueue(Generic[ItemT]):
         if released:
             self._connection._release(released)
         return taken
+
+
+def _any_item(item: object) -> bool:
+    return True

@@ -37,6 +37,8 @@ through the same router, demand and topics as a TCP one.
 from __future__ import annotations
 
 import logging
+from itertools import groupby
+from operator import attrgetter
 
 import trio
 
@@ -141,14 +143,8 @@ async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublis
 async def _publish_runs(connection: MicroMsg2Connection, publisher: TopicPublisher, messages: list[MessageReceived]) -> bool:
     # Each run of SENDs to one destination into its topic as one batch;
     # False if the connection ended while refusing one.
-    start = 0
-    while start < len(messages):
-        destination = messages[start].destination
-        end = start + 1
-        while end < len(messages) and messages[end].destination == destination:
-            end += 1
-        values = [wrap(message.properties, message.payload) for message in messages[start:end]]
-        start = end
+    for destination, run in groupby(messages, attrgetter("destination")):
+        values = [wrap(message.properties, message.payload) for message in run]
         try:
             await publisher.publish_many(destination, values)
         except TopicRefused as exc:

@@ -553,12 +553,7 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
 
         Cancellation: nothing is taken. Always checkpoints.
         """
-        if max_count <= 0:
-            raise ValueError(f"max_count must be positive, got {max_count}")
-        batch = [await self._sends.take()]
-        if max_count > 1:
-            batch += self._sends.take_held(max_count - 1, _any_send)
-        return batch
+        return await self._sends.take_batch(max_count)
 
     def acknowledge(self, count: int = 1) -> None:
         """(server) ``count`` more SENDs taken with :meth:`receive_send` are handled: ack them now.
@@ -576,8 +571,3 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         Raises and cancellation as :meth:`receive_send`.
         """
         return await self._commands.take()
-
-
-def _any_send(item: MessageReceived) -> bool:
-    # (take_held's predicate: the SENDs queue holds only SENDs)
-    return True
