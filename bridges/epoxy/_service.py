@@ -50,6 +50,8 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import trio
@@ -368,21 +370,13 @@ async def dispatch_event(table: ServiceTable, message: Event) -> None:
 
     Never raises for the method's failures; cancellation propagates.
     """
-    full_name = f"{message.service_name}.{message.method_name}"
-    found = table.find(message.service_name, message.method_name)
-    if found is None or found[0].kind is not MethodKind.EVENT:
-        logger.warning("dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
+    found = _event_method(table, message)
+    if found is None:
         return
     info, function = found
-    try:
-        argument = message.decode(info.request_class)
-    except bond.BondDecodeError as exc:
-        logger.warning("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
-        return
-    try:
-        await function(argument)
-    except Exception:
-        logger.exception("Epoxy event method %s failed", full_name)
+    request = _decoded(info, message)
+    if request is not None:
+        await _run_event_method(info, message, function, request)
 
 
 async def dispatch_events(table: ServiceTable, messages: list[Event]) -> None:
@@ -392,35 +386,45 @@ async def dispatch_events(table: ServiceTable, messages: list[Event]) -> None:
 
     Never raises for the methods' failures; cancellation propagates.
     """
-    start = 0
-    while start < len(messages):
-        message = messages[start]
-        found = table.find(message.service_name, message.method_name)
-        if found is None or found[0].kind is not MethodKind.EVENT or not found[0].batch:
-            await dispatch_event(table, message)
-            start += 1
+    for _, run in groupby(messages, attrgetter("service_name", "method_name")):
+        events = list(run)
+        found = table.find(events[0].service_name, events[0].method_name)
+        if found is None or not found[0].batch:
+            for message in events:
+                await dispatch_event(table, message)
             continue
         info, function = found
-        end = start + 1
-        while end < len(messages) and (messages[end].service_name, messages[end].method_name) == (
-            message.service_name,
-            message.method_name,
-        ):
-            end += 1
+        requests = [request for request in (_decoded(info, message) for message in events) if request is not None]
+        if requests:
+            await _run_event_method(info, events[0], function, requests)
+
+
+def _event_method(table: ServiceTable, message: Event) -> tuple[MethodInfo, Bound] | None:
+    # The event method ``message`` names; None (logged) if nobody serves one.
+    found = table.find(message.service_name, message.method_name)
+    if found is None or found[0].kind is not MethodKind.EVENT:
         full_name = f"{message.service_name}.{message.method_name}"
-        requests = []
-        for each in messages[start:end]:
-            try:
-                requests.append(each.decode(info.request_class))
-            except bond.BondDecodeError as exc:
-                logger.warning("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
-        start = end
-        if not requests:
-            continue
-        try:
-            await function(requests)
-        except Exception:
-            logger.exception("Epoxy event method %s failed", full_name)
+        logger.warning("dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
+        return None
+    return found
+
+
+def _decoded(info: MethodInfo, message: Event) -> bond.Struct | None:
+    # The event's request struct; None (logged) if its payload is not one.
+    try:
+        return message.decode(info.request_class)
+    except bond.BondDecodeError as exc:
+        full_name = f"{message.service_name}.{message.method_name}"
+        logger.warning("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
+        return None
+
+
+async def _run_event_method(info: MethodInfo, message: Event, function: Bound, argument: object) -> None:
+    # The method itself; its failure is logged, never raised.
+    try:
+        await function(argument)
+    except Exception:
+        logger.exception("Epoxy event method %s.%s failed", message.service_name, info.name)
 
 
 class _Held:
@@ -522,7 +526,6 @@ async def serve_services(
             slots.release()
 
     async def run_events() -> None:
-        budget = connection.budget
         while True:
             try:
                 messages = await connection.receive_events(MAX_EVENTS_AT_ONCE)
@@ -533,12 +536,8 @@ async def serve_services(
                 return
             # Out of the reader's queue, they still count in the
             # connection's budget until they have run.
-            held = sum(len(message.payload) for message in messages)
-            budget.charge(held)
-            try:
+            with connection.budget.holding(sum(len(message.payload) for message in messages)):
                 await dispatch_events(table, messages)
-            finally:
-                budget.give_back(held)
 
     # The errors are kept and raised outside the nurseries, so the caller
     # gets the connection's end unwrapped.

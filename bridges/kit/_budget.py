@@ -34,7 +34,8 @@ waits, is not a budget of messages: its module docstring.)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import outcome
@@ -182,6 +183,21 @@ class MemoryBudget:
         """
         self._check_size(size)
         self._used += size
+
+    @contextmanager
+    def holding(self, size: int) -> Iterator[None]:
+        """Count ``size`` bytes already held (:meth:`charge`) for the block, and give them back when it ends.
+
+        For what a taker holds after its queue let go of it: a batch of
+        messages taken out of a connection's inbound queue still counts in
+        the connection's budget while it is handled (MicroMsg2's SENDs,
+        Epoxy's events), however long that takes.
+        """
+        self.charge(size)
+        try:
+            yield
+        finally:
+            self.give_back(size)
 
     def give_back(self, size: int) -> None:
         """``size`` bytes counted here are gone (never more than are used)."""

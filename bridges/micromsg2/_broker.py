@@ -121,7 +121,6 @@ async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublis
     # destination is one batch into its topic, and the lot is acknowledged
     # with one ack (a client that writes SENDs one at a time gets an ack
     # each, as before).
-    budget = connection.budget
     while True:
         try:
             messages = await connection.receive_sends(MAX_SENDS_AT_ONCE)
@@ -130,13 +129,9 @@ async def _publish_sends(connection: MicroMsg2Connection, publisher: TopicPublis
         # Taken out of the reader's queue, they still count in the
         # connection's budget until their topics took them: what one peer's
         # SENDs hold stays within its one limit, however many a read brought.
-        held = sum(len(message.payload) for message in messages)
-        budget.charge(held)
-        try:
+        with connection.budget.holding(sum(len(message.payload) for message in messages)):
             if not await _publish_runs(connection, publisher, messages):
                 return  # the connection ended: obey_commands raises why
-        finally:
-            budget.give_back(held)
         connection.acknowledge(len(messages))
 
 

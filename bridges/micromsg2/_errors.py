@@ -163,9 +163,9 @@ class MicroMsg2Timeout(MicroMsg2Error):
 
 
 class SendRefused(MicroMsg2Error):
-    """The server dropped what we sent to a destination, and said so (a
-    stream ERROR for a destination we did not subscribe to: it is not a
-    topic, say; ``MicroMsg2Connection.refused``).
+    """The server dropped what we sent to a destination, and said so (*ours*:
+    ERROR ``error;destination=D,for=send,message=M``, which ends no stream;
+    ``D`` is not a topic, say; ``MicroMsg2Connection.refused``).
 
     Attributes:
         destination: where the SENDs went.

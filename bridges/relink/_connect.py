@@ -27,12 +27,7 @@ from rstreams.support import caller_sees_its_own_exception
 
 from ..kit import open_tcp_stream, start_connection
 from ._connection import Connection
-from ._errors import (
-    LinkLostError,
-    RelinkError,
-    RemoteProtocolError,
-    UnsupportedVersionError,
-)
+from ._errors import LinkLostError, RelinkError, RemoteProtocolError, UnsupportedVersionError
 from ._handshake import LinkConfig
 from ._link import Role
 from ._link_errors import RelinkConnectionLost

@@ -133,19 +133,12 @@ class _LineSource:
     async def publish(self, sink: Sink) -> None:
         while True:
             await sink.wait_demand()  # read nothing the server did not ask for
-            line = await self.lines.readline()
-            if line is None:
-                return
-            if self.skip_blank and not line.strip():
-                continue
-            try:
-                element = self.encode(line)
-            except LineError as exc:
-                self.bad_line = f"line {self.sent + 1}: {exc}"
+            first = await self._next_element()
+            if first is None:
                 return
             # With it, the lines read already, as far as demand goes: one
             # step, and one message on the wire, for all of them.
-            lines, elements = [line], [element]
+            lines, elements = [first[0]], [first[1]]
             self._take_ready_lines(min(sink.demand, MAX_LINES_AT_ONCE) - 1, lines, elements)
             try:
                 # Queued as demand and the queue's bound allow; what is not
@@ -166,19 +159,29 @@ class _LineSource:
         # handed out before this call was published (or is on its way).
         self.sent += self._handed_out
         self._handed_out = 0
+        first = await self._next_element()
+        if first is None:
+            raise StopAsyncIteration
+        self._handed_out = 1
+        return first[1]
+
+    async def _next_element(self) -> tuple[bytes, bytes] | None:
+        # The next line that is not skipped, and its element; None at the
+        # end of input, or at a line --format refuses (bad_line says which).
         while True:
             line = await self.lines.readline()
             if line is None:
-                raise StopAsyncIteration
-            if self.skip_blank and not line.strip():
-                continue
-            try:
-                element = self.encode(line)
-            except LineError as exc:
-                self.bad_line = f"line {self.sent + 1}: {exc}"
-                raise StopAsyncIteration from None
-            self._handed_out = 1
-            return element
+                return None
+            if not self._skipped(line):
+                break
+        try:
+            return line, self.encode(line)
+        except LineError as exc:
+            self.bad_line = f"line {self.sent + 1}: {exc}"
+            return None
+
+    def _skipped(self, line: bytes) -> bool:
+        return self.skip_blank and not line.strip()
 
     def take_ready(self, max_count: int) -> list[bytes]:
         # (rstreams.support.ReadyElements) The lines already read, after
@@ -193,10 +196,8 @@ class _LineSource:
         # elements, appended to the two lists; never waits. A line --format
         # refuses is left for the next readline, which reports it.
         for _ in range(max_count):
-            while True:
-                line = self.lines.readline_nowait()
-                if line is None or not (self.skip_blank and not line.strip()):
-                    break
+            while (line := self.lines.readline_nowait()) is not None and self._skipped(line):
+                pass
             if line is None:
                 return
             try:

@@ -356,7 +356,7 @@ async def test_a_source_of_batches_publishes_each_batch_as_it_comes() -> None:
                 await rstreams.publish_to_topic(writer, "bursts", [[b"x"]], batches=True)
 
 
-async def test_an_async_source_has_each_value_sent_as_it_comes_and_a_ready_run_together() -> None:
+async def test_an_async_source_has_a_value_after_a_wait_sent_at_once() -> None:
     # publish_to_topic(async iterable) sent each value in a step of its own
     # (about 11,000 a second from a generator that never waits). It now
     # goes through Sink.send, whose runs write what a source has ready
@@ -383,3 +383,33 @@ async def test_an_async_source_has_each_value_sent_as_it_comes_and_a_ready_run_t
                         seen.set()
                         got.append(bytes(await subscription.__anext__()))
     assert got == [b"%d" % n for n in range(50)] + [b"last before the wait", b"after"]
+
+
+async def test_an_async_source_that_never_waits_is_written_in_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The other half of the test above: values with no wait between them
+    # go as Sink.send's runs, a schedule point per SEND_RUN_LENGTH of them,
+    # not one per value (as a send_many of one each was). The clock is
+    # stood in for, so that the runs are decided the same way anywhere.
+    from rstreams._publish import SEND_RUN_LENGTH
+
+    from .test_publish import FakeClock, StepCounter
+
+    monkeypatch.setattr("rstreams._publish.perf_counter", FakeClock(1e-7))
+    count = 3000
+    topic = rstreams.Topic("runs", capacity=4096)
+    counter = StepCounter("publisher probe")  # the task that runs publish_to_topic's source "probe"
+
+    async def source() -> AsyncIterator[bytes]:
+        for n in range(count):
+            yield b"%d" % n
+
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router()) as writer:
+            trio.lowlevel.add_instrument(counter)
+            try:
+                with trio.fail_after(10):
+                    assert await rstreams.publish_to_topic(writer, "runs", source(), source="probe") == count
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+    assert topic.statistics().published == count
+    assert 1 <= counter.steps <= count // SEND_RUN_LENGTH + 20, counter.steps
