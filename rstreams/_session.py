@@ -1239,6 +1239,16 @@ class Session(Peer):
             try:
                 await work
                 answer = True
+            except SessionClosed as exc:
+                if self._close_kind is None:
+                    # Another session's end (one the publisher relays from):
+                    # the publisher's failure, as any other error.
+                    self._log_publisher_failure(request.name, exc, handle)
+                    answer, error = True, str(exc) or type(exc).__name__
+                # Else this session is ending, and a publisher that reads back
+                # from it (a topic's publish route, the demo's echo) learns it
+                # from its upstream: not a failure of its own, nothing to log
+                # beyond the session's end, and no onError can go.
             except Exception as exc:
                 self._log_publisher_failure(request.name, exc, handle)
                 answer, error = True, str(exc) or type(exc).__name__

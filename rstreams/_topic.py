@@ -19,7 +19,10 @@ policy is chosen per subscriber (``chat?policy=block|drop|latest``, see
   back by demand, end to end. That stream completes (with no elements) once
   the client's publisher completed and all of its elements are in the topic,
   which is how the client knows they were accepted. :func:`publish_to_topic`
-  does all of this in one call.
+  does all of this in one call. With ``confirm=1`` the stream also carries,
+  as the client's demand allows, how many of its elements the topic holds
+  so far (:data:`CONFIRM_PARAMETER`): what a client whose connection is cut
+  midway needs to know where to start again.
 
 Replay: ``chat?from=N`` starts at sequence number N (``from=earliest``: the
 oldest element held) and frames every element as 8-byte big-endian sequence
@@ -93,6 +96,14 @@ MAX_TAKE = 4096
 MAX_TAKE_PACKED = 32_768
 #: The largest ``pack`` a subscriber may ask for.
 MAX_PACK = 65_536
+#: The parameter of ``TOPIC/publish`` that asks for confirmations: with
+#: ``confirm=1`` the stream back to the publishing client carries, whenever
+#: it has demand, the count of the source's elements the topic holds so far
+#: (taken in, or already held from the same producer id), as ASCII decimal
+#: digits. Counts only grow; one that finds no demand is left out, and the
+#: next one says more. Without it the stream carries no elements.
+CONFIRM_PARAMETER = "confirm"
+
 #: Producer ids a topic remembers for idempotent publishing (see ProducerLedger).
 PRODUCERS_REMEMBERED = 10_000
 
@@ -520,6 +531,10 @@ class Topic:
         if not source:
             raise ValueError(f"publishing into a topic needs a source: {self.name}{PUBLISH_SUFFIX}?source=NAME")
         producer = request.params.get("producer")
+        confirm = request.params.get(CONFIRM_PARAMETER)
+        if confirm not in (None, "0", "1"):
+            raise InvalidParameter(f"parameter {CONFIRM_PARAMETER}={confirm!r}: use 1 (or 0)")
+        taken = 0  # the source's elements the topic holds
         self._check_open()
         self._publishers += 1
         try:
@@ -543,5 +558,17 @@ class Topic:
                         await self._append_routed(self._route_received(batch))
                     else:
                         await self._append_once(producer, [bytes(raw) for raw in batch])
+                    taken += len(batch)
+                    if confirm == "1":
+                        _confirm(sink, taken)
         finally:
             self._publishers -= 1
+
+
+def _confirm(sink: Sink, taken: int) -> None:
+    # One confirmation, if the publishing client has demand for it; never
+    # waits, so that a client that reads no confirmations holds nothing up.
+    try:
+        sink.send_nowait(b"%d" % taken)
+    except trio.WouldBlock:
+        pass

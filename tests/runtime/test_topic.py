@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+import contextlib
 import json
+import logging
+import socket
+import struct
 
 import pytest
 import trio
@@ -413,3 +417,106 @@ async def test_an_async_source_that_never_waits_is_written_in_runs(monkeypatch: 
                 trio.lowlevel.remove_instrument(counter)
     assert topic.statistics().published == count
     assert 1 <= counter.steps <= count // SEND_RUN_LENGTH + 20, counter.steps
+
+
+async def test_a_publishing_client_that_asks_for_confirmations_gets_the_count_the_topic_holds() -> None:
+    # confirm=1: the stream back to the client carries, as its demand
+    # allows, how many of its elements the topic holds; counts only grow,
+    # each is at most what the topic held when it came, and the last is all.
+    topic = rstreams.Topic("feed", capacity=16)
+    counts: list[int] = []
+    held_then: list[int] = []
+
+    async def lines(sink: rstreams.Sink) -> None:
+        for start in range(0, 100, 10):
+            await sink.send_many([b"%d" % i for i in range(start, start + 10)])
+
+    async with served(topic) as url:
+        async with rstreams.open_session(url) as reader, rstreams.open_session(url, app=rstreams.Router({"lines": lines})) as writer:
+            async with reader.subscribe("feed", prefetch=1000) as everything:
+                with trio.fail_after(10):
+                    async with writer.subscribe("feed/publish?source=lines&confirm=1", prefetch=1000) as confirmations:
+                        async for element in confirmations:
+                            counts.append(int(element))
+                            held_then.append(topic.statistics().published)
+                    received = []
+                    async for element in everything:
+                        received.append(element)
+                        if len(received) == 100:
+                            break
+    assert received == [b"%d" % i for i in range(100)]
+    assert counts and counts == sorted(set(counts)) and counts[-1] == 100
+    assert all(count <= held for count, held in zip(counts, held_then))
+
+
+async def test_confirmations_wait_for_demand_and_never_hold_the_publishing_back() -> None:
+    # A client that asks for confirmations and gives them no demand gets
+    # none, and its elements still all go in: the stream's end confirms
+    # them all, as without confirm=1 (whose stream carries no elements).
+    topic = rstreams.Topic("feed", capacity=1000)
+
+    async def lines(sink: rstreams.Sink) -> None:
+        await sink.send_many([b"%d" % i for i in range(300)])
+
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router({"lines": lines})) as writer:
+            with trio.fail_after(10):
+                async with writer.subscribe("feed/publish?source=lines&confirm=1", prefetch=0) as silent:
+                    assert [element async for element in silent] == []
+            assert topic.statistics().published == 300
+            with trio.fail_after(10):
+                async with writer.subscribe("feed/publish?source=lines", prefetch=1000) as plain:
+                    assert [element async for element in plain] == []
+            assert topic.statistics().published == 600
+
+
+async def test_a_bad_confirm_parameter_fails_the_stream_only() -> None:
+    topic = rstreams.Topic("feed")
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router({"lines": lambda sink: None})) as writer:
+            with trio.fail_after(10), pytest.raises(rstreams.PublisherError, match="parameter confirm='yes'"):
+                async with writer.subscribe("feed/publish?source=lines&confirm=yes", prefetch=1) as done:
+                    async for _ in done:
+                        pass
+            with trio.fail_after(10):
+                # The session lives on: the next publishing goes in.
+                assert await rstreams.publish_to_topic(writer, "feed", [b"after"]) == 1
+    assert topic.statistics().published == 1
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["closed", "reset"])
+async def test_a_publishing_client_that_goes_away_is_no_publisher_failure(caplog: pytest.LogCaptureFixture, reset: bool) -> None:
+    # The publish route reads from the client's own session; when that
+    # session ends (the client closes, or its connection is reset) the
+    # route learns it from its upstream. That is the session's end, logged
+    # once as such, not a publisher failure with a traceback (it was one,
+    # found by cutting `rstreams pub` connections at random).
+    topic = rstreams.Topic("feed")
+
+    async def endless(sink: rstreams.Sink) -> None:
+        number = 0
+        while True:
+            await sink.send(b"%d" % number)
+            number += 1
+
+    async with served(topic) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with caplog.at_level(logging.DEBUG, logger="rstreams"), trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with trio.open_nursery() as nursery:
+
+                async def publish() -> None:
+                    with contextlib.suppress(rstreams.SessionClosed):
+                        async with rstreams.open_stream_session(stream, app=rstreams.Router({"endless": endless})) as writer:
+                            async with writer.subscribe("feed/publish?source=endless&confirm=1") as confirmations:
+                                async for _ in confirmations:
+                                    pass
+
+                nursery.start_soon(publish)
+                await wait_until(lambda: topic.statistics().published >= 2000)
+                if reset:
+                    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                nursery.cancel_scope.cancel()
+            await wait_until(lambda: topic.statistics().publishers == 0)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.text
+    assert "Traceback" not in caplog.text
