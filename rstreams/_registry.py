@@ -45,6 +45,7 @@ __all__ = [
     "BridgeService",
     "PublishFunction",
     "ReadyElements",
+    "ConfirmedElements",
     "ServeContext",
     "UnsupportedScheme",
     "registered_bridges",
@@ -52,6 +53,7 @@ __all__ = [
     "find_scheme",
     "known_schemes",
     "take_ready",
+    "report_confirmed",
     "url_is_secure",
 ]
 
@@ -151,6 +153,28 @@ def take_ready(elements: AsyncIterable[bytes], max_count: int) -> list[bytes]:
         return []
     take = getattr(elements, "take_ready", None)
     return take(max_count) if take is not None else []
+
+
+class ConfirmedElements(Protocol):
+    """Elements to publish that want to know how many of them are in the topic.
+
+    What ``rstreams pub`` hands a bridge's publish, so that a run cut short
+    can say how many lines are in for sure. A bridge whose protocol confirms
+    (MicroMsg2's acks) calls :func:`report_confirmed`; one whose protocol
+    cannot (Epoxy's events) never does.
+    """
+
+    def confirm(self, count: int) -> None:
+        """The first ``count`` elements handed out are in the topic (counts only grow)."""
+        ...
+
+
+def report_confirmed(elements: AsyncIterable[bytes], count: int) -> None:
+    """Tell ``elements`` that the first ``count`` it handed out are in the
+    topic, if it is :class:`ConfirmedElements` (else nobody asked)."""
+    confirm = getattr(elements, "confirm", None)
+    if confirm is not None:
+        confirm(count)
 
 
 class PublishFunction(Protocol):

@@ -42,7 +42,7 @@ from dataclasses import replace
 import trio
 
 from rstreams import PublisherError, UnknownPublisher
-from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url, take_ready
+from rstreams.support import StreamFeed, caller_sees_its_own_exception, parse_bridge_url, report_confirmed, take_ready
 
 from ..kit import BridgePeer, open_bridge_peer, open_tcp_stream, start_connection
 from ._broker import MAX_SENDS_AT_ONCE, UNKNOWN_PUBLISHER
@@ -231,18 +231,23 @@ async def publish_mm2_url(
     stream = await open_tcp_stream(host, port, ssl_context=ssl_context)
     published = 0
     async with open_micromsg2_stream(stream, role=Role.CLIENT, settings=settings) as connection:
-        async for element in elements:
-            refused = connection.refused(topic)
-            if refused is not None:
-                raise refused  # (the broker dropped the ones before: say so now)
-            # With it, those ready already, as the window has room for them:
-            # one write, one read for the broker and one ack.
-            credit = connection.send_credit
-            room = MAX_SENDS_AT_ONCE if credit is None else min(credit, MAX_SENDS_AT_ONCE)
-            batch = [element, *take_ready(elements, room - 1)]
-            await connection.send_messages(topic, [(each, ()) for each in batch])  # waits for the window: the topic's pace
-            published += len(batch)
-        await confirm_sends(connection, topic)
+        try:
+            async for element in elements:
+                refused = connection.refused(topic)
+                if refused is not None:
+                    raise refused  # (the broker dropped the ones before: say so now)
+                # With it, those ready already, as the window has room for them:
+                # one write, one read for the broker and one ack.
+                credit = connection.send_credit
+                room = MAX_SENDS_AT_ONCE if credit is None else min(credit, MAX_SENDS_AT_ONCE)
+                batch = [element, *take_ready(elements, room - 1)]
+                await connection.send_messages(topic, [(each, ()) for each in batch])  # waits for the window: the topic's pace
+                published += len(batch)
+            await confirm_sends(connection, topic)
+        finally:
+            if connection.window is not None and connection.refused(topic) is None:
+                # An ack says the topic took the SEND: all but those unacked.
+                report_confirmed(elements, max(published - connection.unacknowledged, 0))
     return published
 
 

@@ -52,8 +52,12 @@ the server that subscribes back to it:
 Input is read only when the server asks for it. pub exits 0 once the input
 ended and the server accepted every line (a topic completes the stream then).
 If the connection ends first, or Ctrl-C or SIGTERM stops pub, its message
-says how many lines were sent before (the last of them unconfirmed), so that
-you know where to start again.
+says how many lines were sent before, and how many of those the topic
+confirmed it holds ("N lines sent to chat before it, the first C of them
+confirmed"): starting again after line C loses nothing (some lines after C
+may be in the topic already). Over tcp:// and ws:// the topic confirms as
+it takes lines (NAME/publish?...&confirm=1), over mm2:// the broker's acks
+do; Epoxy's events and a NAME?source= publisher confirm nothing.
 
 Over a bridge that can publish into a topic, URL is also mm2://HOST:PORT
 (MicroMsg2: one SEND per line, at most the ack window -- ?window=N, default

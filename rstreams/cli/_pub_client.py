@@ -17,7 +17,10 @@ subscribes to a route of the server that subscribes back to it:
 
 Input is read only on the server's demand. The command ends when the stream
 it subscribed to does: a topic completes it once the client's publisher
-completed (end of input) and the topic accepted every line.
+completed (end of input) and the topic accepted every line. Along the way
+the client asks the topic to confirm how many lines it holds
+(``confirm=1``), so that a run cut short says how many are in for sure:
+where to start again without losing a line.
 
 Over a bridge whose protocol can publish into a topic (the registry's
 ``Bridge.publish``: ``mm2://``, whose SENDs the broker acknowledges once
@@ -44,6 +47,7 @@ import trio
 from .._connect import open_session
 from .._errors import PublisherError, SessionClosed
 from .._publish import Router, Sink
+from .._topic import CONFIRM_PARAMETER
 from .._url import SCHEMES, url_scheme
 from ._client import (
     SignalStop,
@@ -104,15 +108,21 @@ LINE_FORMATS: dict[str, Callable[[bytes], bytes]] = {"raw": _raw, "jsonl": _json
 def publish_route(name: str, source: str = SOURCE) -> str:
     """The route to subscribe to so that ``name`` reads from our ``source``.
 
-    ``chat`` → ``chat/publish?source=stdin``; ``echo?source=`` →
+    ``chat`` → ``chat/publish?source=stdin&confirm=1`` (the topic confirms
+    how many lines it holds as it goes); ``echo?source=`` →
     ``echo?source=stdin`` (other parameters kept).
     """
     path, question, query = name.partition("?")
     parameters = parse_qsl(query, keep_blank_values=True)
-    if any(key == "source" for key, _ in parameters):
+    if _names_a_publisher(name):
         parameters = [(key, source if key == "source" else value) for key, value in parameters]
         return f"{path}?{urlencode(parameters)}"
-    return f"{path}/publish?{urlencode([*parameters, ('source', source)])}"
+    return f"{path}/publish?{urlencode([*parameters, ('source', source), (CONFIRM_PARAMETER, '1')])}"
+
+
+def _names_a_publisher(name: str) -> bool:
+    # NAME?source=...: a publisher reading our source, not a topic.
+    return any(key == "source" for key, _ in parse_qsl(name.partition("?")[2], keep_blank_values=True))
 
 
 class _LineSource:
@@ -127,6 +137,9 @@ class _LineSource:
         self.encode = encode
         self.skip_blank = skip_blank
         self.sent = 0
+        #: Of those sent, how many the topic confirmed it holds (None: no
+        #: confirmation came, or none can: NAME?source=, Epoxy).
+        self.confirmed: int | None = None
         self.bad_line: str | None = None
         self._handed_out = 0  # elements handed to a bridge's publish since it last asked
 
@@ -149,6 +162,23 @@ class _LineSource:
                 raise
             self.lines.unread_lines(lines[taken:])
             self.sent += taken
+
+    def confirm(self, count: int) -> None:
+        # (rstreams.support.ConfirmedElements) The first ``count`` lines
+        # are in the topic: a bridge that learns it (MicroMsg2's acks).
+        self.confirmed = max(count, self.confirmed or 0)
+
+    def progress(self, name: str) -> str:
+        """How far a run cut short got: the lines sent, and of them those the
+        topic confirmed (what a user who must start again needs: ``tail -n
+        +N`` from the line after the confirmed ones loses nothing, and may
+        send again some that were in)."""
+        sent = _lines(self.sent)
+        if not self.confirmed:
+            return f"{sent} sent to {name} before it, none of them confirmed"
+        if self.confirmed >= self.sent:
+            return f"{sent} sent to {name} before it, all of them confirmed"
+        return f"{sent} sent to {name} before it, the first {self.confirmed} of them confirmed"
 
     def __aiter__(self) -> _LineSource:
         return self
@@ -223,6 +253,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
     app = Router()
     app.add(SOURCE, source.publish)
     route = publish_route(args.name)
+    into_topic = not _names_a_publisher(args.name)
     ssl_context = client_ssl(url, args.ca, args.cert, args.key)
     out = sys.stdout.buffer
     status = EXIT_OK
@@ -233,9 +264,13 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             try:
                 async with open_session(url, app=app, ssl_context=ssl_context, token=client_token(args)) as session:
                     async with session.subscribe(route) as answers:
-                        async for element in answers:
-                            out.write(element + b"\n")
-                            out.flush()
+                        if into_topic:
+                            async for element in answers:
+                                source.confirm(_confirmed_count(element))
+                        else:
+                            async for element in answers:
+                                out.write(element + b"\n")
+                                out.flush()
                 if source.bad_line is not None:
                     status = report(
                         f"--format {args.format}: {source.bad_line} (the {source.sent} lines before it were published)",
@@ -248,9 +283,9 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
             except PublisherError as exc:
                 status = report(f"publisher error: {exc.message}", EXIT_FAILURE)
             except SessionClosed as exc:
-                status = session_closed(exc, progress=_unconfirmed(source.sent, args.name) if source.sent else "")
+                status = session_closed(exc, progress=source.progress(args.name) if source.sent else "")
             nursery.cancel_scope.cancel()
-    return _finish(stop, status, source.sent, args.name)
+    return _finish(stop, status, source, source.sent, args.name)
 
 
 async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, bridge: Bridge, publish: PublishFunction) -> int:
@@ -279,24 +314,24 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
                 if answer is not None:
                     # (How far it got, when the connection went: not for a refusal.)
                     ended = answer[0] in (EXIT_CONNECTION, EXIT_GOODBYE) and source.sent
-                    tail = f" ({_unconfirmed(source.sent, args.name)})" if ended else ""
+                    tail = f" ({source.progress(args.name)})" if ended else ""
                     status = report(answer[1] + tail, answer[0])
                 elif isinstance(exc, OSError):
                     status = report(f"cannot connect to {url}: {exc.strerror or exc}", EXIT_CONNECTION)
                 else:
                     raise
             nursery.cancel_scope.cancel()
-    return _finish(stop, status, published if status == EXIT_OK and stop.status is None else source.sent, args.name)
+    return _finish(stop, status, source, published if status == EXIT_OK and stop.status is None else source.sent, args.name)
 
 
-def _finish(stop: SignalStop, status: int, sent: int, name: str) -> int:
+def _finish(stop: SignalStop, status: int, source: _LineSource, sent: int, name: str) -> int:
     # The last line of a publishing run, and its exit status. Stopped by
     # Ctrl-C or SIGTERM with lines sent, it says how many, as a lost
     # connection does, so that a user knows where to start again.
     if stop.status is not None:
-        if sent:
+        if source.sent:
             signame = signal.Signals(stop.status - 128).name
-            print(f"rstreams: stopped by {signame}: {_unconfirmed(sent, name)}", file=sys.stderr, flush=True)
+            print(f"rstreams: stopped by {signame}: {source.progress(name)}", file=sys.stderr, flush=True)
         return stop.status
     if status == EXIT_OK:
         print(f"rstreams: published {_lines(sent)} into {name}", file=sys.stderr, flush=True)
@@ -355,7 +390,7 @@ def _lines(count: int) -> str:
     return "1 line" if count == 1 else f"{count} lines"
 
 
-def _unconfirmed(sent: int, name: str) -> str:
-    # What a user who must start again needs (tail -n +N): the lines that
-    # left, of which the last ones may not have reached the topic.
-    return f"{_lines(sent)} sent to {name} before it, the last of them unconfirmed"
+def _confirmed_count(element: bytes) -> int:
+    # A topic's confirmation (rstreams._topic.CONFIRM_PARAMETER): a count in
+    # ASCII digits. Anything else is not one, and confirms nothing.
+    return int(element) if element.isdigit() else 0

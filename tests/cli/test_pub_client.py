@@ -124,9 +124,9 @@ def test_usage_errors(args: list[str], message: bytes) -> None:
 @pytest.mark.parametrize(
     ("name", "route"),
     [
-        ("chat", "chat/publish?source=stdin"),
-        ("room/chat", "room/chat/publish?source=stdin"),
-        ("chat?policy=block", "chat/publish?policy=block&source=stdin"),
+        ("chat", "chat/publish?source=stdin&confirm=1"),
+        ("room/chat", "room/chat/publish?source=stdin&confirm=1"),
+        ("chat?policy=block", "chat/publish?policy=block&source=stdin&confirm=1"),
         ("echo?source=", "echo?source=stdin"),
         ("echo?x=1&source=old", "echo?x=1&source=stdin"),
     ],
@@ -147,8 +147,17 @@ def test_a_lost_connection_says_how_many_lines_left(servers: dict[str, tuple[str
         result = rstreams("pub", f"tcp://127.0.0.1:{front}", "chat", input=lines)
     assert result.returncode == 4, result.stderr
     found = re.fullmatch(
-        rb"rstreams: connection lost: .*\((\d+) lines? sent to chat before it, the last of them unconfirmed\)\n",
+        rb"rstreams: connection lost: .*\((\d+) lines? sent to chat before it, (none|all|the first (\d+)) of them confirmed\)\n",
         result.stderr,
     )
     assert found is not None, result.stderr
-    assert 0 < int(found.group(1)) < 100_000
+    sent = int(found.group(1))
+    assert 0 < sent < 100_000
+    # The topic confirms as it takes them (confirm=1): a count it holds for
+    # sure, never more (the newest line it holds is at least that far in).
+    confirmed = {b"none": 0, b"all": sent}.get(found.group(2), int(found.group(3) or 0))
+    assert confirmed <= sent
+    newest = rstreams("sub", url, "chat?history=1", "--count", "1", "--timeout", "10")
+    assert newest.returncode == 0, newest.stderr
+    if confirmed:
+        assert int(newest.stdout.split()[-1]) >= confirmed - 1, (confirmed, newest.stdout)
