@@ -2,6 +2,7 @@
 
     python bench/chaos.py                       # 8 rounds of the six schemes
     python bench/chaos.py --rounds 30 --seed 7  # longer; a seed replays a run
+    python bench/chaos.py --pub                 # rstreams pub instead of sub
 
 Starts ``rstreams serve rstreams.demo:app`` with every listener (tcp, ws,
 emp, relink, mm2, epoxy) on free ports of 127.0.0.1. Each round, for each
@@ -22,7 +23,21 @@ What must hold, or the run exits 1:
 * the server lives, logs no traceback and no error, keeps its file
   descriptors flat, and the direct client is never disturbed.
 
-Nothing here is run by the tests, except two short rounds in
+With ``--pub``, each round, for each scheme that can publish (tcp, ws, mm2,
+epoxy), ``rstreams pub URL chat`` sends ``PUB_LINES`` lines through such a
+proxy into the demo's ``chat`` topic, which a direct subscriber reads live.
+Besides the rules above for the command and the server:
+
+* the lines the topic took are the first K of the input, in order, with
+  none twice;
+* K is at most the count ``pub`` says it sent, and at least the count it
+  says the topic confirmed (its message is where a user starts again: a
+  confirmed line missing would be lost);
+* exit status 0 means every line is in the topic. Epoxy is the exception
+  its docs state: its events have no answer, so 0 there means every line
+  was written, and a cut may still drop the last of them.
+
+Nothing here is run by the tests, except one short round of each mode in
 tests/test_bench.py.
 """
 
@@ -31,6 +46,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import socket
 import struct
@@ -64,6 +80,11 @@ PUBLISHERS = {
 OFFSETS = [0, 1, 2, 5, 9, 17, 40, 100, 300, 1000, 5000, 20000, 100000, 400000]
 ALLOWED = {0, 1, 3, 4}
 SUB_TIMEOUT = 30.0
+# --pub: the schemes that can publish into a topic, and how many lines a run sends.
+PUB_SCHEMES = ("tcp", "ws", "mm2", "epoxy")
+PUB_LINES = 3000
+# A run's lines are still arriving at the watcher until it saw none for this long.
+PUB_SETTLE = 1.0
 
 
 @dataclass
@@ -176,12 +197,117 @@ async def one_run(scheme: str, port: int, publisher: str, rng: random.Random) ->
     return Outcome(scheme, publisher, cut, result.returncode, len(lines), seconds, message, problem)
 
 
+class TopicWatcher:
+    """A direct subscriber to ``chat`` (not through a proxy), reading every
+    element live with the ``block`` policy, so that nothing published
+    while it reads is skipped; the elements, in the order they came."""
+
+    def __init__(self) -> None:
+        self.elements: list[bytes] = []
+        self.last_arrival = time.monotonic()
+        self.error: BaseException | None = None
+
+    async def run(self, port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        import rstreams
+
+        try:
+            async with rstreams.open_session(f"tcp://127.0.0.1:{port}") as session:
+                async with session.subscribe("chat?policy=block") as subscription:
+                    task_status.started()
+                    async for element in subscription:
+                        self.elements.append(element)
+                        self.last_arrival = time.monotonic()
+        except Exception as exc:  # judged at the end: the watcher must outlive every run
+            self.error = exc
+
+    async def settle(self) -> None:
+        while time.monotonic() - self.last_arrival < PUB_SETTLE:
+            await trio.sleep(0.1)
+
+
+_SENT = re.compile(rb"(\d+) lines? sent to ")
+_CONFIRMED = re.compile(rb"sent to \S+ before it, (none|all|the first (\d+)) of them confirmed")
+_PUBLISHED = re.compile(rb"published (\d+) lines? into ")
+
+
+async def one_pub_run(scheme: str, port: int, run: int, watcher: TopicWatcher, rng: random.Random) -> Outcome:
+    direction, offset, how = rng.choice(["up", "down"]), rng.choice(OFFSETS), rng.choice(["fin", "rst"])
+    proxy = CuttingProxy(port, direction, offset, how)
+    cut = f"{direction} after {offset} bytes, {how}"
+    lines = [b"chaos %d %s line %06d" % (run, scheme.encode(), i) for i in range(PUB_LINES)]
+    tag = b"chaos %d %s " % (run, scheme.encode())
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(partial(trio.serve_tcp, proxy.relay, 0, host="127.0.0.1"))
+        url = SCHEMES[scheme].format(port=listener.socket.getsockname()[1])
+        began = time.monotonic()
+        with trio.move_on_after(SUB_TIMEOUT) as timer:
+            result = await trio.run_process(
+                [sys.executable, "-m", "rstreams", "pub", url, "chat"],
+                cwd=ROOT,
+                stdin=b"\n".join(lines) + b"\n",
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+        nursery.cancel_scope.cancel()
+    seconds = time.monotonic() - began
+    if timer.cancelled_caught:
+        return Outcome(scheme, "pub chat", cut, None, 0, seconds, "", f"still running after {SUB_TIMEOUT:.0f} s")
+    await watcher.settle()
+    taken = [element for element in watcher.elements if element.startswith(tag)]
+    message = result.stderr.decode(errors="replace").strip()
+    found = _SENT.search(result.stderr) or _PUBLISHED.search(result.stderr)
+    claimed = int(found.group(1)) if found else None
+    said = _CONFIRMED.search(result.stderr)
+    confirmed = None if said is None else {b"none": 0, b"all": claimed}.get(said.group(1), int(said.group(2) or 0))
+    problem = None
+    if "Traceback" in message:
+        problem = "traceback"
+    elif result.returncode not in ALLOWED:
+        problem = f"exit status {result.returncode}"
+    elif message.count("\n"):
+        problem = "more than one line on stderr"
+    elif taken != lines[: len(taken)]:
+        problem = "the topic took lines out of order, twice, or past a gap"
+    elif result.returncode == 0 and len(taken) != PUB_LINES and scheme != "epoxy":
+        problem = f"exit 0 with {len(taken)} of {PUB_LINES} lines in the topic"
+    elif claimed is not None and len(taken) > claimed:
+        problem = f"says {claimed} lines sent, the topic took {len(taken)}"
+    elif claimed is None and taken:
+        problem = "no count of the lines sent, and the topic took some"
+    elif confirmed is not None and confirmed > len(taken):
+        problem = f"says {confirmed} lines confirmed, the topic took {len(taken)}"
+    return Outcome(scheme, "pub chat", cut, result.returncode, len(taken), seconds, message, problem)
+
+
 async def chaos(args: argparse.Namespace, ports: dict[str, int], server: subprocess.Popen[bytes]) -> list[Outcome]:
     rng = random.Random(args.seed)
     outcomes: list[Outcome] = []
+    async with trio.open_nursery() as nursery:
+        watcher = TopicWatcher()
+        if args.pub:
+            await nursery.start(watcher.run, ports["tcp"])
+        await _rounds(args, ports, server, rng, watcher, outcomes)
+        nursery.cancel_scope.cancel()
+    if watcher.error is not None:
+        raise SystemExit(f"the topic's watcher stopped: {watcher.error!r}")
+    return outcomes
+
+
+async def _rounds(
+    args: argparse.Namespace,
+    ports: dict[str, int],
+    server: subprocess.Popen[bytes],
+    rng: random.Random,
+    watcher: TopicWatcher,
+    outcomes: list[Outcome],
+) -> None:
     for round_ in range(args.rounds):
         for scheme in args.schemes:
-            outcome = await one_run(scheme, ports[scheme], rng.choice(sorted(PUBLISHERS)), rng)
+            if args.pub:
+                outcome = await one_pub_run(scheme, ports[scheme], round_ + 1, watcher, rng)
+            else:
+                outcome = await one_run(scheme, ports[scheme], rng.choice(sorted(PUBLISHERS)), rng)
             outcomes.append(outcome)
             flag = "  ok " if outcome.problem is None else " FAIL"
             print(
@@ -193,20 +319,22 @@ async def chaos(args: argparse.Namespace, ports: dict[str, int], server: subproc
             )
             if server.poll() is not None:
                 raise SystemExit(f"the server died ({server.returncode})")
-    return outcomes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated, of " + ", ".join(SCHEMES))
+    parser.add_argument("--schemes", default=None, help="comma-separated, of " + ", ".join(SCHEMES) + " (default: all; with --pub, those that publish)")
+    parser.add_argument("--pub", action="store_true", help="cut rstreams pub into the chat topic instead of sub")
     parser.add_argument("--log", default=None, help="the server's log (default: a temporary file)")
     args = parser.parse_args()
+    if args.schemes is None:
+        args.schemes = ",".join(PUB_SCHEMES if args.pub else SCHEMES)
     args.schemes = [scheme for scheme in args.schemes.split(",") if scheme]
-    unknown = set(args.schemes) - set(SCHEMES)
+    unknown = set(args.schemes) - set(PUB_SCHEMES if args.pub else SCHEMES)
     if unknown:
-        parser.error(f"unknown schemes: {', '.join(sorted(unknown))}")
+        parser.error(f"unknown schemes{' for --pub' if args.pub else ''}: {', '.join(sorted(unknown))}")
     ports = {scheme: free_port() for scheme in SCHEMES}
     log_path = Path(args.log) if args.log else Path(os.environ.get("TMPDIR", "/tmp")) / f"rstreams-chaos-{os.getpid()}.log"
     command = [sys.executable, "-m", "rstreams", "serve", "rstreams.demo:app", "--log-level", "info"]

@@ -246,6 +246,20 @@ def test_the_chaos_run_cuts_every_scheme_and_judges_it() -> None:
     assert "verdict: contained" in result.stdout and result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_chaos_run_cuts_pub_into_a_topic_and_judges_it() -> None:
+    # One round of `bench/chaos.py --pub`: `rstreams pub` into the demo's
+    # chat over each scheme that publishes, cut through the proxy; what the
+    # topic took is judged against what pub says it sent and confirmed.
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "chaos.py"), "--pub", "--rounds", "1", "--seed", "3"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.stdout.count(" round 1 ") == 4, result.stdout + result.stderr
+    assert "verdict: contained" in result.stdout and result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_session_cost_answers_every_fetch() -> None:
     # A few rounds of bench/session_cost.py: the server session answers every
     # subscribe at once and the client session completes every fetch with
