@@ -162,6 +162,18 @@ class CuttingProxy:
             await trio.aclose_forcefully(stream)
 
 
+def command_problem(status: int, message: str) -> str | None:
+    """What is wrong with how a command ended, whatever it did: a traceback,
+    an exit status other than those allowed, more than its one line."""
+    if "Traceback" in message:
+        return "traceback"
+    if status not in ALLOWED:
+        return f"exit status {status}"
+    if message.count("\n"):
+        return "more than one line on stderr"
+    return None
+
+
 async def one_run(scheme: str, port: int, publisher: str, rng: random.Random) -> Outcome:
     direction, offset, how = rng.choice(["up", "down"]), rng.choice(OFFSETS), rng.choice(["fin", "rst"])
     proxy = CuttingProxy(port, direction, offset, how)
@@ -181,19 +193,14 @@ async def one_run(scheme: str, port: int, publisher: str, rng: random.Random) ->
     seconds = time.monotonic() - began
     lines = result.stdout.splitlines()
     message = result.stderr.decode(errors="replace").strip()
-    problem = None
-    if "Traceback" in message:
-        problem = "traceback"
-    elif result.returncode not in ALLOWED:
-        problem = f"exit status {result.returncode}"
-    elif message.count("\n"):
-        problem = "more than one line on stderr"
-    elif result.returncode == 0 and lines != PUBLISHERS[publisher]:
-        problem = "exit 0 without every element, right"
-    elif result.returncode != 0 and lines != PUBLISHERS[publisher][: len(lines)]:
-        problem = "elements wrong before the failure"
-    elif scheme == "relink" and lines and result.returncode != 0:
-        problem = "the link was up and did not resume"
+    problem = command_problem(result.returncode, message)
+    if problem is None:
+        if result.returncode == 0 and lines != PUBLISHERS[publisher]:
+            problem = "exit 0 without every element, right"
+        elif result.returncode != 0 and lines != PUBLISHERS[publisher][: len(lines)]:
+            problem = "elements wrong before the failure"
+        elif scheme == "relink" and lines and result.returncode != 0:
+            problem = "the link was up and did not resume"
     return Outcome(scheme, publisher, cut, result.returncode, len(lines), seconds, message, problem)
 
 
@@ -260,23 +267,18 @@ async def one_pub_run(scheme: str, port: int, run: int, watcher: TopicWatcher, r
     claimed = int(found.group(1)) if found else None
     said = _CONFIRMED.search(result.stderr)
     confirmed = None if said is None else {b"none": 0, b"all": claimed}.get(said.group(1), int(said.group(2) or 0))
-    problem = None
-    if "Traceback" in message:
-        problem = "traceback"
-    elif result.returncode not in ALLOWED:
-        problem = f"exit status {result.returncode}"
-    elif message.count("\n"):
-        problem = "more than one line on stderr"
-    elif taken != lines[: len(taken)]:
-        problem = "the topic took lines out of order, twice, or past a gap"
-    elif result.returncode == 0 and len(taken) != PUB_LINES and scheme != "epoxy":
-        problem = f"exit 0 with {len(taken)} of {PUB_LINES} lines in the topic"
-    elif claimed is not None and len(taken) > claimed:
-        problem = f"says {claimed} lines sent, the topic took {len(taken)}"
-    elif claimed is None and taken:
-        problem = "no count of the lines sent, and the topic took some"
-    elif confirmed is not None and confirmed > len(taken):
-        problem = f"says {confirmed} lines confirmed, the topic took {len(taken)}"
+    problem = command_problem(result.returncode, message)
+    if problem is None:
+        if taken != lines[: len(taken)]:
+            problem = "the topic took lines out of order, twice, or past a gap"
+        elif result.returncode == 0 and len(taken) != PUB_LINES and scheme != "epoxy":
+            problem = f"exit 0 with {len(taken)} of {PUB_LINES} lines in the topic"
+        elif claimed is not None and len(taken) > claimed:
+            problem = f"says {claimed} lines sent, the topic took {len(taken)}"
+        elif claimed is None and taken:
+            problem = "no count of the lines sent, and the topic took some"
+        elif confirmed is not None and confirmed > len(taken):
+            problem = f"says {confirmed} lines confirmed, the topic took {len(taken)}"
     return Outcome(scheme, "pub chat", cut, result.returncode, len(taken), seconds, message, problem)
 
 
