@@ -21,7 +21,7 @@ policy is chosen per subscriber (``chat?policy=block|drop|latest``, see
   which is how the client knows they were accepted. :func:`publish_to_topic`
   does all of this in one call. With ``confirm=1`` the stream also carries,
   as the client's demand allows, how many of its elements the topic holds
-  so far (:data:`CONFIRM_PARAMETER`): what a client whose connection is cut
+  so far (:data:`~rstreams._topic_client.CONFIRM_PARAMETER`): what a client whose connection is cut
   midway needs to know where to start again.
 
 Replay: ``chat?from=N`` starts at sequence number N (``from=earliest``: the
@@ -64,7 +64,7 @@ import trio
 from ._codecs import CodecLike, resolve_codec
 from ._errors import InvalidParameter, NotRetained
 from ._publish import RESERVED_PREFIX, Route, Router, Sink, SubscribeRequest, check_route_path
-from ._topic_client import PUBLISH_BATCH, PUBLISH_SUFFIX, publish_to_topic
+from ._topic_client import CONFIRM_PARAMETER, PUBLISH_BATCH, PUBLISH_SUFFIX, publish_to_topic
 from ._topic_core import (
     Cursor,
     CursorPolicy,
@@ -96,14 +96,6 @@ MAX_TAKE = 4096
 MAX_TAKE_PACKED = 32_768
 #: The largest ``pack`` a subscriber may ask for.
 MAX_PACK = 65_536
-#: The parameter of ``TOPIC/publish`` that asks for confirmations: with
-#: ``confirm=1`` the stream back to the publishing client carries, whenever
-#: it has demand, the count of the source's elements the topic holds so far
-#: (taken in, or already held from the same producer id), as ASCII decimal
-#: digits. Counts only grow; one that finds no demand is left out, and the
-#: next one says more. Without it the stream carries no elements.
-CONFIRM_PARAMETER = "confirm"
-
 #: Producer ids a topic remembers for idempotent publishing (see ProducerLedger).
 PRODUCERS_REMEMBERED = 10_000
 

@@ -46,10 +46,8 @@ import trio
 
 from .._connect import open_session
 from .._errors import PublisherError, SessionClosed
-from .._groups import caller_sees_its_own_exception
 from .._publish import Router, Sink
-from .._subscribe import Subscription
-from .._topic import CONFIRM_PARAMETER
+from .._topic_client import CONFIRM_PARAMETER, read_confirmations
 from .._url import SCHEMES, url_scheme
 from ._client import (
     SignalStop,
@@ -267,7 +265,7 @@ async def _publish(args: argparse.Namespace, url: str, fd: int) -> int:
                 async with open_session(url, app=app, ssl_context=ssl_context, token=client_token(args)) as session:
                     if into_topic:
                         async with session.subscribe(route, prefetch=0) as confirmations:
-                            await _read_confirmations(confirmations, source)
+                            await read_confirmations(confirmations, source.confirm)
                     else:
                         async with session.subscribe(route) as answers:
                             async for element in answers:
@@ -390,40 +388,3 @@ def run_client(args: argparse.Namespace) -> int:
 
 def _lines(count: int) -> str:
     return "1 line" if count == 1 else f"{count} lines"
-
-
-#: How often pub asks the topic to confirm how many lines it holds, in
-#: seconds: each confirmation costs both sides a message and the client a
-#: wake-up, and a count a fraction of a second old says where to start
-#: again as well as a fresh one (one per batch cost `pub tcp://` 5-8% of
-#: its lines a second).
-CONFIRM_INTERVAL = 0.05
-
-
-async def _read_confirmations(confirmations: Subscription, source: _LineSource) -> None:
-    # One confirmation asked for at a time, at most every CONFIRM_INTERVAL,
-    # until the topic completes the stream (it holds every line then).
-    asked = True
-    confirmations.request(1)
-    with caller_sees_its_own_exception():  # (the session's end, as without the nursery)
-        async with trio.open_nursery() as nursery:
-
-            async def ask_again() -> None:
-                nonlocal asked
-                while True:
-                    await trio.sleep(CONFIRM_INTERVAL)
-                    if not asked:
-                        asked = True
-                        confirmations.request(1)
-
-            nursery.start_soon(ask_again)
-            async for element in confirmations:
-                source.confirm(_confirmed_count(element))
-                asked = False
-            nursery.cancel_scope.cancel()
-
-
-def _confirmed_count(element: bytes) -> int:
-    # A topic's confirmation (rstreams._topic.CONFIRM_PARAMETER): a count in
-    # ASCII digits. Anything else is not one, and confirms nothing.
-    return int(element) if element.isdigit() else 0

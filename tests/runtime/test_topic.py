@@ -520,3 +520,27 @@ async def test_a_publishing_client_that_goes_away_is_no_publisher_failure(caplog
             await wait_until(lambda: topic.statistics().publishers == 0)
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING], caplog.text
     assert "Traceback" not in caplog.text
+
+
+async def test_publish_to_topic_reports_what_the_topic_confirmed_as_it_goes() -> None:
+    # on_confirmed: counts of the values the topic holds, growing, never
+    # ahead of the topic, a few a second however many batches go in.
+    topic = rstreams.Topic("feed", capacity=1000)
+    confirmed: list[tuple[int, int]] = []
+
+    async def slowly() -> AsyncIterator[bytes]:
+        for number in range(40):
+            yield b"%d" % number
+            await trio.sleep(0.01)
+
+    async with served(topic) as url:
+        async with rstreams.open_session(url, app=rstreams.Router()) as writer:
+            with trio.fail_after(10):
+                sent = await rstreams.publish_to_topic(
+                    writer, "feed", slowly(), on_confirmed=lambda count: confirmed.append((count, topic.statistics().published))
+                )
+    assert sent == 40 and topic.statistics().published == 40
+    counts = [count for count, _ in confirmed]
+    assert counts and counts == sorted(counts) and counts[-1] <= 40
+    assert all(count <= held for count, held in confirmed)
+    assert len(counts) < 40  # (paced: not one per value)
