@@ -21,8 +21,9 @@ policy is chosen per subscriber (``chat?policy=block|drop|latest``, see
   which is how the client knows they were accepted. :func:`publish_to_topic`
   does all of this in one call. With ``confirm=1`` the stream also carries,
   as the client's demand allows, how many of its elements the topic holds
-  so far (:data:`~rstreams._topic_client.CONFIRM_PARAMETER`): what a client whose connection is cut
-  midway needs to know where to start again.
+  so far (see ``CONFIRM_PARAMETER`` in :mod:`rstreams._topic_client`): what
+  a client whose connection is cut midway needs to know where to start
+  again.
 
 Replay: ``chat?from=N`` starts at sequence number N (``from=earliest``: the
 oldest element held) and frames every element as 8-byte big-endian sequence
