@@ -336,6 +336,19 @@ class Session(Peer):
         """Why the session closed or is closing (None while open)."""
         return self._close_reason
 
+    @property
+    def close_kind(self) -> str | None:
+        """How the session closed or is closing, as a kind (None while open).
+
+        ``"local"`` (:meth:`aclose`: what was queued is written first),
+        ``"peer goodbye"``, ``"protocol error"``, ``"handshake timeout"``,
+        ``"idle timeout"``, ``"keepalive timeout"``, ``"authentication
+        failed"`` or ``"lost"`` (the transport failed). A publisher whose
+        stream ends with its session can tell from it whether what it sent
+        last may not have arrived: anything but ``"local"`` cut the stream.
+        """
+        return None if self._close_kind is None else self._close_kind.value
+
     async def wait_closed(self) -> None:
         """Wait until the session has closed, for whatever reason."""
         await self._closed.wait()

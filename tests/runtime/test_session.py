@@ -209,6 +209,7 @@ async def test_goodbye_from_the_client(connect) -> None:
                     assert info.value.reason == "client leaving"
             await server.wait_closed()
             assert server.close_reason == "client leaving"
+            assert (client.close_kind, server.close_kind) == ("local", "peer goodbye")
             await on_server.cancelled.wait()
             await on_client.cancelled.wait()
     [error] = server_side_error
@@ -423,6 +424,7 @@ async def test_cancelling_the_session_block_is_a_connection_loss_for_the_peer() 
 
     with trio.fail_after(10):
         async with rstreams.open_stream_session(server_stream, app=standard_app()) as server:
+            assert server.close_kind is None  # (open)
             async with trio.open_nursery() as nursery:
                 await nursery.start(client_task)
                 async with server.subscribe("range?count=1000000", prefetch=4) as numbers:
@@ -435,6 +437,7 @@ async def test_cancelling_the_session_block_is_a_connection_loss_for_the_peer() 
             assert info.value.reason == "connection closed by the peer without goodbye"
             await server.wait_closed()
             assert server.close_reason == info.value.reason
+            assert server.close_kind == "lost"
 
 
 async def test_a_cancelled_session_block_leaves_the_session_closed() -> None:
