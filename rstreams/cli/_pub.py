@@ -4,12 +4,15 @@ in ``_pub_client``), or serve them as a publisher (``pub --serve NAME``, here)."
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
+from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from .._publish import Router, Sink
+from .._publish import Router, Sink, SubscribeRequest
 from ._common import (
     COMMAND_SUMMARIES,
     DEFAULT_MAX_CONNECTIONS,
@@ -26,7 +29,9 @@ from ._client import URL_HELP, add_ca_argument
 from ._serving import serve_until_stopped
 from ._lines import MAX_LINES_AT_ONCE, LineReader
 
-__all__ = ["add_parser", "LinePublisher"]
+__all__ = ["add_parser", "LinePublisher", "LostSubscriber"]
+
+logger = logging.getLogger("rstreams")
 
 #: The choices of ``--format``; ``_pub_client.LINE_FORMATS`` implements them
 #: (named here so that building the parser imports no client code).
@@ -77,7 +82,13 @@ subscriber, read only when a subscriber has demand, through one reader that
 every subscriber shares (several subscribers take turns, in the order they
 asked). A subscriber that cancels while pub waits for input leaves the next
 line to the others; a line already on its way when the cancel arrives is
-dropped by that subscriber, as the protocol says of elements in flight. The
+dropped by that subscriber, as the protocol says of elements in flight. A
+subscriber whose connection is cut (lost, timed out, or a goodbye with its
+stream open) may not have received the last lines sent to it, and nothing
+says which it did: pub logs a warning naming it and how many lines it was
+sent, and ends with one more line on stderr,
+  rstreams: 1 subscriber was cut off while reading (HOST:PORT, sent N lines): ...
+(the exit status stays 0: every line was sent). The
 query of a subscriber's NAME is ignored. At the end of input, every open
 subscription completes, and so does any later one. pub notices the end of
 input only when a subscriber asks for a line; once it has, and no
@@ -134,6 +145,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class LostSubscriber:
+    """A subscriber whose session was cut while lines were on their way to it.
+
+    Attributes:
+        peer: its address.
+        lines: the lines sent to it; the last of them may not have arrived
+            (nothing in the protocol says which did).
+        reason: why its session ended.
+    """
+
+    peer: str
+    lines: int
+    reason: str
+
+
 class LinePublisher:
     """A publisher handing out the lines of a :class:`LineReader`.
 
@@ -141,12 +168,19 @@ class LinePublisher:
         finished: set once the input is exhausted and no subscription is
             open any more.
         active: subscriptions open right now.
+        lost: the subscribers whose sessions were cut (a lost connection, a
+            keepalive timeout, a protocol error, a goodbye) while their
+            stream was open with lines sent: each line goes to one
+            subscriber only, so the last lines sent to one of them may be
+            gone for everyone. A subscriber that cancels, or whose stream
+            completes, is not one of them.
     """
 
     def __init__(self, lines: LineReader) -> None:
         self.lines = lines
         self.active = 0
         self.finished = trio.Event()
+        self.lost: list[LostSubscriber] = []
 
     def router(self, name: str) -> Router:
         """A router serving this publisher at ``name``."""
@@ -154,8 +188,9 @@ class LinePublisher:
         app.add(name, self.publish)
         return app
 
-    async def publish(self, sink: Sink) -> None:
+    async def publish(self, sink: Sink, request: SubscribeRequest) -> None:
         self.active += 1
+        sent = 0
         try:
             while not self.lines.exhausted:
                 await sink.wait_demand()  # read nothing for a subscriber that asked for nothing
@@ -173,10 +208,46 @@ class LinePublisher:
                     self.lines.unread_lines(lines)
                     raise
                 self.lines.unread_lines(lines[taken:])
+                sent += taken
+        except BaseException:
+            self._note_if_cut(request, sent)
+            raise
         finally:
             self.active -= 1
             if not self.active and self.lines.exhausted:
                 self.finished.set()
+
+    def _note_if_cut(self, request: SubscribeRequest, sent: int) -> None:
+        # The stream ended early: by the subscriber's cancel (what was in
+        # flight is dropped by its choice, as the protocol has it), by our
+        # own shutdown (what was queued is written first), or by its
+        # session being cut, which is the one to tell of.
+        session = request.session
+        kind = getattr(session, "close_kind", None)
+        if not sent or kind is None or kind == "local":
+            return
+        peer = str(getattr(session, "peer_address", "-"))
+        reason = str(getattr(session, "close_reason", None) or kind)
+        self.lost.append(LostSubscriber(peer, sent, reason))
+        logger.warning(
+            "subscriber %s was cut off (%s) with %s sent to it: the last of them may not have arrived",
+            peer,
+            reason,
+            _lines(sent),
+            extra={"event": "lines_may_be_lost", "peer": peer, "lines": sent, "reason": reason},
+        )
+
+
+def lost_summary(lost: list[LostSubscriber]) -> str:
+    """The line ``pub --serve`` ends with when subscribers were cut off."""
+    shown = "; ".join(f"{each.peer}, sent {_lines(each.lines)}" for each in lost[:5]) + ("; ..." if len(lost) > 5 else "")
+    if len(lost) == 1:
+        return f"1 subscriber was cut off while reading ({shown}): the last lines sent to it may not have arrived"
+    return f"{len(lost)} subscribers were cut off while reading ({shown}): the last lines sent to each may not have arrived"
+
+
+def _lines(count: int) -> str:
+    return "1 line" if count == 1 else f"{count} lines"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,6 +301,8 @@ def _serve(args: argparse.Namespace) -> int:
                 metrics_addresses=args.metrics,
             )
             nursery.cancel_scope.cancel()
+        if publisher.lost:
+            print(f"rstreams: {lost_summary(publisher.lost)}", file=sys.stderr, flush=True)
         return status
 
     return run_command(serve, precise_timers=args.precise_timers)

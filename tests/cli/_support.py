@@ -224,6 +224,51 @@ def cut_upstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
     cutter.join(10)
 
 
+@contextmanager
+def cut_downstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
+    """A relay on 127.0.0.1 to ``host:port`` for one connection, reset both
+    ways (RST) once ``nbytes`` came down from the server (a reader whose
+    connection drops mid-stream, with more on its way); yields its port."""
+    import socket
+    import struct
+    import threading
+
+    front = socket.create_server(("127.0.0.1", 0))
+
+    def relay() -> None:
+        client, _ = front.accept()
+        upstream = socket.create_connection((host, port))
+
+        def up() -> None:
+            try:
+                while data := client.recv(65536):
+                    upstream.sendall(data)
+            except OSError:
+                pass
+
+        threading.Thread(target=up, daemon=True).start()
+        carried = 0
+        try:
+            while carried < nbytes and (data := upstream.recv(65536)):
+                client.sendall(data[: nbytes - carried])
+                carried += len(data)
+        except OSError:
+            pass
+        for end in (client, upstream):
+            try:
+                end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                end.shutdown(socket.SHUT_RDWR)  # (wakes the other thread's recv)
+            except OSError:
+                pass
+            end.close()
+
+    cutter = threading.Thread(target=relay, daemon=True)
+    cutter.start()
+    with front:
+        yield front.getsockname()[1]
+    cutter.join(10)
+
+
 class StepSink:
     # What the pub publishers ask of an rstreams.Sink: demand, and
     # send_some, which here takes at most ``take`` elements a step (as a
