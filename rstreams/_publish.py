@@ -281,7 +281,18 @@ class PublicationHandle:
     answers at once never needs one.
     """
 
-    __slots__ = ("session", "subscriber", "element_size", "scope", "closed", "sink", "name", "_waiter", "in_budget_queue")
+    __slots__ = (
+        "session",
+        "subscriber",
+        "element_size",
+        "scope",
+        "closed",
+        "cancelled_by_subscriber",
+        "sink",
+        "name",
+        "_waiter",
+        "in_budget_queue",
+    )
 
     def __init__(self, session: PublishingSession, subscriber: int, element_size: int) -> None:
         self.session = session
@@ -289,6 +300,8 @@ class PublicationHandle:
         self.element_size = element_size
         self.scope: trio.CancelScope | None = None
         self.closed = False
+        # Set when the subscriber's cancel (or its request(n <= 0)) ended it.
+        self.cancelled_by_subscriber = False
         # The publication's sink, for statistics (its count of elements sent).
         self.sink: Sink | None = None
         self.name = ""  # the publisher name the subscriber asked for
@@ -434,6 +447,18 @@ class Sink:
         # schedule point, when that was, and when the last send returned.
         self._run_length = 0
         self._run_started = self._last_send = float("-inf")
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the subscriber cancelled the stream.
+
+        What was on its way then is dropped by the subscriber, by its
+        choice (the protocol's rule for elements in flight). False while the
+        stream runs, and when it ended otherwise: completed, or cut with its
+        session (see ``Session.close_kind``), when what was sent last may
+        not have arrived.
+        """
+        return self._handle.cancelled_by_subscriber
 
     @property
     def demand(self) -> int:

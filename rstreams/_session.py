@@ -1091,6 +1091,7 @@ class Session(Peer):
                     self._deferred = [s for s in self._deferred if s.subscriber != event.subscriber]
                 handle = self._publications.pop(event.subscriber, None)
                 if handle is not None:
+                    handle.cancelled_by_subscriber = True
                     handle.stop()
                     self._count_published(handle)  # now: it is gone from _publications
                     if self._budget_waiters:

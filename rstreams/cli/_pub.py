@@ -210,21 +210,21 @@ class LinePublisher:
                 self.lines.unread_lines(lines[taken:])
                 sent += taken
         except BaseException:
-            self._note_if_cut(request, sent)
+            self._note_if_cut(sink, request, sent)
             raise
         finally:
             self.active -= 1
             if not self.active and self.lines.exhausted:
                 self.finished.set()
 
-    def _note_if_cut(self, request: SubscribeRequest, sent: int) -> None:
+    def _note_if_cut(self, sink: Sink, request: SubscribeRequest, sent: int) -> None:
         # The stream ended early: by the subscriber's cancel (what was in
         # flight is dropped by its choice, as the protocol has it), by our
         # own shutdown (what was queued is written first), or by its
         # session being cut, which is the one to tell of.
         session = request.session
         kind = getattr(session, "close_kind", None)
-        if not sent or kind is None or kind == "local":
+        if not sent or sink.cancelled or kind is None or kind == "local":
             return
         peer = str(getattr(session, "peer_address", "-"))
         reason = str(getattr(session, "close_reason", None) or kind)

@@ -274,6 +274,8 @@ class StepSink:
     # send_some, which here takes at most ``take`` elements a step (as a
     # full queue would). No demand left ends the publisher with
     # trio.EndOfChannel, for a test to catch.
+    cancelled = False  # (as a Sink's: never cancelled by a subscriber here)
+
     def __init__(self, demand: int, take: int) -> None:
         self.demand = demand
         self.take = take

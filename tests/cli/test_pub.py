@@ -26,6 +26,7 @@ import trio
 import trio.testing
 
 import rstreams
+from rstreams.protocol import Connection, Elements
 from rstreams.cli._lines import LineReader
 from rstreams.cli._pub import LinePublisher, lost_summary
 
@@ -279,3 +280,31 @@ def test_pub_ends_saying_which_subscribers_were_cut_off(pub: ServeProcess) -> No
     printed = len(cut.stdout.splitlines())
     # What it was sent covers what it printed, and with the rest, every line.
     assert sent >= printed and sent + len(rest.stdout.splitlines()) == 20_000
+
+
+async def test_a_subscriber_that_cancels_and_leaves_at_once_is_not_cut_off() -> None:
+    # Its cancel and its goodbye come in one write, so in one read: by the
+    # time the publisher's task sees the cancel, the session is ending with
+    # the peer's goodbye. The cancel came first, so what was in flight was
+    # dropped by the subscriber's choice: not a cut (Sink.cancelled).
+    with trio.fail_after(TIMEOUT):
+        async with serve_pipe() as (write_fd, publisher, url):
+            os.write(write_fd, b"".join(b"%d\n" % i for i in range(1000)))
+            host, port = url.removeprefix("tcp://").rsplit(":", 1)
+            stream = await trio.open_tcp_stream(host, int(port))
+            raw = Connection()
+            subscriber = raw.subscribe("lines", 50)
+            await stream.send_all(raw.data_to_send())
+            elements = 0
+            while elements < 50:
+                raw.receive_data(await stream.receive_some(65536))
+                elements += sum(len(event.elements) for event in raw.events() if isinstance(event, Elements))
+            raw.cancel(subscriber)
+            raw.send_goodbye("leaving")
+            await stream.send_all(raw.data_to_send())  # (both at once)
+            while await stream.receive_some(65536):
+                pass  # (until the server closes)
+            await stream.aclose()
+            while publisher.active:
+                await trio.sleep(0.001)
+    assert publisher.lost == []

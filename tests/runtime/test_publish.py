@@ -59,6 +59,27 @@ async def test_send_waits_for_demand() -> None:
                 assert probe.sent == 5
 
 
+async def test_a_sink_says_whether_the_subscriber_cancelled() -> None:
+    # Sink.cancelled: True once the subscriber's cancel ended the stream;
+    # False while it runs, and when its session ends instead.
+    probe = Probe()
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"probe": probe.publisher})) as (client, _):
+            async with client.subscribe("probe", prefetch=2) as stream:
+                await stream.__anext__()
+                assert probe.sink is not None and not probe.sink.cancelled
+            await probe.cancelled.wait()
+            assert probe.sink.cancelled
+    cut = Probe()
+    with trio.fail_after(10):
+        async with rstreams.testing.session_pair(server_app=rstreams.Router({"probe": cut.publisher})) as (client, server):
+            async with client.subscribe("probe", prefetch=2) as stream:
+                await stream.__anext__()
+                await server.aclose("server leaving")
+            await cut.cancelled.wait()
+            assert cut.sink is not None and not cut.sink.cancelled
+
+
 async def test_send_nowait_raises_would_block_without_demand() -> None:
     outcomes: list[str] = []
 
