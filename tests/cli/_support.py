@@ -8,6 +8,7 @@ through ``python -m``). Every wait has a deadline.
 
 from __future__ import annotations
 
+
 import os
 import re
 import select
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -181,54 +182,24 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@contextmanager
-def cut_upstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
+def cut_upstream_after(host: str, port: int, nbytes: int) -> AbstractContextManager[int]:
     """A relay on 127.0.0.1 to ``host:port`` for one connection, closed both
     ways once ``nbytes`` went up (a connection that drops mid-transfer);
     yields its port."""
-    import socket
-    import threading
-
-    front = socket.create_server(("127.0.0.1", 0))
-
-    def relay() -> None:
-        client, _ = front.accept()
-        upstream = socket.create_connection((host, port))
-
-        def down() -> None:
-            try:
-                while data := upstream.recv(65536):
-                    client.sendall(data)
-            except OSError:
-                pass
-
-        threading.Thread(target=down, daemon=True).start()
-        carried = 0
-        try:
-            while carried < nbytes and (data := client.recv(65536)):
-                upstream.sendall(data)
-                carried += len(data)
-        except OSError:
-            pass
-        for end in (client, upstream):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            end.close()
-
-    cutter = threading.Thread(target=relay, daemon=True)
-    cutter.start()
-    with front:
-        yield front.getsockname()[1]
-    cutter.join(10)
+    return _cutting_relay(host, port, nbytes, downstream=False)
 
 
-@contextmanager
-def cut_downstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
+def cut_downstream_after(host: str, port: int, nbytes: int) -> AbstractContextManager[int]:
     """A relay on 127.0.0.1 to ``host:port`` for one connection, reset both
     ways (RST) once ``nbytes`` came down from the server (a reader whose
     connection drops mid-stream, with more on its way); yields its port."""
+    return _cutting_relay(host, port, nbytes, downstream=True)
+
+
+@contextmanager
+def _cutting_relay(host: str, port: int, nbytes: int, *, downstream: bool) -> Iterator[int]:
+    # One connection relayed, carried whole the other way, and cut after
+    # nbytes in the direction named: by FIN up, by RST down.
     import socket
     import struct
     import threading
@@ -238,25 +209,27 @@ def cut_downstream_after(host: str, port: int, nbytes: int) -> Iterator[int]:
     def relay() -> None:
         client, _ = front.accept()
         upstream = socket.create_connection((host, port))
+        source, sink = (upstream, client) if downstream else (client, upstream)
 
-        def up() -> None:
+        def other_way() -> None:
             try:
-                while data := client.recv(65536):
-                    upstream.sendall(data)
+                while data := sink.recv(65536):
+                    source.sendall(data)
             except OSError:
                 pass
 
-        threading.Thread(target=up, daemon=True).start()
+        threading.Thread(target=other_way, daemon=True).start()
         carried = 0
         try:
-            while carried < nbytes and (data := upstream.recv(65536)):
-                client.sendall(data[: nbytes - carried])
+            while carried < nbytes and (data := source.recv(65536)):
+                sink.sendall(data[: nbytes - carried])
                 carried += len(data)
         except OSError:
             pass
         for end in (client, upstream):
             try:
-                end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                if downstream:
+                    end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 end.shutdown(socket.SHUT_RDWR)  # (wakes the other thread's recv)
             except OSError:
                 pass
