@@ -42,6 +42,8 @@ CONFIRM_PARAMETER = "confirm"
 #: one (one per batch cost ``rstreams pub tcp://`` 5-8% of its lines a
 #: second).
 CONFIRM_INTERVAL = 0.05
+# The longest count a confirmation may carry (any count of elements fits).
+_MAX_CONFIRMATION_DIGITS = 20
 
 
 async def publish_to_topic(
@@ -190,8 +192,10 @@ async def read_confirmations(confirmations: Subscription, on_confirmed: Callable
 
             nursery.start_soon(ask_again)
             async for element in confirmations:
-                # ASCII digits; anything else is not a confirmation.
-                if element.isdigit():
+                # ASCII digits, a count below 10**20; anything else (a
+                # server's mistake, or a digit string too long to parse in
+                # bounded time) is not a confirmation, and is passed over.
+                if len(element) <= _MAX_CONFIRMATION_DIGITS and element.isdigit():
                     on_confirmed(int(element))
                 asked = False
             nursery.cancel_scope.cancel()

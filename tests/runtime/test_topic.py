@@ -544,3 +544,27 @@ async def test_publish_to_topic_reports_what_the_topic_confirmed_as_it_goes() ->
     assert counts and counts == sorted(counts) and counts[-1] <= 40
     assert all(count <= held for count, held in confirmed)
     assert len(counts) < 40  # (paced: not one per value)
+
+
+async def test_what_is_not_a_confirmation_is_passed_over() -> None:
+    # A server that answers confirm=1 with anything but a short count (a
+    # digit string too long for int(), text) is not believed, and nothing
+    # breaks: the stream's end still ends the call.
+    async def not_a_topic(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        async with request.session.subscribe(request.params["source"], prefetch=1000) as upstream:
+            async for _ in upstream:
+                pass
+        for element in (b"9" * 5000, b"twelve", b"", b"-3", b"7"):
+            await sink.send(element)
+
+    app = rstreams.Router({"odd/publish": not_a_topic})
+    confirmed: list[int] = []
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(rstreams.serve_tcp, app, "127.0.0.1", 0)
+        url = f"tcp://127.0.0.1:{rstreams.listener_port(listeners[0])}"
+        async with rstreams.open_session(url, app=rstreams.Router()) as writer:
+            with trio.fail_after(10):
+                sent = await rstreams.publish_to_topic(writer, "odd", [b"a", b"b"], on_confirmed=confirmed.append)
+        nursery.cancel_scope.cancel()
+    assert sent == 2
+    assert set(confirmed) <= {7}  # (only the count, if it was asked for in time)
