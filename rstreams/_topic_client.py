@@ -23,7 +23,15 @@ from ._session import Session
 from ._subscribe import Subscription
 from ._topic_core import encode_sequenced
 
-__all__ = ["CONFIRM_INTERVAL", "CONFIRM_PARAMETER", "PUBLISH_BATCH", "PUBLISH_SUFFIX", "publish_to_topic", "read_confirmations"]
+__all__ = [
+    "CONFIRM_INTERVAL",
+    "CONFIRM_PARAMETER",
+    "PUBLISH_BATCH",
+    "PUBLISH_SUFFIX",
+    "confirmation_count",
+    "publish_to_topic",
+    "read_confirmations",
+]
 
 #: publish_to_topic hands a synchronous iterable over in batches of this many.
 PUBLISH_BATCH = 256
@@ -192,10 +200,17 @@ async def read_confirmations(confirmations: Subscription, on_confirmed: Callable
 
             nursery.start_soon(ask_again)
             async for element in confirmations:
-                # ASCII digits, a count below 10**20; anything else (a
-                # server's mistake, or a digit string too long to parse in
-                # bounded time) is not a confirmation, and is passed over.
-                if len(element) <= _MAX_CONFIRMATION_DIGITS and element.isdigit():
-                    on_confirmed(int(element))
+                count = confirmation_count(element)
+                if count is not None:
+                    on_confirmed(count)
                 asked = False
             nursery.cancel_scope.cancel()
+
+
+def confirmation_count(element: bytes) -> int | None:
+    """The count a confirmation carries: ASCII digits, below 10**20. None
+    for anything else (a server's mistake, or a digit string too long to
+    parse in bounded time), which is passed over, never raised."""
+    if len(element) <= _MAX_CONFIRMATION_DIGITS and element.isdigit():
+        return int(element)
+    return None

@@ -10,10 +10,13 @@ import logging
 import socket
 import struct
 
+import hypothesis
+import hypothesis.strategies
 import pytest
 import trio
 
 import rstreams
+from rstreams._topic_client import confirmation_count
 from rstreams._topic_core import split_block
 
 
@@ -568,3 +571,14 @@ async def test_what_is_not_a_confirmation_is_passed_over() -> None:
         nursery.cancel_scope.cancel()
     assert sent == 2
     assert set(confirmed) <= {7}  # (only the count, if it was asked for in time)
+
+
+@hypothesis.given(hypothesis.strategies.binary(max_size=64) | hypothesis.strategies.binary(min_size=4000, max_size=6000))
+def test_a_confirmation_is_a_short_count_or_nothing_whatever_the_bytes(element: bytes) -> None:
+    count = confirmation_count(element)
+    assert count is None or (element.isdigit() and count == int(element) and count < 10**20)
+
+
+@hypothesis.given(hypothesis.strategies.integers(min_value=0, max_value=10**20 - 1))
+def test_every_count_reads_back(count: int) -> None:
+    assert confirmation_count(b"%d" % count) == count
