@@ -30,7 +30,7 @@ from collections import deque
 
 import trio
 
-__all__ = ["LineReader", "CHUNK_SIZE", "MAX_LINES_AT_ONCE", "MAX_LINE_BYTES"]
+__all__ = ["LineReader", "CHUNK_SIZE", "MAX_LINES_AT_ONCE", "MAX_LINE_BYTES", "lines_phrase"]
 
 logger = logging.getLogger("rstreams.cli")
 
@@ -157,3 +157,8 @@ class LineReader:
             return line
         self._scanned = len(buffer)
         return None
+
+
+def lines_phrase(count: int) -> str:
+    """``1 line``, ``N lines``: how pub's messages count lines."""
+    return "1 line" if count == 1 else f"{count} lines"

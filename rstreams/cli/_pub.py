@@ -27,7 +27,7 @@ from ._common import (
 )
 from ._client import URL_HELP, add_ca_argument
 from ._serving import serve_until_stopped
-from ._lines import MAX_LINES_AT_ONCE, LineReader
+from ._lines import MAX_LINES_AT_ONCE, LineReader, lines_phrase
 
 __all__ = ["add_parser", "LinePublisher", "LostSubscriber"]
 
@@ -190,7 +190,6 @@ class LinePublisher:
 
     async def publish(self, sink: Sink, request: SubscribeRequest) -> None:
         self.active += 1
-        sent = 0
         try:
             while not self.lines.exhausted:
                 await sink.wait_demand()  # read nothing for a subscriber that asked for nothing
@@ -208,23 +207,25 @@ class LinePublisher:
                     self.lines.unread_lines(lines)
                     raise
                 self.lines.unread_lines(lines[taken:])
-                sent += taken
         except BaseException:
-            self._note_if_cut(sink, request, sent)
+            self._note_if_cut(sink, request)
             raise
         finally:
             self.active -= 1
             if not self.active and self.lines.exhausted:
                 self.finished.set()
 
-    def _note_if_cut(self, sink: Sink, request: SubscribeRequest, sent: int) -> None:
+    def _note_if_cut(self, sink: Sink, request: SubscribeRequest) -> None:
         # The stream ended early: by the subscriber's cancel (what was in
         # flight is dropped by its choice, as the protocol has it), by our
         # own shutdown (what was queued is written first), or by its
         # session being cut, which is the one to tell of.
         session = request.session
         kind = getattr(session, "close_kind", None)
-        if not sent or sink.cancelled or kind is None or kind == "local":
+        if sink.cancelled or kind is None or kind == "local":
+            return
+        sent = sink.statistics().elements_sent
+        if not sent:
             return
         peer = str(getattr(session, "peer_address", "-"))
         reason = str(getattr(session, "close_reason", None) or kind)
@@ -233,21 +234,18 @@ class LinePublisher:
             "subscriber %s was cut off (%s) with %s sent to it: the last of them may not have arrived",
             peer,
             reason,
-            _lines(sent),
+            lines_phrase(sent),
             extra={"event": "lines_may_be_lost", "peer": peer, "lines": sent, "reason": reason},
         )
 
 
 def lost_summary(lost: list[LostSubscriber]) -> str:
     """The line ``pub --serve`` ends with when subscribers were cut off."""
-    shown = "; ".join(f"{each.peer}, sent {_lines(each.lines)}" for each in lost[:5]) + ("; ..." if len(lost) > 5 else "")
+    shown = "; ".join(f"{each.peer}, sent {lines_phrase(each.lines)}" for each in lost[:5]) + ("; ..." if len(lost) > 5 else "")
     if len(lost) == 1:
         return f"1 subscriber was cut off while reading ({shown}): the last lines sent to it may not have arrived"
     return f"{len(lost)} subscribers were cut off while reading ({shown}): the last lines sent to each may not have arrived"
 
-
-def _lines(count: int) -> str:
-    return "1 line" if count == 1 else f"{count} lines"
 
 
 def run(args: argparse.Namespace) -> int:

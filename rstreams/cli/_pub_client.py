@@ -61,7 +61,7 @@ from ._client import (
     stop_at_signal,
 )
 from ._common import EXIT_CONNECTION, EXIT_DECODE, EXIT_FAILURE, EXIT_GOODBYE, EXIT_OK, EXIT_USAGE, CommandError, run_command
-from ._lines import MAX_LINES_AT_ONCE, LineReader
+from ._lines import MAX_LINES_AT_ONCE, LineReader, lines_phrase
 
 if TYPE_CHECKING:
     from .._registry import Bridge, PublishFunction
@@ -114,7 +114,7 @@ def publish_route(name: str, source: str = SOURCE) -> str:
     """
     path, question, query = name.partition("?")
     parameters = parse_qsl(query, keep_blank_values=True)
-    if _names_a_publisher(name):
+    if _names_a_publisher(name):  # (the one rule for it: _publish asks it too)
         parameters = [(key, source if key == "source" else value) for key, value in parameters]
         return f"{path}?{urlencode(parameters)}"
     return f"{path}/publish?{urlencode([*parameters, ('source', source), (CONFIRM_PARAMETER, '1')])}"
@@ -137,9 +137,9 @@ class _LineSource:
         self.encode = encode
         self.skip_blank = skip_blank
         self.sent = 0
-        #: Of those sent, how many the topic confirmed it holds (None: no
-        #: confirmation came, or none can: NAME?source=, Epoxy).
-        self.confirmed: int | None = None
+        #: Of those sent, how many the topic confirmed it holds (0 until a
+        #: confirmation comes, and always where none can: NAME?source=, Epoxy).
+        self.confirmed = 0
         self.bad_line: str | None = None
         self._handed_out = 0  # elements handed to a bridge's publish since it last asked
 
@@ -166,14 +166,14 @@ class _LineSource:
     def confirm(self, count: int) -> None:
         # (rstreams.support.ConfirmedElements) The first ``count`` lines
         # are in the topic: a bridge that learns it (MicroMsg2's acks).
-        self.confirmed = max(count, self.confirmed or 0)
+        self.confirmed = max(count, self.confirmed)
 
     def progress(self, name: str) -> str:
         """How far a run cut short got: the lines sent, and of them those the
         topic confirmed (what a user who must start again needs: ``tail -n
         +N`` from the line after the confirmed ones loses nothing, and may
         send again some that were in)."""
-        sent = _lines(self.sent)
+        sent = lines_phrase(self.sent)
         if not self.confirmed:
             return f"{sent} sent to {name} before it, none of them confirmed"
         if self.confirmed >= self.sent:
@@ -321,20 +321,21 @@ async def _publish_over_bridge(args: argparse.Namespace, url: str, fd: int, brid
                 else:
                     raise
             nursery.cancel_scope.cancel()
-    return _finish(stop, status, source, published if status == EXIT_OK and stop.status is None else source.sent, args.name)
+    return _finish(stop, status, source, published, args.name)
 
 
-def _finish(stop: SignalStop, status: int, source: _LineSource, sent: int, name: str) -> int:
+def _finish(stop: SignalStop, status: int, source: _LineSource, published: int, name: str) -> int:
     # The last line of a publishing run, and its exit status. Stopped by
     # Ctrl-C or SIGTERM with lines sent, it says how many, as a lost
-    # connection does, so that a user knows where to start again.
+    # connection does, so that a user knows where to start again; done,
+    # how many were ``published`` (as the path that published counts them).
     if stop.status is not None:
         if source.sent:
             signame = signal.Signals(stop.status - 128).name
             print(f"rstreams: stopped by {signame}: {source.progress(name)}", file=sys.stderr, flush=True)
         return stop.status
     if status == EXIT_OK:
-        print(f"rstreams: published {_lines(sent)} into {name}", file=sys.stderr, flush=True)
+        print(f"rstreams: published {lines_phrase(published)} into {name}", file=sys.stderr, flush=True)
     return status
 
 
@@ -384,7 +385,3 @@ def run_client(args: argparse.Namespace) -> int:
     finally:
         if fd != STDIN_FD:
             os.close(fd)
-
-
-def _lines(count: int) -> str:
-    return "1 line" if count == 1 else f"{count} lines"
