@@ -21,6 +21,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+import trio
 import trustme
 
 from ._support import COMMAND_TIMEOUT, ServeProcess, cut_upstream_after, free_port, rstreams, start, stop
@@ -220,3 +221,57 @@ def test_stopped_by_a_signal_it_says_how_many_lines_left(server: Server, scheme:
         for stream in (publisher.stdin, publisher.stdout, publisher.stderr):
             if stream is not None:
                 stream.close()
+
+
+class _ReadySource:
+    # What pub hands a bridge's publish (rstreams.support.ReadyElements and
+    # ConfirmedElements): all its values ready at once, the asks recorded.
+    def __init__(self, values: list[bytes]) -> None:
+        self.values = list(values)
+        self.asked: list[tuple[int, int]] = []  # (max_count, given)
+        self.confirmed: list[int] = []
+
+    def __aiter__(self) -> _ReadySource:
+        return self
+
+    async def __anext__(self) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if not self.values:
+            raise StopAsyncIteration
+        return self.values.pop(0)
+
+    def take_ready(self, max_count: int) -> list[bytes]:
+        given, self.values = self.values[:max_count], self.values[max_count:]
+        self.asked.append((max_count, len(given)))
+        return given
+
+    def confirm(self, count: int) -> None:
+        self.confirmed.append(count)
+
+
+@pytest.mark.parametrize("scheme", ["mm2", "epoxy"])
+def test_a_bridge_publishes_the_elements_ready_together_and_mm2_confirms_them(server: Server, scheme: str) -> None:
+    # The bridges' publish takes, after each element it awaited, those the
+    # source has ready (take_ready) to send them in one write; MicroMsg2's
+    # acks then confirm them (report_confirmed). Every element still goes
+    # into the topic, once and in order.
+    from rstreams.support import find_scheme
+
+    bridge, _ = find_scheme(server.urls[scheme], scheme)  # (as pub finds it)
+    publish = bridge.publish
+    assert publish is not None
+    values = [b"ready %d" % n for n in range(100)]
+    source = _ReadySource(values)
+
+    async def main() -> int:
+        with trio.fail_after(COMMAND_TIMEOUT):
+            return await publish(server.urls[scheme], "chat", source)
+
+    assert trio.run(main) == 100
+    assert source.asked and max(given for _, given in source.asked) > 1, source.asked
+    assert sum(given for _, given in source.asked) >= 99 - len(source.asked)  # (all but those awaited one by one)
+    assert server.read_chat(100) == values
+    if scheme == "mm2":
+        assert source.confirmed and source.confirmed[-1] == 100
+    else:
+        assert source.confirmed == []  # (Epoxy's events have no answer)
