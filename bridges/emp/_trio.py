@@ -60,6 +60,10 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
     responses) until the peer says bye; each step reads only what it needs.
     """
 
+    #: A message with no extension and an empty body: the size field and
+    #: the 4-byte header (the kit sizes its reads by it).
+    SMALLEST_MESSAGE = 8
+
     def __init__(self, stream: trio.abc.Stream, config: EmpConfig = DEFAULT_CONFIG) -> None:
         super().__init__(stream, Connection(framing=config.framing, limits=config.limits), config)
         self._data: InboundQueue[bytes] = InboundQueue(self)

@@ -30,7 +30,13 @@ machine holds of the peer's input (a partial frame, a message being joined:
 (:meth:`~BridgeConnection._hold`), bytes queued for the writer until they
 are written, and whatever the application takes from :attr:`budget` (a
 response being built). The reader reads only while the budget has room,
-and never more than the room. A peer whose input alone exceeds the budget
+and never more than fits it once counted: a message held for the
+application counts ``ITEM_COST`` beyond its bytes, so reads are sized by
+the protocol's smallest message (:meth:`~BridgeConnection._read_size`), and
+the read-ahead keeps to a quarter of the budget, leaving the rest to the
+responses it asks for. A read of many small messages is followed by
+smaller reads (``EVENTS_PER_READ``), so that one peer's step of the run
+loop stays short for every other connection. A peer whose input alone exceeds the budget
 (its partial message fills it, or a message grew past it when decoded)
 ends the connection with the protocol's error
 (:meth:`~BridgeConnection._memory_budget_exceeded`), a message starting
@@ -103,7 +109,15 @@ from ._app import COLLECT_COPIES
 from ._budget import MemoryBudget
 from ._config import LinkSettings
 from ._errors import copy_error
+from ._inbound import ITEM_COST
 from ._keepalive import keep_tcp_alive
+
+#: About how many messages one read may bring: the reader shrinks its reads
+#: to this many of the last read's messages when they were smaller, so that
+#: one connection's step of the run loop stays short whatever its peer sends
+#: (256 pings answered: about a millisecond).
+EVENTS_PER_READ = 64
+_NO_CAP = 2**62
 
 __all__ = ["BridgeConnection", "SansIOMachine", "MEMORY_BUDGET_EXCEEDED"]
 
@@ -187,6 +201,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self._output_counted = 0  # ... and for _output_kept()
         self._bytes_in = 0
         self._last_input = 0.0
+        self._read_cap = _NO_CAP  # (see _reader: fairness)
         self._paused = False
         self._write_broken = False
         self._paused_during_ping = False
@@ -197,6 +212,14 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self._end: BaseException | None = None
         self._end_normal = False
         self._ended = trio.Event()
+
+    #: The fewest bytes one message of the peer takes on the wire. A message
+    #: read for the application counts ``ITEM_COST`` bytes beyond its own
+    #: (a flood of tiny messages must cost something), so a read of N bytes
+    #: may count up to N * ITEM_COST / SMALLEST_MESSAGE: the reader sizes
+    #: its reads by that, so that what it reads always fits (_read_size).
+    #: Subclasses give their protocol's figure; 1 is the safe default.
+    SMALLEST_MESSAGE = 1
 
     # ---- the subclass's side (see the module docstring) -----------------
 
@@ -288,8 +311,16 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         response too large), not awaited forever.
         """
         limit = self.budget.limit
-        room = max(limit - self.config.max_read_ahead - self._largest_receive_size(), limit // 2)
-        return room // COLLECT_COPIES
+        room = limit - self.read_ahead_limit - self._largest_receive_size()
+        return max(room, 0) // COLLECT_COPIES
+
+    @property
+    def read_ahead_limit(self) -> int:
+        """The most bytes of items read ahead (``max_read_ahead``), within a
+        quarter of the budget: the rest stays free for responses being
+        built and bytes being written, so that a peer's pipelined requests
+        never take the room their own answers need."""
+        return min(self.config.max_read_ahead, self.budget.limit // 4)
 
     def response_limit(self, max_bytes: int) -> int:
         """``max_bytes`` cut to :attr:`max_response_in_budget`: what one response or message may take room for.
@@ -573,6 +604,40 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # Someone now waits for input (a call was sent, say).
         self._reader_lot.unpark_all()
 
+    def _read_size(self) -> int:
+        """How many bytes the next read may ask for; 0: none now.
+
+        What a read brings is the peer's input, counted as soon as it is
+        parsed (charged, not taken): the machine's partial message 1:1, and
+        each message read for the application ``ITEM_COST`` bytes beyond
+        its own. So a read is sized by the worst case, ``expansion`` counted
+        bytes per byte read (the protocol's smallest message, all of them
+        held), to fit three bounds: the budget's room (messages we wait to
+        build first), the read-ahead's (``read_ahead_limit``; at least one
+        message is always read), and, while only input can free the budget
+        (acknowledgements of what we keep to resend), the room left for the
+        peer's input alone. A peer that stays within the protocol is then
+        paced (the reader waits, and TCP carries it back) and never closed
+        for "memory budget exceeded"; only a message too large for the
+        budget is.
+        """
+        room = self._reading_room()
+        if self._machine_held:
+            # The rest of a message begun counts 1:1, and only reading it
+            # frees what its start holds: read into all the room (a message
+            # that can never fit then fills the budget, and _check_memory
+            # ends the connection, rather than the reader waiting for ever).
+            if self._buffered > 0:
+                room = min(room, self.read_ahead_limit - self._buffered)
+            return max(min(self._receive_size(), room), 0)
+        smallest = self.SMALLEST_MESSAGE
+        expansion = -(-ITEM_COST // smallest) if smallest < ITEM_COST else 1
+        if room < expansion and self._input_frees_budget():
+            room = self.budget.limit - self._buffered - self._application_held
+        if self._buffered > 0:
+            room = min(room, self.read_ahead_limit - self._buffered)
+        return max(min(self._receive_size(), self._read_cap, room // expansion), 0)
+
     def _wants_input(self) -> bool:
         if self._end is not None:
             return False
@@ -584,11 +649,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             or self._pong is not None
             or self._wants_more_input()
         )
-        self._paused = wanted and (
-            (self._buffered > 0 and self._buffered >= self.config.max_read_ahead)
-            or (self._reading_room() == 0 and not self._input_frees_budget())
-            or self._read_paused_by_protocol()
-        )
+        self._paused = wanted and (self._read_size() == 0 or self._read_paused_by_protocol())
         if self._paused and self._pong is not None:
             self._paused_during_ping = True
         return wanted and not self._paused
@@ -600,10 +661,8 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     return
                 await self._reader_lot.park()
             try:
-                # Never more than the budget's room: what we read is ours to hold.
-                receive_size = self._receive_size()
-                room = self._reading_room() or receive_size  # 0: _input_frees_budget()
-                data = await self.stream.receive_some(min(receive_size, room))
+                # Never more than fits, counted as it will be (_read_size).
+                data = await self.stream.receive_some(max(self._read_size(), 1))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 # trio's error often says nothing itself ("BrokenResourceError()")
                 # while its cause does (a certificate that failed to verify).
@@ -612,11 +671,23 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._bytes_in += len(data)
             self._last_input = trio.current_time()
             self._machine.receive_data(data)
-            self._process(at_end_of_file=not data)
+            events = self._process(at_end_of_file=not data)
             self._count_machine_input()
             self._check_memory()
+            # Fair to the other connections: a read is one step of the run
+            # loop, so a read of many tiny messages (a flood of pings, each
+            # answered at once) held every other connection up for its whole
+            # length. The next read asks for about EVENTS_PER_READ messages'
+            # worth, at the size this one's messages had.
+            # (Between half and all of that, a capped read keeps its cap.)
+            if events >= EVENTS_PER_READ:
+                self._read_cap = max(len(data) * EVENTS_PER_READ // events, 1)
+            elif 0 < events < EVENTS_PER_READ // 2:
+                self._read_cap = _NO_CAP
 
-    def _process(self, *, at_end_of_file: bool = False) -> None:
+    def _process(self, *, at_end_of_file: bool = False) -> int:
+        # The events of what the machine was fed, dispatched: how many.
+        dispatched = 0
         while self._end is None:
             try:
                 events = self._machine.events()
@@ -633,13 +704,15 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                     self._finish(lost)
                 else:
                     self._finish(exc)
-                return
+                return dispatched
             if not events:
                 break
             for event in events:
                 self._dispatch(event)
+            dispatched += len(events)
         self._take_output()  # automatic answers (pongs)
         self._inbound_lot.unpark_all()
+        return dispatched
 
     # ---- handshake and keepalive ---------------------------------------------------
 
