@@ -113,6 +113,10 @@ class ServeContext:
             connections whose peer is on loopback
             (``--loopback-congestion-control``; None keeps the host's), which
             a bridge's connections take as the wire-v0 sessions do.
+        idle_timeout: seconds after which a connection whose peer went
+            quiet is closed (``--idle-timeout``; None: never), which a
+            bridge's connections obey as the wire-v0 sessions do (see
+            ``bridges.kit.LinkSettings.idle_timeout``).
     """
 
     app: Router
@@ -121,6 +125,7 @@ class ServeContext:
     label: str = ""
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
     loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
+    idle_timeout: float | None = None
 
 
 ConnectFunction = Callable[..., AbstractAsyncContextManager[Peer]]

@@ -32,6 +32,7 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
         framing=FRAMINGS[args.emp_framing],
         max_connection_memory=context.max_connection_memory,
         loopback_congestion_control=context.loopback_congestion_control,
+        idle_timeout=context.idle_timeout,
     )
     server = EmpAppServer(context.app, config=config, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="emp", secure_scheme="emps")]

@@ -139,7 +139,8 @@ class EpoxyConnectionLost(EpoxyClosed):
 
 
 class EpoxyTimeout(EpoxyError):
-    """We gave up waiting for the handshake and sent ``TIMEOUT``."""
+    """We gave up waiting for the handshake, or on a peer gone quiet (the
+    idle timeout), and sent ``TIMEOUT``."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, error_code=ProtocolErrorCode.TIMEOUT)

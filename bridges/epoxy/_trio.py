@@ -148,6 +148,10 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
             None accepts every client.
     """
 
+    #: A frame of one framelet with no content: its count and the
+    #: framelet's header (the kit sizes its reads by it).
+    SMALLEST_MESSAGE = 8
+
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -243,6 +247,18 @@ class EpoxyConnection(BridgeConnection[Connection, EpoxySettings]):
         if self._machine.state in HANDSHAKE_STATES:
             self._machine.handshake_timed_out()
         return EpoxyTimeout(f"no handshake within {self.config.handshake_timeout} s")
+
+    def _holds_open(self) -> bool:
+        # A call of ours, a request of the peer's being answered (a
+        # Subscribe collects its stream), or what waits to be taken.
+        return bool(
+            len(self._calls) or self._machine.peer_pending_requests or len(self._requests) or len(self._events)
+        )
+
+    def _idle_timed_out(self, message: str) -> BaseException:
+        if self._machine.state is ConnectionState.OPEN:
+            self._machine.send_protocol_error(ProtocolErrorCode.TIMEOUT)
+        return EpoxyTimeout(message)
 
     def _on_finish(self, error: BaseException) -> None:
         self._calls.fail_all(error)

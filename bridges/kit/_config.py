@@ -71,6 +71,16 @@ class LinkSettings:
             found within about two minutes, also over protocols with no
             ping (MicroMsg2, Epoxy) (see ``bridges.kit._keepalive``);
             None leaves the host's default (off).
+        idle_timeout: seconds of silence from the peer after which the
+            connection is closed with the protocol's error (``idle
+            timeout: ...``), while either it holds nothing open (the
+            bridge says when: no subscription, request or call pending)
+            or a message of the peer's is begun and stalled; None (the
+            default) never. Not counted while this side holds the peer
+            back (its read-ahead or budget is full). ``rstreams serve``
+            gives its ``--idle-timeout`` to every bridge's listeners, as to
+            its own sessions: a peer that goes quiet holds no connection
+            slot for ever, also over protocols with no ping.
     """
 
     handshake_timeout: float = 10.0
@@ -84,6 +94,7 @@ class LinkSettings:
     max_connection_memory: int = DEFAULT_CONNECTION_MEMORY
     loopback_congestion_control: str | None = DEFAULT_LOOPBACK_CONGESTION_CONTROL
     tcp_keepalive: int | None = 60
+    idle_timeout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("handshake_timeout", "ping_timeout", "close_timeout"):
@@ -93,6 +104,8 @@ class LinkSettings:
                 raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)!r}")
         if self.keepalive_interval is not None and not 0 < self.keepalive_interval < math.inf:
             raise ValueError("keepalive_interval must be positive and finite, or None")
+        if self.idle_timeout is not None and not 0 < self.idle_timeout < math.inf:
+            raise ValueError(f"idle_timeout must be positive and finite, or None, got {self.idle_timeout!r}")
         check_count("receive_size", self.receive_size)
         for name in ("max_read_ahead", "max_write_buffer"):
             if type(getattr(self, name)) is not int or getattr(self, name) < 0:

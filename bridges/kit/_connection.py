@@ -262,6 +262,18 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     def _on_finish(self, error: BaseException) -> None:
         pass
 
+    def _holds_open(self) -> bool:
+        # Whether something is open that may stay quiet for long (a
+        # subscription, a request being answered, a call): the idle timeout
+        # spares the connection then. Bridges that know say; by default a
+        # connection is never idle but for a stalled message.
+        return True
+
+    def _idle_timed_out(self, message: str) -> BaseException:
+        # The error an idle connection ends with; a protocol that can say
+        # why queues its error message here (as for _handshake_timed_out).
+        return TimeoutError(message)
+
     def _input_held_by_machine(self) -> int:
         return self._machine.buffered_input_size
 
@@ -765,6 +777,26 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         if self._pong is not None:
             self._pong.set()
             self._pong = None
+
+    async def _watch_idle(self, timeout: float) -> None:
+        # Checked every quarter of the timeout, as a session's: the
+        # connection ends between ``timeout`` and 1.25 times it after the
+        # peer last sent anything.
+        while self._end is None:
+            await trio.sleep(timeout / 4)
+            quiet = trio.current_time() - self._last_input
+            if self._end is not None or quiet < timeout or not self._wants_input():
+                continue  # (not waiting for input: held back by us, or nobody asks)
+            if self._machine_held:
+                message = f"idle timeout: a message begun and nothing more for {quiet:.0f} s"
+            elif not self._holds_open():
+                message = f"idle timeout: nothing received for {quiet:.0f} s and nothing open"
+            else:
+                continue
+            error = self._idle_timed_out(message)
+            self._take_output()
+            self._finish(error)
+            return
 
     async def _keepalive(self, interval: float) -> None:
         while self._end is None:

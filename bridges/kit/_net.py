@@ -63,6 +63,9 @@ async def start_connection(connection: BridgeConnection, nursery: trio.Nursery) 
     # handshake: its tasks are gone, and so is their nursery.)
     if interval is not None and connection._nursery is not None and connection._end is None:
         connection._nursery.start_soon(connection._keepalive, interval)
+    idle_timeout = connection.config.idle_timeout
+    if idle_timeout is not None and connection._nursery is not None and connection._end is None:
+        connection._nursery.start_soon(connection._watch_idle, idle_timeout)
 
 
 @asynccontextmanager

@@ -32,6 +32,7 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
         BROKER_SETTINGS,
         max_connection_memory=context.max_connection_memory,
         loopback_congestion_control=context.loopback_congestion_control,
+        idle_timeout=context.idle_timeout,
     )
     server = MicroMsg2AppServer(context.app, settings=settings, max_connections=context.max_connections)
     return [ListenerService(server, addresses, context.ssl_context, scheme="mm2", secure_scheme="mm2s")]

@@ -100,6 +100,9 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         settings: identity, extensions, timeouts, bounds and limits.
     """
 
+    #: (The kit sizes its reads by it.)
+    SMALLEST_MESSAGE = SMALLEST_MESSAGE
+
     def __init__(
         self, stream: trio.abc.Stream, role: Role = Role.CLIENT, settings: MicroMsg2Settings = DEFAULT_SETTINGS
     ) -> None:
@@ -236,6 +239,24 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
 
     def _handshake_timed_out(self) -> BaseException:
         message = f"no handshake within {self.config.handshake_timeout} s"
+        if self._machine.state in _OPEN_OR_HANDSHAKING:
+            self._machine.send_error(message)
+        return MicroMsg2Timeout(message)
+
+    def _holds_open(self) -> bool:
+        # A subscription (either side), messages not yet acknowledged, or
+        # what waits to be taken.
+        machine = self._machine
+        return bool(
+            machine.subscriptions
+            or self._streams
+            or machine.unacknowledged
+            or machine.pending_messages
+            or len(self._sends)
+            or len(self._commands)
+        )
+
+    def _idle_timed_out(self, message: str) -> BaseException:
         if self._machine.state in _OPEN_OR_HANDSHAKING:
             self._machine.send_error(message)
         return MicroMsg2Timeout(message)

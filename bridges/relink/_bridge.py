@@ -33,6 +33,7 @@ def _services(context: ServeContext, args: argparse.Namespace) -> Sequence[Bridg
         send_window=args.relink_window,
         max_connection_memory=context.max_connection_memory,
         loopback_congestion_control=context.loopback_congestion_control,
+        idle_timeout=context.idle_timeout,
     )
     server = RelinkAppServer(
         context.app, endpoint=args.relink_endpoint, settings=settings, max_connections=context.max_connections

@@ -321,7 +321,8 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         type=_non_negative_seconds,
         default=DEFAULT_IDLE_TIMEOUT,
         help="close a session whose peer sent nothing and that has no stream open for this long, "
-        f"with goodbye \"idle timeout\" (default: {DEFAULT_IDLE_TIMEOUT:g}; 0: never)",
+        f"with goodbye \"idle timeout\" (default: {DEFAULT_IDLE_TIMEOUT:g}; 0: never); the bridges' "
+        "listeners too, with their protocol's error, and also once a message begun stalls that long",
     )
     parser.add_argument(
         "--busy-poll",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 from typing import Any
@@ -183,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
         label=args.app,
         max_connection_memory=args.max_connection_memory,
         loopback_congestion_control=args.loopback_congestion_control,
+        # (0 and inf: never, as for the sessions.)
+        idle_timeout=args.idle_timeout if args.idle_timeout and math.isfinite(args.idle_timeout) else None,
     )
     services_by_bridge = {
         bridge.name: list(bridge.services(context, args)) for bridge in registered_bridges() if bridge.services is not None
