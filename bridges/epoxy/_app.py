@@ -45,7 +45,6 @@ as a TCP subscriber's.
 
 from __future__ import annotations
 
-import logging
 from itertools import groupby
 from operator import attrgetter
 
@@ -55,6 +54,7 @@ from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publi
 
 from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, TopicRefused, collect_elements, open_app_session
 from . import bond
+from ._peer_log import warn_about_peer
 from ._serve import EpoxyServer
 from ._service import DEFAULT_MAX_CONCURRENCY, ServiceError, event, hold_for_response, method, serve_services, service
 from ._settings import DEFAULT_SETTINGS, AcceptFunction, EpoxySettings
@@ -71,8 +71,6 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "open_app_session",
 ]
-
-logger = logging.getLogger("rstreams.epoxy")
 
 #: The Bond service an rstreams app is served as.
 PUBLISHERS_SERVICE = "rstreams.Publishers"
@@ -141,8 +139,18 @@ class Publishers:
         # One publishing stream per topic (the kit's, as MicroMsg2's SENDs).
         self._topics = TopicPublisher(session, nursery, protocol="Epoxy") if nursery is not None else None
 
+    def _fits(self, name: str) -> bool:
+        # Whether the session to the app can carry ``name``: a longer one
+        # (a peer's 600 KB publisher name) closed that session ("exceeds
+        # max_str_len") and failed every later Subscribe of the connection.
+        limit = self.session.config.limits.max_string_size
+        return len(name) <= limit // 4 or len(name.encode("utf-8", "surrogatepass")) <= limit
+
     @method
     async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
+        if not self._fits(request.publisher):
+            size = len(request.publisher.encode("utf-8", "surrogatepass"))
+            raise ServiceError(ErrorCode.METHOD_NOT_FOUND, f"no such publisher: a name of {size} bytes")
         try:
             elements = await collect_elements(
                 self.session, request.publisher, max_bytes=self.max_response_bytes, budget=self._budget
@@ -173,14 +181,14 @@ class Publishers:
         event), in order; returns once the topics took them."""
         for topic, run in groupby(requests, attrgetter("topic")):
             values = [request.value for request in run]
-            if not topic or "?" in topic:
-                logger.warning("dropped %s: %r is not a topic name", _publish_events(len(values)), topic)
+            if not topic or "?" in topic or not self._fits(f"{topic}/publish"):
+                warn_about_peer("dropped %s: %r is not a topic name", _publish_events(len(values)), topic)
                 continue
             if self._topics is None:
                 try:
                     await publish_to_topic(self.session, topic, values)
                 except SubscriptionError as exc:
-                    logger.warning("dropped %s for topic %r: %s", _publish_events(len(values)), topic, exc)
+                    warn_about_peer("dropped %s for topic %r: %s", _publish_events(len(values)), topic, exc)
                 continue
             try:
                 await self._topics.publish_many(topic, values)

@@ -60,6 +60,7 @@ from ..kit import MemoryBudget, RequestSlots
 from . import bond
 from ._errors import EpoxyError
 from ._events import Event, Request
+from ._peer_log import PeerWarnings, set_peer_warnings, warn_about_peer
 from ._structs import Error, ErrorCode
 from ._trio import EpoxyConnection
 
@@ -275,8 +276,8 @@ class ServiceError(Exception):
         self.message = message
 
     def to_error(self) -> Error:
-        """The ``bond.comm.Error`` that goes on the wire."""
-        return Error(error_code=self.error_code, message=self.message)
+        """The ``bond.comm.Error`` that goes on the wire (``message`` cut at :data:`MAX_ERROR_MESSAGE`)."""
+        return _error(self.error_code, self.message)
 
 
 Bound = Callable[[Any], Awaitable[Any]]
@@ -317,11 +318,25 @@ class ServiceTable:
             message = f"no such service: {service_name!r} (method {method_name!r})"
         else:
             message = f"no such method: {service_name}.{method_name}"
-        return Error(error_code=ErrorCode.METHOD_NOT_FOUND, message=message)
+        return _error(ErrorCode.METHOD_NOT_FOUND, message)
+
+
+def _error(error_code: int, message: str) -> Error:
+    # Every error we answer with goes through here: its text is cut (it
+    # repeats the peer's names; a 600 KB service name came back whole).
+    return Error(error_code=error_code, message=message[:MAX_ERROR_MESSAGE])
 
 
 def _internal(message: str) -> Error:
-    return Error(error_code=ErrorCode.INTERNAL_SERVER_ERROR, message=message[:MAX_ERROR_MESSAGE])
+    return _error(ErrorCode.INTERNAL_SERVER_ERROR, message)
+
+
+def _is_end_of(connection: EpoxyConnection, exc: Exception) -> bool:
+    # Whether ``exc`` is the connection's own end, re-raised in the method
+    # (the kit raises a copy of it in every waiter: same type, same args),
+    # and not a failure of the method's own that merely came late.
+    end = connection.end_reason
+    return end is not None and (exc is end or (type(exc) is type(end) and exc.args == end.args))
 
 
 def _describe(exc: BaseException) -> str:
@@ -329,8 +344,21 @@ def _describe(exc: BaseException) -> str:
     return text if text else type(exc).__name__
 
 
-async def dispatch_request(table: ServiceTable, request: Request) -> bytes | Error:
+async def dispatch_request(
+    table: ServiceTable, request: Request, *, connection: EpoxyConnection | None = None
+) -> bytes | Error:
     """Run the method ``request`` names; return the marshalled response, or the error to answer with.
+
+    Every error's ``message`` is cut at :data:`MAX_ERROR_MESSAGE`
+    characters: they repeat what the peer sent (a service name, a
+    publisher), which may be as long as a framelet.
+
+    Args:
+        connection: the connection ``request`` came on. A method that fails
+            because that connection ended (raising its end error, as the
+            connection's budget and calls do once it has) has not failed:
+            its answer could not go out anyway, so that error propagates as
+            is, unlogged, for the caller to see the connection's end.
 
     Never raises for the method's failures (they become errors for the
     peer); cancellation propagates.
@@ -341,10 +369,7 @@ async def dispatch_request(table: ServiceTable, request: Request) -> bytes | Err
     info, function = found
     full_name = f"{request.service_name}.{request.method_name}"
     if info.kind is MethodKind.EVENT:
-        return Error(
-            error_code=ErrorCode.INVALID_INVOCATION,
-            message=f"{full_name} is an event: send it as an event, not a request",
-        )
+        return _error(ErrorCode.INVALID_INVOCATION, f"{full_name} is an event: send it as an event, not a request")
     try:
         argument = request.decode(info.request_class)
     except bond.BondDecodeError as exc:
@@ -354,6 +379,8 @@ async def dispatch_request(table: ServiceTable, request: Request) -> bytes | Err
     except ServiceError as exc:
         return exc.to_error()
     except Exception as exc:
+        if connection is not None and _is_end_of(connection, exc):
+            raise
         logger.exception("Epoxy method %s failed", full_name)
         return _internal(_describe(exc))
     assert info.response_class is not None
@@ -404,7 +431,7 @@ def _event_method(table: ServiceTable, message: Event) -> tuple[MethodInfo, Boun
     found = table.find(message.service_name, message.method_name)
     if found is None or found[0].kind is not MethodKind.EVENT:
         full_name = f"{message.service_name}.{message.method_name}"
-        logger.warning("dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
+        warn_about_peer("dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
         return None
     return found
 
@@ -415,7 +442,7 @@ def _decoded(info: MethodInfo, message: Event) -> bond.Struct | None:
         return message.decode(info.request_class)
     except bond.BondDecodeError as exc:
         full_name = f"{message.service_name}.{message.method_name}"
-        logger.warning("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
+        warn_about_peer("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
         return None
 
 
@@ -493,7 +520,13 @@ async def serve_services(
     Returns when the connection ends normally (the peer closed its side and
     was answered, or we closed) and the events read before the end have
     run. Methods still running when it ends are cancelled: their answers
-    could not be sent.
+    could not be sent; requests read before the end and not yet started are
+    dropped unrun, and a method that fails with the connection's own end is
+    not logged (see :func:`dispatch_request`). Events dropped (no such
+    method, a payload that does not decode, or what the service itself
+    warns about through the same log) are logged for the first
+    ``MAX_PEER_WARNINGS`` of the connection, then only counted, the count
+    logged once at the end.
 
     Raises:
         PeerProtocolError, RemoteProtocolError, EpoxyConnectionLost: it
@@ -502,12 +535,13 @@ async def serve_services(
     table = services if isinstance(services, ServiceTable) else ServiceTable(services)
     slots = RequestSlots(max_concurrency)
     ends: list[EpoxyError] = []
+    warnings = PeerWarnings()  # the dropped events logged, at most MAX_PEER_WARNINGS
 
     async def answer(request: Request) -> None:
         held = _Held()  # what the method hands over to its response (hold_for_response)
         _held_for_response.set(held)
         try:
-            outcome = await dispatch_request(table, request)
+            outcome = await dispatch_request(table, request, connection=connection)
             prepaid = held.take(connection.budget)
             if isinstance(outcome, Error):
                 connection.budget.give_back(prepaid)  # the error is not built from them
@@ -526,6 +560,7 @@ async def serve_services(
             slots.release()
 
     async def run_events() -> None:
+        set_peer_warnings(warnings)  # what the events' methods warn about counts for this connection
         while True:
             try:
                 messages = await connection.receive_events(MAX_EVENTS_AT_ONCE)
@@ -541,24 +576,35 @@ async def serve_services(
 
     # The errors are kept and raised outside the nurseries, so the caller
     # gets the connection's end unwrapped.
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_events)
-        async with trio.open_nursery() as handlers:
-            while True:
-                try:
-                    request = await slots.receive(connection.receive_request)
-                except trio.EndOfChannel:
-                    break
-                except EpoxyError as exc:
-                    ends.append(exc)
-                    break
-                handlers.start_soon(answer, request)
-            # The connection has ended (a peer that closed its side ends it
-            # only once answered): no answer can go out any more, so the
-            # methods still running are cancelled, not awaited (a Subscribe
-            # to an endless stream would never return). Events already read
-            # still run: the loop above drains them.
-            handlers.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_events)
+            async with trio.open_nursery() as handlers:
+                while True:
+                    try:
+                        request = await slots.receive(connection.receive_request)
+                    except trio.EndOfChannel:
+                        break
+                    except EpoxyError as exc:
+                        ends.append(exc)
+                        break
+                    if connection.ended:
+                        # Read before the end and still queued: it cannot be
+                        # answered, so it is dropped, unrun (each such request
+                        # used to run, fail on the closed budget and log a
+                        # traceback: 11,688 of them after one reset). Taking
+                        # the rest drains the queue to the end's error.
+                        slots.release()
+                        continue
+                    handlers.start_soon(answer, request)
+                # The connection has ended (a peer that closed its side ends it
+                # only once answered): no answer can go out any more, so the
+                # methods still running are cancelled, not awaited (a Subscribe
+                # to an endless stream would never return). Events already read
+                # still run: the loop above drains them.
+                handlers.cancel_scope.cancel()
+    finally:
+        warnings.summarize(connection.info.peer)
     if ends:
         raise ends[0]
 

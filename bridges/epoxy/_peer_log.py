@@ -1,0 +1,90 @@
+"""Warnings about what one peer sent, a bounded number of lines per connection.
+
+An event cannot be refused to its sender (it has no response), so an event
+the server drops (no such event method, a payload that does not decode, a
+``Publish`` to a name that is not a topic) is only logged. One line per
+dropped event let one client write the server's log as fast as it could send:
+186,000 bad ``Publish`` events in 5 s were 16.7 MB of log. So, per
+connection that :func:`~bridges.epoxy.serve_services` serves, the first
+:data:`MAX_PEER_WARNINGS` are logged in full and the rest only counted; when
+the connection ends, one more line says how many were not logged. And each
+of the peer's texts in a line (a name can be as long as a framelet) shows
+its first :data:`MAX_LOGGED_TEXT` characters.
+
+The counter lives in a context variable that ``serve_services`` sets, so
+that the service objects it runs (``Publishers`` among them) count against
+their own connection without being handed it; outside ``serve_services``
+every warning is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+
+__all__ = ["MAX_LOGGED_TEXT", "MAX_PEER_WARNINGS", "PeerWarnings", "set_peer_warnings", "warn_about_peer"]
+
+logger = logging.getLogger("rstreams.epoxy")
+
+#: Warnings about one connection's input logged in full; the rest are counted.
+MAX_PEER_WARNINGS = 5
+#: The most characters of one of the peer's texts (a name, an error) in a log line.
+MAX_LOGGED_TEXT = 200
+
+
+class PeerWarnings:
+    """The warnings about one connection's input: how many were logged, how many only counted."""
+
+    __slots__ = ("logged", "unlogged")
+
+    def __init__(self) -> None:
+        self.logged = 0
+        self.unlogged = 0
+
+    def warn(self, message: str, *args: object) -> None:
+        """Log ``message % args`` as a warning, unless :data:`MAX_PEER_WARNINGS` were logged already."""
+        if self.logged >= MAX_PEER_WARNINGS:
+            self.unlogged += 1
+            return
+        self.logged += 1
+        logger.warning(message, *map(_shown, args))
+
+    def summarize(self, peer: str) -> None:
+        """Log how many warnings were counted and not logged, if any (once, at the connection's end)."""
+        if self.unlogged:
+            logger.warning(
+                "%s: %d more warnings like the %d above were not logged (at most %d per connection)",
+                peer,
+                self.unlogged,
+                self.logged,
+                MAX_PEER_WARNINGS,
+            )
+
+
+_current: ContextVar[PeerWarnings | None] = ContextVar("_current_peer_warnings", default=None)
+
+
+def warn_about_peer(message: str, *args: object) -> None:
+    """Log a warning about what the peer sent: counted against its connection
+    inside :func:`~bridges.epoxy.serve_services`, logged plainly outside."""
+    warnings = _current.get()
+    if warnings is None:
+        logger.warning(message, *map(_shown, args))
+    else:
+        warnings.warn(message, *args)
+
+
+def _shown(argument: object) -> object:
+    # The peer's names may be as long as a framelet: a log line shows the
+    # first MAX_LOGGED_TEXT characters of each text, and how long it was.
+    if isinstance(argument, (int, float)):
+        return argument
+    text = argument if isinstance(argument, str) else str(argument)
+    if len(text) <= MAX_LOGGED_TEXT:
+        return argument
+    return f"{text[:MAX_LOGGED_TEXT]}... ({len(text)} characters)"
+
+
+def set_peer_warnings(warnings: PeerWarnings) -> None:
+    """Count the warnings of this task (and of the tasks it starts after) in ``warnings``."""
+    _current.set(warnings)
