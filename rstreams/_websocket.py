@@ -29,10 +29,11 @@ protocol message boundaries into several WebSocket messages.
 Receiving. Binary message payloads are handed to the session as they
 arrive, in read-sized pieces: since every message holds whole protocol
 messages, their concatenation is the byte stream the session parses. A text
-message, or a message larger than the limit, is the peer breaking the
-protocol: ``receive_some`` raises :class:`RemoteProtocolError`, the session
-says goodbye naming it, and ``aclose`` sends the matching close code (1003,
-1009). Pings are answered (only the latest, as RFC 6455 allows), sharing the
+message, a message larger than the limit, or a frame that breaks RFC 6455
+(wsproto reports those as a close of its own, the connection still open)
+is the peer breaking the protocol: ``receive_some`` raises
+:class:`RemoteProtocolError`, the session says goodbye naming it, and
+``aclose`` sends the matching close code (1003, 1009; 1002 or 1007). Pings are answered (only the latest, as RFC 6455 allows), sharing the
 send lock with the writer so frames never interleave.
 """
 
@@ -247,9 +248,10 @@ class WebSocketStream(trio.abc.Stream):
         """Payload bytes of incoming binary messages; ``b""`` once the WebSocket closed.
 
         Raises:
-            RemoteProtocolError: the peer sent a text message, or a message
-                larger than ``max_message_size``. The close code that
-                :meth:`aclose` will send says which (1003, 1009).
+            RemoteProtocolError: the peer sent a text message, a message
+                larger than ``max_message_size``, or a frame that breaks
+                RFC 6455. The close code that :meth:`aclose` will send says
+                which (1003, 1009; 1002 or 1007 as wsproto found it).
             trio.ClosedResourceError / trio.BrokenResourceError: as the transport.
         """
         if self._closed:
@@ -294,8 +296,15 @@ class WebSocketStream(trio.abc.Stream):
             elif type(event) is Ping:
                 self._pong = self._ws.send(event.response())
             elif type(event) is CloseConnection:
-                # The peer's close (or a framing error wsproto reports as a
-                # close): end of stream; aclose answers it.
+                if self._ws.state is ConnectionState.OPEN:
+                    # Not the peer's close frame (that moves wsproto to
+                    # REMOTE_CLOSING): a framing error wsproto reports as a
+                    # close (an unmasked frame, a control frame over 125
+                    # bytes, a reserved opcode...). The peer broke the
+                    # protocol: said as such, and answered with its code.
+                    self._fail(event.code, f"WebSocket framing error: {event.reason}")
+                    return
+                # The peer's close: end of stream; aclose answers it.
                 self._peer_closed = True
                 if event.code not in (CLOSE_NORMAL, 1005):
                     self._close_code = event.code
