@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -46,12 +47,12 @@ from ._handshake import MAX_LINK_ID, LinkConfig
 from ._sequence import NONE, advance, distance
 
 __all__ = [
+    "IncomingChannel",
+    "LinkRegistry",
+    "LinkState",
+    "OutgoingChannel",
     "Role",
     "TransactionOp",
-    "OutgoingChannel",
-    "IncomingChannel",
-    "LinkState",
-    "LinkRegistry",
 ]
 
 
@@ -75,18 +76,18 @@ class OutgoingChannel:
     """State of one of our channels (see the module docstring)."""
 
     __slots__ = (
-        "id",
-        "consumed",
         "buffered",
-        "sent",
-        "received",
-        "ever_consumed",
-        "resuming",
-        "closing",
         "close_sent",
-        "transaction_target",
+        "closing",
+        "consumed",
+        "ever_consumed",
+        "id",
         "operations",
+        "received",
+        "resuming",
+        "sent",
         "size",
+        "transaction_target",
     )
 
     def __init__(self, channel: int) -> None:
@@ -182,14 +183,14 @@ class IncomingChannel:
     """State of one of the peer's channels (see the module docstring)."""
 
     __slots__ = (
+        "answers",
+        "closing",
+        "consume_sent",
+        "consumed",
         "id",
         "received",
-        "consumed",
-        "consume_sent",
-        "closing",
         "transaction_target",
         "unanswered",
-        "answers",
     )
 
     def __init__(self, channel: int, max_answers: int) -> None:
@@ -283,27 +284,66 @@ class LinkState:
         )
 
 
+#: Draws of a random link id before giving up: a random source collides
+#: with a live link once in 2**63 / links held; this many in a row means
+#: the source is not random (a test's, or a broken one), not bad luck.
+_MAX_DRAWS = 16
+
+
 class LinkRegistry:
     """A listener's links by id, and the source of new link ids (pure bookkeeping).
+
+    A link id is all a connector shows to resume a link (the epoch is no
+    secret: every handshake reply carries it, and the spec makes it a
+    timestamp), and Relink has no authentication: whoever names a live
+    link's id takes it over, and its connection is dropped. A listener that
+    faces connectors it does not trust draws ids at random from the whole
+    range [1, 2**63) (``randbelow=secrets.randbelow``, as
+    :class:`~bridges.relink.RelinkServer` does): who was not told a link's
+    id cannot name it, short of one chance in 2**63 per guess. Without a
+    ``randbelow``, ids are handed out in order from 1, as Go does:
+    predictable (a connector that got id 7 knows id 6 is live), which is
+    fine for tests and byte-exact examples and nothing else
+    (``docs/bridges/relink.md``, Handshake item 7).
 
     Args:
         epoch: this listener instance's epoch, microseconds since 1970 UTC
             (the I/O layer reads the clock once at start-up). Positive.
+        randbelow: ``randbelow(n)``, a random int in [0, n), to draw new
+            link ids with (:func:`secrets.randbelow`: the operating
+            system's); None: in order from 1.
     """
 
-    def __init__(self, epoch: int) -> None:
+    def __init__(self, epoch: int, *, randbelow: Callable[[int], int] | None = None) -> None:
         if type(epoch) is not int or not 0 < epoch < 2**63:
             raise ValueError(f"epoch must be a positive signed 64-bit int, got {epoch!r}")
         self.epoch = epoch
         self._links: dict[int, LinkState] = {}
+        self._randbelow = randbelow
         self._last_link_id = 0
 
     def new_link_id(self) -> int:
-        """A link id never handed out by this registry before."""
-        if self._last_link_id >= MAX_LINK_ID:
-            raise LocalProtocolError("link ids are exhausted")
-        self._last_link_id += 1
-        return self._last_link_id
+        """A link id that no link in the registry has.
+
+        In order: never handed out by this registry before. Drawn at
+        random: unique among the links held now (remembering every id ever
+        drawn would take memory growing with every link), so a connector
+        still holding the id of a forgotten link resumes a newer one only
+        if two draws collide: one chance in 2**63 per link held.
+        """
+        if self._randbelow is None:
+            if self._last_link_id >= MAX_LINK_ID:
+                raise LocalProtocolError("link ids are exhausted")
+            self._last_link_id += 1
+            return self._last_link_id
+        for _ in range(_MAX_DRAWS):
+            drawn = self._randbelow(MAX_LINK_ID)
+            if type(drawn) is not int or not 0 <= drawn < MAX_LINK_ID:
+                raise LocalProtocolError(f"randbelow({MAX_LINK_ID}) returned {drawn!r}, not in [0, {MAX_LINK_ID})")
+            link_id = 1 + drawn
+            if link_id not in self._links:
+                return link_id
+        raise LocalProtocolError(f"{_MAX_DRAWS} link ids drawn in a row were taken: randbelow is not random")
 
     def lookup(self, epoch: int, link_id: int) -> LinkState | None:
         """The live link a connector names, or None (other epoch, unknown or ended)."""

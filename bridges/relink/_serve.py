@@ -11,6 +11,38 @@ link with no connection for ``link_timeout`` seconds is forgotten: its
 handler is cancelled and its channels end with
 :class:`~bridges.relink.LinkLostError`.
 
+A link's id is all a connector shows to resume it, and resuming takes the
+link from whatever connection carries it, so ids are drawn at random
+(``secrets.randbelow``): a connector learns its own and no other.
+
+Connections, links, and ``max_connections``
+-------------------------------------------
+A connection's place under ``max_connections`` is taken when it is
+accepted and given back when the connection ends, not when its link does
+(the link's task lives on in the task of the connection that made it). A
+link that no connection carries still holds what its connection held: our
+messages kept to resend and its handler's state (the app server's session
+and the elements in hand), each bounded by the link's memory budget, and
+its sends wait for a connection, so it grows no further. So such links
+count under the same limit, which bounds memory as it bounds
+connections: when a connection makes a new link and the open connections
+plus the links without one exceed the limit, the links that have gone
+longest without a connection are forgotten, as if their ``link_timeout``
+had run out. A connector coming back to its link needs no room (its link
+stops being one without a connection). Only when every place is an open
+connection is a connection refused, and the log says so
+(``connection_refused``).
+
+What the log says
+-----------------
+The link is the session: ``session_open`` when it is made, ``session_close``
+when it ends, naming it ``(link N)``, N counting the server's links from 1
+(never its id: whoever reads the id may resume the link). A connection
+ended by a peer's violation gets one ``bad_input`` line (Relink has no
+error packet: the listener closes the connection without a word, and keeps
+the link); a lost connection gets none, as the link waits for its
+connector.
+
 Choosing the link config from the request
 -----------------------------------------
 The spec has the listener check the connector's channel id sizes and
@@ -27,16 +59,29 @@ no reply: the connection is closed, as the spec says.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import NoReturn
 
 import trio
 
-from rstreams.support import Listener, describe_error, first_leaf, log_session_close, log_session_open, peer_address, serve_listeners, with_tls
+from rstreams.support import (
+    Listener,
+    describe_error,
+    first_leaf,
+    log_connection_refused,
+    log_session_close,
+    log_session_open,
+    peer_address,
+    serve_listeners,
+    with_tls,
+)
 
 from ..kit import check_count, open_connection
 from ._connection import Connection
@@ -57,7 +102,7 @@ from ._settings import DEFAULT_SETTINGS, RelinkSettings
 from ._trio import RelinkConnection
 from ._trio_link import RelinkLink
 
-__all__ = ["RelinkServer", "RelinkHandler", "EndpointPolicy", "serve_relink", "equal_id_sizes"]
+__all__ = ["EndpointPolicy", "RelinkHandler", "RelinkServer", "equal_id_sizes", "serve_relink"]
 
 logger = logging.getLogger("rstreams.bridges")
 
@@ -111,6 +156,47 @@ def _now_epoch() -> int:
     return time.time_ns() // 1000
 
 
+class _Slot:
+    # One accepted connection's place under max_connections: taken when it
+    # is accepted, given back once, when the connection ends (or when its
+    # handshake never got as far as a connection), not when the link it
+    # made ends: the link's task lives on in this connection's task.
+
+    __slots__ = ("_held", "_server")
+
+    def __init__(self, server: RelinkServer) -> None:
+        self._server = server
+        self._held = True
+        server._open += 1
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._server._open -= 1
+
+
+@dataclass(slots=True, eq=False)
+class _LiveLink:
+    # A live link as the server keeps it: the application's handle; the
+    # number the log names it by (its id is a secret: whoever knows it may
+    # resume the link, so it is never logged); how to end it early (its
+    # task's cancel scope, and why it ended, the first reason first); and
+    # when its last connection ended, for evicting the oldest first.
+    handle: RelinkLink
+    serial: int
+    scope: trio.CancelScope | None = None
+    reasons: list[str] = field(default_factory=list)
+    detached_since: float = 0.0
+    detached_order: int = 0
+
+    @property
+    def detached(self) -> bool:
+        # Alive, and no connection carries it (what a connector that comes
+        # back may resume).
+        handle = self.handle
+        return handle.connection is None and not handle.ended and handle.state is not None
+
+
 class RelinkServer:
     """Runs ``handler`` once per link (see the module docstring).
 
@@ -120,7 +206,11 @@ class RelinkServer:
         endpoints: endpoint name → :class:`LinkConfig`, or → an
             :data:`EndpointPolicy` choosing the config from the request.
         settings: windows, timeouts, ``link_timeout``.
-        max_connections: a connection beyond this many is closed at once.
+        max_connections: at most this many connections open at once (one
+            beyond them is refused, with a ``connection_refused`` log line);
+            links without a connection count too, but never keep a
+            connection out: a new link takes the room of the link that has
+            gone longest without one (see the module docstring).
         epoch: this instance's epoch (default: now, microseconds since 1970).
     """
 
@@ -148,17 +238,27 @@ class RelinkServer:
         self.endpoints = dict(endpoints)
         self.settings = settings
         self.max_connections = max_connections
-        self.registry = LinkRegistry(_now_epoch() if epoch is None else epoch)
+        # Link ids drawn at random: a link's id is all it takes to resume it
+        # (and take it from its connection), so a connector must not be
+        # able to guess another's from its own (docs: Handshake item 7).
+        self.registry = LinkRegistry(_now_epoch() if epoch is None else epoch, randbelow=secrets.randbelow)
         self.closing = trio.Event()
-        self._links: dict[int, RelinkLink] = {}
+        self._links: dict[int, _LiveLink] = {}
         self._connections: set[RelinkConnection] = set()
-        self._active = 0
+        self._open = 0  # connections accepted and not ended (_Slot)
+        self._serials = itertools.count(1)
+        self._detachments = itertools.count(1)
         self._links_lot = trio.lowlevel.ParkingLot()
 
     @property
     def links(self) -> tuple[RelinkLink, ...]:
         """The live links."""
-        return tuple(self._links.values())
+        return tuple(entry.handle for entry in self._links.values())
+
+    @property
+    def detached_links(self) -> tuple[RelinkLink, ...]:
+        """The live links no connection carries now (kept for their connector to come back)."""
+        return tuple(entry.handle for entry in self._links.values() if entry.detached)
 
     @property
     def connections(self) -> frozenset[RelinkConnection]:
@@ -178,28 +278,98 @@ class RelinkServer:
     def _decide(self, connection: RelinkConnection, request: HandshakeRequest) -> None:
         machine = connection.machine
         known = self.registry.lookup(request.old_epoch, request.old_link_id)
-        handle = self._links.get(known.link_id) if known is not None else None
-        if known is not None and handle is not None and known.config == request.config:
+        entry = self._links.get(known.link_id) if known is not None else None
+        if known is not None and entry is not None and known.config == request.config:
             machine.accept_link(known)
-            connection.handle = handle
+            connection.handle = entry.handle
             return
         state = machine.accept_link(new_link_id=self.registry.new_link_id())
         if state is None:
             return  # the connector required its old link: refused
+        self._make_room()
         self.registry.add(state)
         handle = RelinkLink(Role.LISTENER, self.settings, accept_channels=True)
-        self._links[state.link_id] = handle
+        self._links[state.link_id] = _LiveLink(handle, next(self._serials))
         connection.handle = handle
+
+    def _make_room(self) -> None:
+        # A connection (counted in _open) is making a new link. Links without
+        # a connection count under max_connections as well: each keeps what
+        # its connection held (its messages kept to resend, its app session),
+        # so the limit bounds them as it bounds connections, and a client
+        # that drops connection after connection cannot pile them up. But
+        # they never keep a live client out: the links that have gone
+        # longest without a connection are forgotten to make room, as if
+        # their link_timeout had run out.
+        limit = self.max_connections
+        if limit is None or self._open + len(self._links) <= limit:
+            return  # (every link counted as if detached: room enough)
+        detached = sorted((entry for entry in self._links.values() if entry.detached), key=lambda entry: entry.detached_order)
+        excess = self._open + len(detached) - limit
+        now = trio.current_time()
+        for entry in detached[: max(excess, 0)]:
+            waited = now - entry.detached_since
+            how_long = f"{waited:.3g}" if waited < 1000 else f"{waited:.0f}"  # (never 1.2e+03)
+            self._forget(
+                entry,
+                f"forgotten: no connection for {how_long} s, and a new link needed its room"
+                f" (max_connections {limit} counts the links kept without one)",
+                f"no connection for {how_long} s: the link was forgotten to make room for a new one",
+            )
+
+    def _forget(self, entry: _LiveLink, reason: str, message: str) -> None:
+        # End a link nobody is connected to: what its connector gets back, if
+        # it comes, is a new link (its old channels end with LinkLostError).
+        # (Its connection's loss was not logged: the link outlives it; the
+        # link's own session_close says why it ended.)
+        handle = entry.handle
+        if handle.state is not None:
+            self.registry.remove(handle.state.link_id)
+        entry.reasons.append(reason)
+        if entry.scope is not None:
+            entry.scope.cancel()  # the handler first: what it would do has no link left
+        handle._fail(LinkLostError(message))
+
+    def _entry_of(self, handle: RelinkLink | None) -> _LiveLink | None:
+        if handle is None or handle.state is None:
+            return None
+        entry = self._links.get(handle.state.link_id)
+        return entry if entry is not None and entry.handle is handle else None
+
+    def _connection_ended(self, slot: _Slot, peer: str, transport: str, connection: RelinkConnection) -> None:
+        # Synchronous, from the connection's end (its link detached first):
+        # its place under max_connections is free now, whatever becomes of
+        # the link; and a peer's violation gets its one log line, as on every
+        # bridge: Relink has no error packet, and the link, kept for its
+        # connector to come back, logs its session_close only when it ends.
+        # (It stays in ``connections`` until its task ends: for the one that
+        # made a link, when the link ends, as before; tests read its end there.)
+        slot.release()
+        handle = connection.handle
+        entry = self._entry_of(handle)
+        if entry is not None and handle is not None and handle.connection is None:
+            entry.detached_since = trio.current_time()
+            entry.detached_order = next(self._detachments)
+        error = connection.end_reason
+        if handle is not None and isinstance(error, RemoteProtocolError):
+            # (Only once the link was decided: a violation in the handshake
+            # is the session_close "handshake failed" of serve_stream.)
+            reason = describe_error(error)
+            detail = f" (link {entry.serial})" if entry is not None else ""
+            fields = {"event": "bad_input", "peer": peer, "transport": transport, "reason": reason}
+            logger.info("closing the connection with %s over %s%s: %s", peer, transport, detail, reason, extra=fields)
 
     async def serve_stream(self, stream: trio.abc.Stream) -> None:
         """Serve one connected stream; only cancellation escapes."""
-        if self.closing.is_set() or (self.max_connections is not None and self._active >= self.max_connections):
-            await trio.aclose_forcefully(stream)
-            return
-        self._active += 1
         # (Read now: once the peer is gone, so is its address.)
         peer = peer_address(stream)
         transport = "relinks" if isinstance(stream, trio.SSLStream) else "relink"
+        if self.closing.is_set() or (self.max_connections is not None and self._open >= self.max_connections):
+            busy = f"server busy: {self.max_connections} connections already open"
+            log_connection_refused(peer, transport, "server shutting down" if self.closing.is_set() else busy, log=logger)
+            await trio.aclose_forcefully(stream)  # (Relink has no word for it: the spec's refusal)
+            return
+        slot = _Slot(self)  # (taken before the first await)
         try:
             try:
                 with trio.fail_after(self.settings.handshake_timeout):
@@ -228,37 +398,44 @@ class RelinkServer:
             machine.events()
             machine.data_to_send()
             machine.receive_data(opening.data)
-            connection = RelinkConnection(stream, machine, self.settings, decide=self._decide)
-            async with open_connection(connection):
-                self._connections.add(connection)
-                try:
-                    handle = connection.handle
-                    assert handle is not None
+            on_end = partial(self._connection_ended, slot, peer, transport)
+            connection = RelinkConnection(stream, machine, self.settings, decide=self._decide, on_end=on_end)
+            try:
+                async with open_connection(connection):
+                    if not connection.ended:
+                        self._connections.add(connection)
+                    entry = self._entry_of(connection.handle)
                     if connection.resumed:
                         await connection.wait_ended()
-                    else:
-                        await self._run_link(handle, peer, transport)
-                finally:
-                    self._connections.discard(connection)
+                    elif entry is not None:
+                        await self._run_link(entry, peer, transport)
+            finally:
+                self._connections.discard(connection)
         except* RelinkError as ended:
-            # (Also when it comes out of the handler's nurseries in groups.)
-            logger.info("Relink connection ended: %s", describe_error(first_leaf(ended)))
+            # The handshake failed after the request (the machine's check):
+            # the link's errors stay in _run_link. (Also in groups.)
+            log_session_close(peer, transport, f"handshake failed: {describe_error(first_leaf(ended))}", log=logger)
         except* Exception:
             logger.exception("Relink connection handler failed")
         finally:
-            self._active -= 1
+            slot.release()
 
-    async def _run_link(self, handle: RelinkLink, peer: str, transport: str) -> None:
+    async def _run_link(self, entry: _LiveLink, peer: str, transport: str) -> None:
         # The link's own task: its handler, and forgetting it when nobody
         # comes back. A link is the session the log speaks of (it outlives
-        # its connections): session_open now, session_close when it ends.
+        # its connections): session_open now, session_close when it ends,
+        # naming the link by its serial number, never by its id.
+        handle = entry.handle
         assert handle.state is not None
         link_id = handle.state.link_id
-        log_session_open(peer, transport, log=logger, detail=f"(link {link_id})")
-        reasons: list[str] = []  # (the first says why it ended)
+        reasons = entry.reasons  # (the first says why it ended)
+        log_session_open(peer, transport, log=logger, detail=f"(link {entry.serial})")
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._expire, handle, nursery.cancel_scope, reasons)
+                entry.scope = nursery.cancel_scope
+                if reasons:
+                    nursery.cancel_scope.cancel()  # forgotten before its task began
+                nursery.start_soon(self._expire, entry)
                 try:
                     await self.handler(handle)
                 except* RelinkError as ended:
@@ -276,25 +453,22 @@ class RelinkServer:
             self._links.pop(link_id, None)
             self._links_lot.unpark_all()
             normal_end = "server shutting down" if self.closing.is_set() else "the link was shut down"
-            log_session_close(peer, transport, reasons[0] if reasons else normal_end, log=logger, detail=f"(link {link_id})")
+            log_session_close(peer, transport, reasons[0] if reasons else normal_end, log=logger, detail=f"(link {entry.serial})")
 
-    async def _expire(self, handle: RelinkLink, scope: trio.CancelScope, reasons: list[str]) -> None:
+    async def _expire(self, entry: _LiveLink) -> None:
+        handle = entry.handle
+        timeout = self.settings.link_timeout
         while True:
             await handle.wait_disconnected()
             if handle.ended:
                 return
-            with trio.move_on_after(self.settings.link_timeout):
+            with trio.move_on_after(timeout):
                 try:
                     await handle.wait_connected()
                 except RelinkError:
                     return
                 continue
-            if handle.state is not None:
-                self.registry.remove(handle.state.link_id)
-            # (Its connection's loss was not logged: the link outlives it.)
-            reasons.append(f"forgotten: no connection for {self.settings.link_timeout:g} s")
-            scope.cancel()  # the handler first: what it would do has no link left
-            handle._fail(LinkLostError(f"no connection for {self.settings.link_timeout} s: the link was forgotten"))
+            self._forget(entry, f"forgotten: no connection for {timeout:g} s", f"no connection for {timeout} s: the link was forgotten")
             return
 
     async def serve_tcp(
@@ -322,8 +496,8 @@ class RelinkServer:
             # shut down: its calls then raise RelinkClosed.
             if not self.handlers_watch_closing:
                 async with trio.open_nursery() as nursery:
-                    for handle in list(self._links.values()):
-                        nursery.start_soon(handle.aclose)
+                    for entry in list(self._links.values()):
+                        nursery.start_soon(entry.handle.aclose)
             while self._links:
                 await self._links_lot.park()
         for connection in list(self._connections):

@@ -55,12 +55,16 @@ from ._state import ConnectionState
 if TYPE_CHECKING:
     from ._trio_link import RelinkLink
 
-__all__ = ["RelinkConnection", "LinkDecision"]
+__all__ = ["ConnectionEnded", "LinkDecision", "RelinkConnection"]
 
 #: The listener's decision on a connector's request: called with the
 #: connection and the request; it calls ``connection.machine.accept_link``
 #: and sets ``connection.handle`` (or leaves it None when it refused).
 LinkDecision = Callable[["RelinkConnection", HandshakeRequest], None]
+#: Called once, synchronously, when a connection has ended (after its link
+#: was detached from it): the listener's count of open connections and its
+#: log of a peer's violation.
+ConnectionEnded = Callable[["RelinkConnection"], None]
 
 
 class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
@@ -72,6 +76,8 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         settings: timeouts and windows.
         handle: connector: the link this connection carries.
         decide: listener: how to answer the connector's link request.
+        on_end: called with the connection once it has ended, whatever
+            ended it (the link, if it carried one, is detached by then).
     """
 
     def __init__(
@@ -82,11 +88,13 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         *,
         handle: RelinkLink | None = None,
         decide: LinkDecision | None = None,
+        on_end: ConnectionEnded | None = None,
     ) -> None:
         super().__init__(stream, machine, settings)
         self.handle = handle
         self.resumed = False
         self._decide = decide
+        self._on_end = on_end
         self._ack_timer_armed = False
 
     @property
@@ -103,9 +111,8 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
 
     def _dispatch(self, event: Event) -> None:
         # A message (nearly every event) skips the connection's own checks.
-        if type(event) is MessageReceived or not self._handled_here(event):
-            if self.handle is not None:
-                self.handle._on_event(event)
+        if (type(event) is MessageReceived or not self._handled_here(event)) and self.handle is not None:
+            self.handle._on_event(event)
 
     def _handled_here(self, event: Event) -> bool:
         """Whether ``event`` is the connection's own, handled here; the
@@ -213,6 +220,8 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
     def _on_finish(self, error: BaseException) -> None:
         if self.handle is not None:
             self.handle._detach(self, error)
+        if self._on_end is not None:
+            self._on_end(self)
 
     async def _handshake(self) -> None:
         # A listener's prelude may have fed the machine the whole request
