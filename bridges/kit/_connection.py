@@ -634,21 +634,21 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         budget is.
         """
         room = self._reading_room()
-        if self._machine_held:
-            # The rest of a message begun counts 1:1, and only reading it
-            # frees what its start holds: read into all the room (a message
-            # that can never fit then fills the budget, and _check_memory
-            # ends the connection, rather than the reader waiting for ever).
-            if self._buffered > 0:
-                room = min(room, self.read_ahead_limit - self._buffered)
-            return max(min(self._receive_size(), room), 0)
         smallest = self.SMALLEST_MESSAGE
         expansion = -(-ITEM_COST // smallest) if smallest < ITEM_COST else 1
         if room < expansion and self._input_frees_budget():
             room = self.budget.limit - self._buffered - self._application_held
         if self._buffered > 0:
             room = min(room, self.read_ahead_limit - self._buffered)
-        return max(min(self._receive_size(), self._read_cap, room // expansion), 0)
+        size = min(self._receive_size(), self._read_cap, room // expansion)
+        if size <= 0 and self._machine_held and room > 0:
+            # Too little room for a read of the smallest messages, but a
+            # message is begun: only reading its rest frees what its start
+            # holds, and that counts 1:1 (a message that can never fit
+            # then fills the budget, and _check_memory ends the connection,
+            # rather than the reader waiting for ever).
+            return min(self._receive_size(), room)
+        return max(size, 0)
 
     def _wants_input(self) -> bool:
         if self._end is not None:

@@ -221,6 +221,7 @@ class RelinkAppServer(RelinkServer):
             request = await channel.receive(consume=False)
         except (trio.EndOfChannel, RelinkError):
             return
+        channel.ignore_further()  # (consumed with the request, at the end)
         forwarded: list[bool] = []  # True once a message went out
         try:
             error: str | None = None

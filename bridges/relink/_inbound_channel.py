@@ -44,6 +44,8 @@ class InboundChannel:
         self._end: BaseException | None = None
         self._lot = trio.lowlevel.ParkingLot()
         self._discarding = False
+        self._ignored = 0  # messages dropped unheld, to consume at discard() (ignore_further)
+        self._ignoring = False
         self._closed = trio.Event()
 
     @property
@@ -59,6 +61,9 @@ class InboundChannel:
             self.received_any = True
             if self._discarding:
                 self._link._consume(self.id, 1)
+                return
+            if self._ignoring:
+                self._ignored += 1
                 return
         self._items.append(item)
         self._link._hold(_cost(item))
@@ -172,10 +177,31 @@ class InboundChannel:
         """The next item without taking it (None if nothing is held)."""
         return self._items[0] if self._items else None
 
+    def ignore_further(self) -> None:
+        """Hold no message after those taken: drop the ones held and the ones
+        that arrive later, to be consumed, in order, by :meth:`discard`.
+
+        For a taker that reads one message and must not consume it before
+        it is done (a Relink subscription: the messages that follow it are
+        ignored), so that the peer's messages meanwhile cost no memory: an
+        adversarial run sent 30,000 of them within the window, and held,
+        they filled the connection's budget.
+        """
+        self._ignoring = True
+        kept: deque[InboundItem] = deque()
+        for item in self._items:
+            if isinstance(item, MessageReceived):
+                self._ignored += 1
+                self._link._release(_cost(item))
+            else:
+                kept.append(item)
+        self._items = kept
+
     def discard(self) -> None:
         """Consume everything held and everything that arrives later (nobody will read it)."""
         self._discarding = True
-        count = sum(isinstance(item, MessageReceived) for item in self._items)
+        count = sum(isinstance(item, MessageReceived) for item in self._items) + self._ignored
+        self._ignored = 0
         self._link._release(sum(_cost(item) for item in self._items))
         self._items.clear()
         if count:

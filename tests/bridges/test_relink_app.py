@@ -515,3 +515,29 @@ async def test_a_connector_that_stopped_consuming_still_learns_the_server_stoppe
                         got.append(raw)
             assert ended.value.by_peer
             assert [int.from_bytes(raw, "big") for raw in got] == list(range(len(got)))
+
+
+async def test_messages_after_a_subscribe_are_ignored_without_holding_them(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    # "Further messages on a channel that already carries a subscription are
+    # consumed and ignored": they were held until the subscription ended,
+    # and 30,000 empty ones (within the window) filled a 1 MiB budget: the
+    # connection was closed for "memory budget exceeded" (or, once reads fit
+    # the budget, stuck with it full). Now they cost nothing while they wait.
+    settings = RelinkSettings(
+        reconnect_delay=0.01, reconnect_max_delay=0.05, shutdown_timeout=1.0, max_connection_memory=1024 * 1024
+    )
+    server, port = await start(nursery, settings)
+    with trio.fail_after(30):
+        async with open_relink_link("127.0.0.1", port, config=sizes(1), settings=FAST) as link:
+            replies = link.inbound(1)
+            await link.send(1, [b"ticker?interval=0.01"])
+            for _ in range(30000):
+                await link.send(1, [b""])
+            for _ in range(5):
+                await replies.receive()
+            assert len(server.links) == 1
+            (handle,) = server.links
+            assert handle.held_bytes < 64 * 1024, handle.held_bytes
+    assert "memory budget exceeded" not in caplog.text
