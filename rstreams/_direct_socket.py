@@ -198,7 +198,7 @@ class DirectSocket:
                 sent = os.writev(fd, pending[first : first + _MAX_BUFFERS])
             except BlockingIOError:
                 waited = True
-                await trio.lowlevel.wait_writable(self._socket)
+                await self._wait_writable()
                 continue
             except OSError as exc:
                 if exc.errno in _CLOSED_ERRNOS:
@@ -232,9 +232,7 @@ class DirectSocket:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return received
         while True:
-            if self._socket.fileno() < 0:
-                raise trio.ClosedResourceError("this socket was already closed")
-            await trio.lowlevel.wait_readable(self._socket)
+            await self._wait_readable()
             received = self._read_into(buffers)
             if received is not None:
                 return received
@@ -269,12 +267,29 @@ class DirectSocket:
         while True:
             self._reader_idle = True
             try:
-                await trio.lowlevel.wait_readable(self._socket)
+                await self._wait_readable()
             finally:
                 self._reader_idle = False
             data = self._read(max_bytes)
             if data is not None:
                 return data
+
+    async def _wait_readable(self) -> None:
+        # Every wait on the descriptor goes through here (and the writer's
+        # through _wait_writable). The session may close the socket while
+        # the reader is parked elsewhere (waiting for its answers to be
+        # taken, say): a closed socket reports -1, and trio's wait on it
+        # would raise ValueError instead of what SocketStream raises. A
+        # socket closed *during* the wait is trio's to report: closing it
+        # wakes the waiter with ClosedResourceError (notify_closing).
+        if self._socket.fileno() < 0:
+            raise trio.ClosedResourceError("this socket was already closed")
+        await trio.lowlevel.wait_readable(self._socket)
+
+    async def _wait_writable(self) -> None:
+        if self._socket.fileno() < 0:
+            raise trio.ClosedResourceError("this socket was already closed")
+        await trio.lowlevel.wait_writable(self._socket)
 
     @property
     def reader_idle(self) -> bool:

@@ -12,7 +12,9 @@ fields rather than a sentence to parse:
 ``connection_refused``          info   ``peer``, ``transport``, ``reason``
 ``origin_refused``              info   ``peer``, ``origin``
 ``auth_refused``                info   ``peer`` (never the token)
-``bad_input``                   info   ``peer``, ``reason`` (one line, no traceback)
+``bad_input``                   info   ``peer``, ``reason`` (one line, no traceback;
+                                       ``stream``, ``publisher`` when a publisher
+                                       ended because of the peer's input)
 ``stream_subscribe``            debug  ``peer``, ``stream``, ``publisher``
 ``stream_cancel``               debug  ``peer``, ``stream``
 ``stream_complete``             debug  ``peer``, ``stream``
@@ -22,8 +24,13 @@ fields rather than a sentence to parse:
 The bridges' servers log their connections with the same two session
 events, ``transport`` being the bridge's scheme (``emp``, ``mm2``, ...).
 
-A peer's mistake (a protocol error, a bad parameter) is the peer's problem,
-not the server's: it is one ``info`` line naming the peer, never a traceback.
+A peer's mistake (a protocol error, a bad parameter, an onError on a stream
+a publisher relays, such as a topic's ``NAME/publish``) is the peer's
+problem, not the server's: it is one ``info`` line naming the peer, never a
+traceback. Text the peer chose (an error message, a publisher name) goes
+into a line through :func:`peer_text`: control characters escaped, so that
+it stays one line and cannot forge others, and cut to
+:data:`PEER_TEXT_LOGGED` characters, so that a peer cannot fill the log.
 Nothing is logged per element. Whether a session logs its streams (debug) is
 decided when it opens, so that a subscribe costs no level check.
 
@@ -51,6 +58,8 @@ __all__ = [
     "log_session_open",
     "log_session_close",
     "log_connection_refused",
+    "peer_text",
+    "PEER_TEXT_LOGGED",
 ]
 
 logger = logging.getLogger("rstreams")
@@ -58,6 +67,32 @@ logger = logging.getLogger("rstreams")
 #: The ``extra=`` attributes the runtime's records may carry; the JSON
 #: formatter copies those present into the object.
 RECORD_FIELDS = ("event", "peer", "transport", "reason", "origin", "stream", "publisher")
+
+
+#: How many characters of a peer's text a log line quotes: enough to read
+#: what went wrong, while a peer's 60 KB error message costs the log one
+#: short line.
+PEER_TEXT_LOGGED = 300
+
+
+def peer_text(text: str, limit: int = PEER_TEXT_LOGGED) -> str:
+    """``text`` that a peer chose, fit to quote in one log line.
+
+    At most ``limit`` characters of it, then ``... (N more characters)`` if
+    it was longer; every character that is not printable (newlines, other
+    control characters, lone surrogates) and the backslash written as its
+    Python escape (``\\n``, ``\\x1b``, ``\\\\``), so that the line stays one
+    line and what looks like an escape in it is one.
+    """
+    cut = len(text) - limit
+    if cut > 0:
+        text = text[:limit]
+    if not text.isprintable() or "\\" in text:
+        text = "".join(
+            character if character.isprintable() and character != "\\" else character.encode("unicode_escape").decode("ascii")
+            for character in text
+        )
+    return f"{text}... ({cut} more characters)" if cut > 0 else text
 
 
 def innermost_stream(stream: object) -> object:

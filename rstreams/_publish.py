@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -196,8 +197,13 @@ class SubscribeRequest:
             raise InvalidParameter(f"parameter {key}={value} is above the maximum {maximum}")
         return value
 
-    def float_param(self, key: str, default: float, *, minimum: float | None = None) -> float:
-        """A query parameter as a float (see :meth:`int_param`)."""
+    def float_param(self, key: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
+        """A query parameter as a finite float, with bounds (see :meth:`int_param`).
+
+        Raises:
+            InvalidParameter: not a number, not finite (``nan``, ``inf``, or
+                a number too large for a float, ``1e400``), or out of bounds.
+        """
         raw = self.params.get(key)
         if raw is None:
             return default
@@ -205,8 +211,12 @@ class SubscribeRequest:
             value = float(raw)
         except ValueError:
             raise InvalidParameter(f"parameter {key}={raw!r} is not a number") from None
-        if value != value or (minimum is not None and value < minimum):
-            raise InvalidParameter(f"parameter {key}={raw!r} is out of range")
+        if not math.isfinite(value):
+            raise InvalidParameter(f"parameter {key}={raw!r} is not a finite number")
+        if minimum is not None and value < minimum:
+            raise InvalidParameter(f"parameter {key}={raw!r} is out of range: below the minimum {minimum:g}")
+        if maximum is not None and value > maximum:
+            raise InvalidParameter(f"parameter {key}={raw!r} is out of range: above the maximum {maximum:g}")
         return value
 
 

@@ -61,7 +61,7 @@ from ._errors import (
     InvalidParameter,
 )
 from ._groups import caller_sees_its_own_exception
-from ._logs import peer_address, transport_name
+from ._logs import peer_address, peer_text, transport_name
 from ._loopback import unpace_loopback
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
@@ -1119,14 +1119,20 @@ class Session(Peer):
         logger.debug("%s stream %d: " + message, self.peer_address, subscriber, *args, extra=extra)
 
     def _log_publisher_failure(self, name: str, exc: Exception, handle: PublicationHandle) -> None:
-        if isinstance(exc, InvalidParameter):
-            # A subscriber's bad parameter: its onError says why; the log
-            # gets one line with the peer, not the publisher's traceback.
+        if isinstance(exc, (InvalidParameter, PublisherError)):
+            # The peer's doing: a subscriber's bad parameter, or an onError
+            # on a stream the publisher relays (a topic's NAME/publish, an
+            # echo). Its onError says why; the log gets one line with the
+            # peer and its text cut (peer_text), not the publisher's traceback.
             peer = self.peer_address
-            extra = {"event": "bad_input", "peer": peer, "stream": handle.subscriber, "publisher": name, "reason": str(exc)}
-            logger.info("%s asked publisher %r with a bad parameter: %s", peer, name, exc, extra=extra)
+            publisher, reason = peer_text(name), peer_text(str(exc))
+            extra = {"event": "bad_input", "peer": peer, "stream": handle.subscriber, "publisher": publisher, "reason": reason}
+            if isinstance(exc, InvalidParameter):
+                logger.info("%s asked publisher '%s' with a bad parameter: %s", peer, publisher, reason, extra=extra)
+            else:
+                logger.info("%s: publisher '%s' ended, a stream it relays failed: %s", peer, publisher, reason, extra=extra)
         else:
-            logger.warning("publisher %r failed; sending onError", name, exc_info=True)
+            logger.warning("publisher '%s' failed; sending onError", peer_text(name), exc_info=True)
 
     @staticmethod
     def _publisher_error(subscription: StreamReceiver, message: str) -> PublisherError:

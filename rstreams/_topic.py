@@ -50,7 +50,12 @@ says where each partition ends (:mod:`rstreams._topic_offsets`).
 Memory: at most ``capacity`` elements (and ``capacity_bytes`` bytes, if set)
 per partition, plus what each subscriber's demand allows on the wire, plus
 for each client publishing into it at most ``capacity`` elements per
-partition requested and not yet accepted.
+partition requested and not yet accepted. What the topic holds is the
+application's memory, in no connection's budget: a topic that peers publish
+into needs ``capacity_bytes``, or ``capacity`` of the largest elements a
+connection accepts stay held after the peer is gone. A client's element
+larger than ``capacity_bytes`` ends its ``NAME/publish`` stream with onError
+(an ``InvalidParameter``: the client's mistake, one log line).
 """
 
 from __future__ import annotations
@@ -448,7 +453,7 @@ class Topic:
     def _partition_param(self, request: SubscribeRequest) -> int:
         if "partition" not in request.params:
             if len(self._logs) > 1:
-                raise ValueError(f"topic {self.name} has {len(self._logs)} partitions: subscribe {self.name}?partition=I")
+                raise InvalidParameter(f"topic {self.name} has {len(self._logs)} partitions: subscribe {self.name}?partition=I")
             return 0
         return request.int_param("partition", 0, minimum=0, maximum=len(self._logs) - 1)
 
@@ -485,9 +490,11 @@ class Topic:
         try:
             cursor = log.attach(policy, start)
         except RetentionError as error:
+            # The subscriber's from=N, not the topic's failure: one log line,
+            # and an onError text the subscriber turns back into NotRetained.
             if error.behind:
-                raise RuntimeError(NotRetained.message_for(self.name, partition, error.requested, error.oldest)) from None
-            raise RuntimeError(f"topic {self.name} partition {partition}: {error}") from None
+                raise InvalidParameter(NotRetained.message_for(self.name, partition, error.requested, error.oldest)) from None
+            raise InvalidParameter(f"topic {self.name} partition {partition}: {error}") from None
         try:
             await self._feed(sink, log, cursor, sequenced, until, pack)
         finally:
@@ -522,7 +529,7 @@ class Topic:
     async def _serve_publisher(self, sink: Sink, request: SubscribeRequest) -> None:
         source = request.params.get("source")
         if not source:
-            raise ValueError(f"publishing into a topic needs a source: {self.name}{PUBLISH_SUFFIX}?source=NAME")
+            raise InvalidParameter(f"publishing into a topic needs a source: {self.name}{PUBLISH_SUFFIX}?source=NAME")
         producer = request.params.get("producer")
         confirm = request.params.get(CONFIRM_PARAMETER)
         if confirm not in (None, "0", "1"):
@@ -547,6 +554,11 @@ class Topic:
                     except StopAsyncIteration:
                         return
                     outstanding -= len(batch)
+                    oversized = self._oversized(batch, 0 if producer is None else SEQUENCE_PREFIX)
+                    if oversized is not None:
+                        # Held back: the elements before it go in, then the
+                        # publishing client learns why its stream ended.
+                        batch = batch[:oversized[0]]
                     if producer is None:
                         await self._append_routed(self._route_received(batch))
                     else:
@@ -554,8 +566,27 @@ class Topic:
                     taken += len(batch)
                     if confirm == "1":
                         _confirm(sink, taken)
+                    if oversized is not None:
+                        raise InvalidParameter(
+                            f"an element of {oversized[1]} bytes is larger than topic {self.name} holds"
+                            f" (capacity_bytes={self._logs[0].capacity_bytes})"
+                        )
         finally:
             self._publishers -= 1
+
+    def _oversized(self, batch: Sequence[bytes | memoryview], prefix: int) -> tuple[int, int] | None:
+        # A publishing client's element the topic could never hold (larger
+        # than capacity_bytes, after its ``prefix`` bytes of framing): its
+        # index and size, else None. The client's mistake, answered as such
+        # (InvalidParameter: onError and one log line), not the topic's
+        # failure (the ValueError TopicLog.append raises, with a traceback).
+        limit = self._logs[0].capacity_bytes
+        if limit is None:
+            return None
+        for index, element in enumerate(batch):
+            if len(element) - prefix > limit:
+                return index, len(element) - prefix
+        return None
 
 
 def _confirm(sink: Sink, taken: int) -> None:

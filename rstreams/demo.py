@@ -30,10 +30,16 @@ Publishers (the query parameters are optional; defaults in brackets):
     (``examples/chat.py``, ``examples/sensors.py``) and every subscriber reads
     every element at its own pace: ``chat?history=20`` shows the last 20
     messages first; ``sensors?policy=latest`` skips to the newest reading.
+    What a topic holds is the app's memory, outside every connection's
+    budget, and here peers fill it: so each is bounded in bytes too
+    (``capacity_bytes``: ``chat`` 4 MiB, ``sensors`` 1 MiB). A message
+    larger than that is refused with onError, the publishing stream ends.
 
 Any other name is answered with onError ``no such publisher: NAME`` by the
-router. Invalid parameters are answered with onError too: a publisher that
-raises ``ValueError`` fails its stream, not the session.
+router. Invalid parameters (``nan``, ``inf``, out of bounds, missing) are
+answered with onError too: the publishers raise ``rstreams.InvalidParameter``
+(``SubscribeRequest.int_param`` / ``float_param`` do), which fails the
+stream, not the session, and logs one ``bad_input`` line, no traceback.
 
 Policy choices about speed: elements are cut from bytes built ahead of time
 and handed over in batches (``send_packed``, ``send_many``), never built
@@ -61,6 +67,8 @@ __all__ = [
     "app",
     "chat",
     "sensors",
+    "CHAT_CAPACITY_BYTES",
+    "SENSORS_CAPACITY_BYTES",
     "RANGE_BLOCK",
     "RANGE_IDLE_RUN",
     "MAX_BLOB_SIZE",
@@ -73,16 +81,24 @@ __all__ = [
 
 app = rstreams.Router()
 
+#: The most bytes of messages the ``chat`` topic holds: its history is the
+#: app's memory, not any connection's, and peers fill it, so it is bounded
+#: in bytes as well as in messages (256 messages of 16 KiB; fewer larger ones).
+CHAT_CAPACITY_BYTES = 4 * 1024 * 1024
+#: The same for ``sensors`` (1024 readings of 1 KiB; a reading is ~40 bytes).
+SENSORS_CAPACITY_BYTES = 1024 * 1024
+
 #: A chat room: JSON messages ``{"from", "text"}``. The default ``block``
 #: policy means a subscriber that stops reading holds the room back once 256
-#: messages are waiting for it, so nobody misses a message; a chat with many
-#: idle readers would subscribe with ``policy=drop`` instead.
-chat = rstreams.Topic("chat", capacity=256)
+#: messages (or CHAT_CAPACITY_BYTES) are waiting for it, so nobody misses a
+#: message; a chat with many idle readers would subscribe with
+#: ``policy=drop`` instead.
+chat = rstreams.Topic("chat", capacity=256, capacity_bytes=CHAT_CAPACITY_BYTES)
 chat.mount(app)
 #: A live sensor feed: msgpack ``{"sensor", "ts", "value"}``. Hot data: a
 #: dashboard subscribes with ``policy=latest`` (never holds the sensors back,
 #: always shows the newest); a recorder with ``block`` (sees every reading).
-sensors = rstreams.Topic("sensors", capacity=1024)
+sensors = rstreams.Topic("sensors", capacity=1024, capacity_bytes=SENSORS_CAPACITY_BYTES)
 sensors.mount(app)
 
 #: Elements per precomputed ``range`` block (512 KiB of packed elements).
@@ -242,9 +258,7 @@ async def blob(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
 @app.publisher("ticker", codec="msgpack")
 async def ticker(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
     """Endless ``[seq, unix_time, value]`` every ``interval`` seconds."""
-    interval = request.float_param("interval", 1.0, minimum=MIN_INTERVAL)
-    if interval > MAX_INTERVAL:
-        raise ValueError(f"parameter interval={interval:g} is above the maximum {MAX_INTERVAL:g}")
+    interval = request.float_param("interval", 1.0, minimum=MIN_INTERVAL, maximum=MAX_INTERVAL)
     walk = random.Random()
     value = 100.0
     seq = 0
@@ -283,7 +297,7 @@ async def echo(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
     """
     source = request.params.get("source")
     if not source:
-        raise ValueError("echo needs a source: echo?source=NAME")
+        raise rstreams.InvalidParameter("echo needs a source: echo?source=NAME")
     async with request.session.subscribe(source, prefetch=0) as upstream:
         requested = 0  # asked of the source so far
         forwarded = 0  # handed to our subscriber so far
