@@ -161,6 +161,10 @@ class SessionStatistics:
         outbound_bytes: what it holds for the peer, now: control messages,
             queued elements, what the writer holds unsent, and
             ``STREAM_MEMORY_COST`` per open stream (the outbound half).
+        publications_stopping: the peer's subscriptions that have ended
+            (its cancel, or the session's end) while their publisher's task
+            has not finished yet. Each still counts as an open stream in
+            ``outbound_bytes`` and against the streams a peer may open.
     """
 
     state: str
@@ -172,6 +176,7 @@ class SessionStatistics:
     close_reason: str | None
     inbound_bytes: int = 0
     outbound_bytes: int = 0
+    publications_stopping: int = 0
 
 
 class Session(Peer):
@@ -224,6 +229,21 @@ class Session(Peer):
         # come first woken: a write wakes as many as the room it freed can
         # take, O(woken), never all of them (issue 18, defect 2).
         self._budget_waiters: deque[PublicationHandle] = deque()
+        # Publications that have ended (the peer's cancel, or the session's
+        # end) while their task still runs: each keeps counting as an open
+        # stream until the task has finished (_end_publication), since its
+        # task, coroutine frames and sink live until then. Else a peer that
+        # subscribes and cancels at once has as many live tasks as it sends
+        # pairs, each charged nothing.
+        self._stopping: set[PublicationHandle] = set()
+        # Set (and replaced) each time one of them finishes, and when the
+        # session starts closing: the reader waits on it while a subscribe
+        # it holds (_held_events) finds the streams' share full of them.
+        self._publication_stopped: trio.Event | None = None
+        # The events of a batch from the first subscribe that did not fit
+        # while publications were stopping, on: the reader dispatches them
+        # once one has finished (see _take_in). None when nothing is held.
+        self._held_events: list[Any] | None = None
         #: Who the peer is, as ``config.authenticate`` said (None without it).
         self.principal: Principal | None = None
         # With an authenticate hook, the peer's subscribes that arrive before
@@ -388,9 +408,11 @@ class Session(Peer):
         self._close_reason = reason
         self._stream_error = error
         self._close_requested.set()
-        # A reader waiting for the application to take elements reads again:
-        # the close sequence needs the peer's goodbye.
+        # A reader waiting for the application to take elements, or for
+        # publications to stop, reads again: the close sequence needs the
+        # peer's goodbye.
         self.held_elements.release(0)
+        self._note_publication_stopped()
 
     @enable_ki_protection
     async def _manager(self) -> None:
@@ -455,6 +477,8 @@ class Session(Peer):
         self._subscriptions.clear()
         for handle in list(self._publications.values()):
             handle.stop()
+            if handle.scope is not None:
+                self._stopping.add(handle)  # until its task has finished
         self._publications.clear()
         for handle in list(self._room_waiters):
             handle.wake()
@@ -474,8 +498,35 @@ class Session(Peer):
         return cost if cost < self._streams_share else self._streams_share
 
     def _open_streams_cost(self, more: int = 0) -> int:
-        # The nominal memory of the open streams, both ways (and ``more``).
-        return (len(self._publications) + len(self._subscriptions) + more) * STREAM_MEMORY_COST
+        # The nominal memory of the open streams, both ways (and ``more``),
+        # publications whose task is still stopping included.
+        streams = len(self._publications) + len(self._stopping) + len(self._subscriptions)
+        return (streams + more) * STREAM_MEMORY_COST
+
+    def _waits_for_stopping(self) -> bool:
+        """Whether the peer's next subscribe would go beyond the streams'
+        share only because publications are still stopping: then the reader
+        waits for them (see _take_in) instead of refusing it. Their tasks
+        were cancelled and finish at their next schedule point, which only
+        happens once the reader lets them run."""
+        return bool(self._stopping) and self._close_kind is None and self._open_streams_cost(1) > self._streams_share
+
+    def _note_publication_stopped(self) -> None:
+        stopped = self._publication_stopped
+        if stopped is not None:
+            self._publication_stopped = None
+            stopped.set()
+
+    async def _wait_publications_stopped(self) -> None:
+        """Dispatch nothing more of what was read while a subscribe waits
+        for publications to stop (_waits_for_stopping): the rest of the read
+        waits in the connection, and what follows in the kernel's buffers,
+        so a peer that subscribes and cancels faster than the tasks finish
+        meets TCP's flow control, as the other waits of the reader do. Woken
+        as each one finishes, or when the session starts closing."""
+        while self._held_events is not None and self._waits_for_stopping():
+            stopped = self._publication_stopped = trio.Event()
+            await stopped.wait()
 
     def _outbound_held(self) -> int:
         """The outbound half's use: what is queued for the peer or in the
@@ -940,13 +991,18 @@ class Session(Peer):
                 self._request_close(_CloseKind.LOST, "connection closed by the peer without goodbye")
             return False
         self._read_taken(received, into, data)
-        going_on = self._take_in()
+        going_on = self._take_in(hold=True)
         while going_on is None:
-            # A read full of control messages (subscribes, say): the writer
-            # sends the answers so far, so that the peer works on them while
-            # we parse the rest of this read.
-            await trio.lowlevel.checkpoint()
-            going_on = self._take_in()
+            if self._held_events is not None:
+                # A subscribe waits for publications to stop (and lets
+                # their tasks run meanwhile).
+                await self._wait_publications_stopped()
+            else:
+                # A read full of control messages (subscribes, say): the
+                # writer sends the answers so far, so that the peer works on
+                # them while we parse the rest of this read.
+                await trio.lowlevel.checkpoint()
+            going_on = self._take_in(hold=True)
         return going_on
 
     def _receive_now(self) -> int:
@@ -1007,27 +1063,46 @@ class Session(Peer):
         self._answered_subscribe = False
         self._received_elements = False
 
-    def _take_in(self) -> bool | None:
+    def _take_in(self, *, hold: bool = False) -> bool | None:
         """Dispatch the events of what was just received: True when all
         are dispatched and reading goes on, False when reading is over (the
-        peer's goodbye, or its bad input); None after a batch full of
-        control messages whose answers went to the writer: call again,
-        after a checkpoint if the caller may take one."""
+        peer's goodbye, or its bad input); None after a run of events that
+        left answers, which went to the writer, or (``hold``: the reader
+        only, which may wait) at a subscribe that waits for publications to
+        stop (_held_events; see _wait_publications_stopped): call again,
+        after a checkpoint, or that wait, if the caller may take one.
+
+        The run is counted across batches: a cancel of a stream subscribed
+        in the same read ends the connection's batch (its subscribe is
+        answered first), and a read of subscribe-and-cancel pairs, counted
+        per batch, was dispatched whole in one step (10,000 pairs a read)."""
         conn = self._conn
+        dispatched = 0
         try:
             while True:
-                events = conn.events(_DISPATCH_BATCH)
-                if not events:
-                    break
+                events = self._held_events
+                if events is not None:
+                    if hold and self._waits_for_stopping():
+                        return None  # (still full of them: the reader waits on)
+                    self._held_events = None
+                else:
+                    events = conn.events(_DISPATCH_BATCH)
+                    if not events:
+                        break
                 self._dispatching = True
                 try:
-                    self._dispatch(events)
+                    self._dispatch(events, hold=hold)
                 finally:
                     self._dispatching = False
                 idle = self._idle
                 if idle is not None and any(type(event) not in _KEEPALIVE_EVENTS for event in events):
                     idle.heard(trio.current_time())
-                if len(events) >= _DISPATCH_BATCH and conn.has_data_to_send:
+                if self._held_events is not None:
+                    if conn.has_data_to_send:
+                        self._send_queued()  # the answers so far
+                    return None
+                dispatched += len(events)
+                if dispatched >= _DISPATCH_BATCH and conn.has_data_to_send:
                     self._send_queued()
                     return None
         except RemoteProtocolError as exc:
@@ -1055,7 +1130,12 @@ class Session(Peer):
         self._due_wait += (waited - self._due_wait) / 8
         return data
 
-    def _dispatch(self, events: list[Any]) -> None:
+    def _dispatch(self, events: list[Any], *, hold: bool = False) -> None:
+        # ``hold``: a subscribe that finds the streams' share full of
+        # publications still stopping is held, with every event after it
+        # (_held_events), for the reader to dispatch once one has stopped;
+        # without it (a consumer's read, which must not wait) it is refused
+        # as any subscribe beyond the budget.
         subscriptions = self._subscriptions
         for event in events:
             if type(event) is Elements:
@@ -1083,6 +1163,10 @@ class Session(Peer):
                 if self._deferred is not None:
                     self._deferred.append(event)
                     continue
+                if self._stopping and hold and self._waits_for_stopping():
+                    at = next(index for index, held in enumerate(events) if held is event)
+                    self._held_events = events[at:]
+                    return
                 self._answered_subscribe = True
                 self._start_publication(event)
             elif type(event) is Cancel or type(event) is InvalidRequest:
@@ -1093,9 +1177,12 @@ class Session(Peer):
                 if handle is not None:
                     handle.cancelled_by_subscriber = True
                     handle.stop()
+                    if handle.scope is not None:
+                        # Its stream's cost is freed once its task has finished.
+                        self._stopping.add(handle)
                     self._count_published(handle)  # now: it is gone from _publications
                     if self._budget_waiters:
-                        # Its queue and its stream's cost are freed.
+                        # Its queue is freed.
                         self._wake_budget_waiters()
                     if self._log_streams:
                         self._log_stream("stream_cancel", event.subscriber, "cancelled by the subscriber")
@@ -1245,8 +1332,14 @@ class Session(Peer):
                     else:
                         self._log_stream("stream_error", subscriber, "onError %s", error, reason=error)
             if self._budget_waiters:
-                # Its stream's cost is freed (a cancelled one's was, and its
-                # waiters woken, when the cancel came).
+                # Its stream's cost is freed.
+                self._wake_budget_waiters()
+        elif handle in self._stopping:
+            # A publication that ended before its task: its stream's cost is
+            # freed now, and a subscribe the reader holds may fit.
+            self._stopping.discard(handle)
+            self._note_publication_stopped()
+            if self._budget_waiters:
                 self._wake_budget_waiters()
         handle.closed = True
         self._wake_writer()
@@ -1401,6 +1494,7 @@ class Session(Peer):
             close_reason=self._close_reason,
             inbound_bytes=self._conn.inbound_bytes + self.held_elements.held,
             outbound_bytes=self._outbound_held(),
+            publications_stopping=len(self._stopping),
         )
 
     def __repr__(self) -> str:
