@@ -45,6 +45,8 @@ as a TCP subscriber's.
 
 from __future__ import annotations
 
+import logging
+
 from itertools import groupby
 from operator import attrgetter
 
@@ -52,9 +54,16 @@ import trio
 
 from rstreams import Router, Session, SubscriptionError, UnknownPublisher, publish_to_topic
 
-from ..kit import MemoryBudget, ResponseTooLarge, TopicPublisher, TopicRefused, collect_elements, open_app_session
+from ..kit import (
+    MemoryBudget,
+    ResponseTooLarge,
+    TopicPublisher,
+    TopicRefused,
+    collect_elements,
+    open_app_session,
+    warn_about_peer,
+)
 from . import bond
-from ._peer_log import warn_about_peer
 from ._serve import EpoxyServer
 from ._service import DEFAULT_MAX_CONCURRENCY, ServiceError, event, hold_for_response, method, serve_services, service
 from ._settings import DEFAULT_SETTINGS, AcceptFunction, EpoxySettings
@@ -71,6 +80,8 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "open_app_session",
 ]
+
+logger = logging.getLogger("rstreams.epoxy")
 
 #: The Bond service an rstreams app is served as.
 PUBLISHERS_SERVICE = "rstreams.Publishers"
@@ -182,13 +193,13 @@ class Publishers:
         for topic, run in groupby(requests, attrgetter("topic")):
             values = [request.value for request in run]
             if not topic or "?" in topic or not self._fits(f"{topic}/publish"):
-                warn_about_peer("dropped %s: %r is not a topic name", _publish_events(len(values)), topic)
+                warn_about_peer(logger, "dropped %s: %r is not a topic name", _publish_events(len(values)), topic)
                 continue
             if self._topics is None:
                 try:
                     await publish_to_topic(self.session, topic, values)
                 except SubscriptionError as exc:
-                    warn_about_peer("dropped %s for topic %r: %s", _publish_events(len(values)), topic, exc)
+                    warn_about_peer(logger, "dropped %s for topic %r: %s", _publish_events(len(values)), topic, exc)
                 continue
             try:
                 await self._topics.publish_many(topic, values)

@@ -56,11 +56,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..kit import MemoryBudget, RequestSlots
+from ..kit import MemoryBudget, PeerWarnings, RequestSlots, set_peer_warnings, warn_about_peer
 from . import bond
 from ._errors import EpoxyError
 from ._events import Event, Request
-from ._peer_log import PeerWarnings, set_peer_warnings, warn_about_peer
 from ._structs import Error, ErrorCode
 from ._trio import EpoxyConnection
 
@@ -431,7 +430,7 @@ def _event_method(table: ServiceTable, message: Event) -> tuple[MethodInfo, Boun
     found = table.find(message.service_name, message.method_name)
     if found is None or found[0].kind is not MethodKind.EVENT:
         full_name = f"{message.service_name}.{message.method_name}"
-        warn_about_peer("dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
+        warn_about_peer(logger, "dropped event %s (conversation %d): no such event method", full_name, message.conversation_id)
         return None
     return found
 
@@ -442,7 +441,7 @@ def _decoded(info: MethodInfo, message: Event) -> bond.Struct | None:
         return message.decode(info.request_class)
     except bond.BondDecodeError as exc:
         full_name = f"{message.service_name}.{message.method_name}"
-        warn_about_peer("dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
+        warn_about_peer(logger, "dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)
         return None
 
 
@@ -535,7 +534,7 @@ async def serve_services(
     table = services if isinstance(services, ServiceTable) else ServiceTable(services)
     slots = RequestSlots(max_concurrency)
     ends: list[EpoxyError] = []
-    warnings = PeerWarnings()  # the dropped events logged, at most MAX_PEER_WARNINGS
+    warnings = PeerWarnings(logger)  # the dropped events logged, at most MAX_PEER_WARNINGS
 
     async def answer(request: Request) -> None:
         held = _Held()  # what the method hands over to its response (hold_for_response)

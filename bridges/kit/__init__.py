@@ -54,6 +54,7 @@ from ._hooks import LazyCli
 from bridges import BridgeError
 from ._inbound import ITEM_COST, InboundQueue
 from ._net import open_connection, open_tcp_stream, start_connection
+from ._peer_log import MAX_LOGGED_TEXT, MAX_PEER_WARNINGS, PeerWarnings, set_peer_warnings, warn_about_peer
 from ._server import BridgeServer, ListenerService
 from ._slots import RequestSlots
 from ._topics import TopicPublisher, TopicRefused, open_app_session
@@ -77,11 +78,14 @@ __all__ = [
     "LinkSettings",
     "check_count",
     "ListenerService",
+    "MAX_LOGGED_TEXT",
+    "MAX_PEER_WARNINGS",
     "MEMORY_BUDGET_EXCEEDED",
     "MemoryBudget",
     "MiB",
     "PendingCall",
     "PendingCalls",
+    "PeerWarnings",
     "RequestSlots",
     "ResponseTooLarge",
     "SansIOMachine",
@@ -93,6 +97,8 @@ __all__ = [
     "open_app_session",
     "open_bridge_peer",
     "pace_calls",
+    "set_peer_warnings",
+    "warn_about_peer",
     "open_connection",
     "open_tcp_stream",
     "start_connection",

@@ -28,6 +28,7 @@ from rstreams.protocol import DEFAULT_CONNECTION_MEMORY
 from rstreams.support import memory_stream_pair
 
 from ..errors import BridgeError
+from ._peer_log import PeerWarnings
 
 __all__ = ["open_app_session", "TopicPublisher", "TopicRefused"]
 
@@ -127,7 +128,8 @@ class TopicPublisher:
         protocol: the bridge's name, for log lines.
 
     A value for a name that is not a topic (or a topic that refuses) is
-    logged and dropped, and :meth:`publish` raises :class:`TopicRefused`, so
+    logged (the first ``MAX_PEER_WARNINGS`` times, then counted, the count
+    logged at :meth:`aclose`) and dropped, and :meth:`publish` raises :class:`TopicRefused`, so
     that a bridge whose protocol can say so tells its peer: the stream into
     it fails at once and is removed. Bounded by the app's topics: one stream
     per topic being published into.
@@ -138,6 +140,9 @@ class TopicPublisher:
         self.protocol = protocol
         self._nursery = nursery
         self._feeds: dict[str, _Feed] = {}
+        # One per connection: a peer that keeps sending to a name that is
+        # not a topic gets a few lines in the log, then a count at the end.
+        self._warnings = PeerWarnings(logger)
 
     async def publish(self, topic: str, value: bytes) -> None:
         """Hand ``value`` to ``topic``'s stream; return once it was taken.
@@ -167,7 +172,7 @@ class TopicPublisher:
         """
         if not topic or "?" in topic:
             await trio.lowlevel.checkpoint()
-            logger.warning("%s: dropped %s for %r: not a topic name", self.protocol, _values(len(values)), topic)
+            self._warnings.warn("%s: dropped %s for %r: not a topic name", self.protocol, _values(len(values)), topic)
             raise TopicRefused(topic, "not a topic name")
         feed = self._feeds.get(topic)
         if feed is None:
@@ -193,7 +198,7 @@ class TopicPublisher:
                 await publish_to_topic(self.session, topic, batches, batches=True)
         except SubscriptionError as exc:
             feed.refusal = str(exc)
-            logger.warning("%s: dropped values for topic %r: %s", self.protocol, topic, exc)
+            self._warnings.warn("%s: dropped values for topic %r: %s", self.protocol, topic, exc)
         finally:
             # A batch still in hand was not all taken: its publisher hears so.
             batches.release(taken=False)
@@ -204,6 +209,7 @@ class TopicPublisher:
         """End the publishing streams; they finish once what they took is in the topics."""
         for feed in list(self._feeds.values()):
             await feed.send.aclose()
+        self._warnings.summarize(self.protocol)
 
 
 def _values(count: int) -> str:

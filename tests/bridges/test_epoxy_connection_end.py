@@ -51,7 +51,7 @@ from bridges.epoxy import (
     method,
     service,
 )
-from bridges.epoxy._peer_log import MAX_PEER_WARNINGS
+from bridges.kit import MAX_PEER_WARNINGS
 from bridges.epoxy._service import MAX_ERROR_MESSAGE
 from rstreams.support import listener_port
 

@@ -13,18 +13,7 @@ import bridges.epoxy.bond
 
 # Internals some modules list in __all__ for their siblings, not for users.
 INTERNAL = {
-    "bridges.epoxy": {
-        "StateInput",
-        "TRANSITIONS",
-        "LISTENING_STATES",
-        "HANDSHAKE_STATES",
-        # _peer_log: the services' bounded warnings about a peer's input
-        "MAX_LOGGED_TEXT",
-        "MAX_PEER_WARNINGS",
-        "PeerWarnings",
-        "set_peer_warnings",
-        "warn_about_peer",
-    },
+    "bridges.epoxy": {"StateInput", "TRANSITIONS", "LISTENING_STATES", "HANDSHAKE_STATES"},
     "bridges.epoxy.bond": {
         "Reader",
         "Writer",

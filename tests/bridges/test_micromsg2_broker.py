@@ -9,6 +9,7 @@ test says so, and refuses a server that sends past the window.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -415,3 +416,29 @@ async def test_ack_is_a_window_of_one(served: Served) -> None:
             assert served.connection().send_credit == 0
             await client.ack(1)
         assert await client.next_event() == Completed(destination="range?count=3")
+
+
+async def test_sends_to_a_name_that_is_no_topic_log_a_few_lines_then_a_count(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each refused run of SENDs was a warning line: a client that kept
+    # sending to a name that is not a topic wrote the server's log as fast
+    # as it could send. Now the first MAX_PEER_WARNINGS of a connection are
+    # logged, and one line at its end counts the rest.
+    from bridges.kit import MAX_PEER_WARNINGS
+
+    runs = 20
+    with trio.fail_after(20), caplog.at_level(logging.WARNING, logger="rstreams.bridges"):
+        client = await handshake(served, window=64)
+        for n in range(runs):
+            client.machine.send_message("nothing", b"%d" % n)
+            await client.flush()
+            while not isinstance(await client.next_event(), SendsRefused):
+                pass
+        await client.aclose()
+        while served.server.connections:
+            await trio.sleep(0.01)
+    lines = [record.getMessage() for record in caplog.records if record.name == "rstreams.bridges" and record.levelno == logging.WARNING]
+    dropped = [line for line in lines if "dropped" in line]
+    assert len(dropped) == MAX_PEER_WARNINGS, lines
+    assert any(f"{runs - MAX_PEER_WARNINGS} more warnings" in line for line in lines), lines

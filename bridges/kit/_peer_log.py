@@ -1,20 +1,19 @@
 """Warnings about what one peer sent, a bounded number of lines per connection.
 
-An event cannot be refused to its sender (it has no response), so an event
-the server drops (no such event method, a payload that does not decode, a
-``Publish`` to a name that is not a topic) is only logged. One line per
-dropped event let one client write the server's log as fast as it could send:
-186,000 bad ``Publish`` events in 5 s were 16.7 MB of log. So, per
-connection that :func:`~bridges.epoxy.serve_services` serves, the first
-:data:`MAX_PEER_WARNINGS` are logged in full and the rest only counted; when
-the connection ends, one more line says how many were not logged. And each
-of the peer's texts in a line (a name can be as long as a framelet) shows
+What a bridge drops without being able to refuse it to its sender (an
+Epoxy event: it has no response; a value for a name that is not a topic)
+is only logged. One line per dropped input let one client write the
+server's log as fast as it could send: 186,000 bad Epoxy ``Publish`` events
+in 5 s were 16.7 MB of log. So, per connection, the first
+:data:`MAX_PEER_WARNINGS` are logged in full and the rest only counted;
+when the connection ends, one more line says how many were not logged. And
+each of the peer's texts in a line (a name can be as long as a frame) shows
 its first :data:`MAX_LOGGED_TEXT` characters.
 
-The counter lives in a context variable that ``serve_services`` sets, so
-that the service objects it runs (``Publishers`` among them) count against
-their own connection without being handed it; outside ``serve_services``
-every warning is logged.
+A :class:`PeerWarnings` is one connection's count. A bridge whose code for
+one connection is spread over objects that are not handed the connection
+(Epoxy's services) sets it in a context variable (:func:`set_peer_warnings`)
+for :func:`warn_about_peer`; outside one, every warning is logged.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ import logging
 from contextvars import ContextVar
 
 __all__ = ["MAX_LOGGED_TEXT", "MAX_PEER_WARNINGS", "PeerWarnings", "set_peer_warnings", "warn_about_peer"]
-
-logger = logging.getLogger("rstreams.epoxy")
 
 #: Warnings about one connection's input logged in full; the rest are counted.
 MAX_PEER_WARNINGS = 5
@@ -35,9 +32,10 @@ MAX_LOGGED_TEXT = 200
 class PeerWarnings:
     """The warnings about one connection's input: how many were logged, how many only counted."""
 
-    __slots__ = ("logged", "unlogged")
+    __slots__ = ("logger", "logged", "unlogged")
 
-    def __init__(self) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
         self.logged = 0
         self.unlogged = 0
 
@@ -47,12 +45,12 @@ class PeerWarnings:
             self.unlogged += 1
             return
         self.logged += 1
-        logger.warning(message, *map(_shown, args))
+        self.logger.warning(message, *map(_shown, args))
 
     def summarize(self, peer: str) -> None:
         """Log how many warnings were counted and not logged, if any (once, at the connection's end)."""
         if self.unlogged:
-            logger.warning(
+            self.logger.warning(
                 "%s: %d more warnings like the %d above were not logged (at most %d per connection)",
                 peer,
                 self.unlogged,
@@ -64,9 +62,9 @@ class PeerWarnings:
 _current: ContextVar[PeerWarnings | None] = ContextVar("_current_peer_warnings", default=None)
 
 
-def warn_about_peer(message: str, *args: object) -> None:
+def warn_about_peer(logger: logging.Logger, message: str, *args: object) -> None:
     """Log a warning about what the peer sent: counted against its connection
-    inside :func:`~bridges.epoxy.serve_services`, logged plainly outside."""
+    where one was set (:func:`set_peer_warnings`), else on ``logger``."""
     warnings = _current.get()
     if warnings is None:
         logger.warning(message, *map(_shown, args))
