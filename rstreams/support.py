@@ -13,7 +13,7 @@ modules.
 from ._accept import serve_listeners
 from ._errors import connection_lost_reason, describe_error
 from ._groups import caller_sees_its_own_exception, first_leaf
-from ._logs import log_connection_refused, log_session_close, log_session_open, peer_address, tcp_socket
+from ._logs import PEER_TEXT_LOGGED, log_connection_refused, log_session_close, log_session_open, peer_address, peer_text, tcp_socket
 from ._loopback import DEFAULT_LOOPBACK_CONGESTION_CONTROL, check_congestion_control, unpace_loopback
 from ._memory import DEFAULT_MEMORY_BUFFER, MemoryStream, memory_stream_pair
 from ._peer import DEFAULT_PREFETCH, FeedPeer, Peer, StreamFeed
@@ -72,6 +72,8 @@ __all__ = [
     "log_connection_refused",
     "log_session_close",
     "log_session_open",
+    "peer_text",
+    "PEER_TEXT_LOGGED",
     "memory_stream_pair",
     "parse_bridge_url",
     "peer_address",

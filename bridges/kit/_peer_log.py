@@ -7,8 +7,9 @@ server's log as fast as it could send: 186,000 bad Epoxy ``Publish`` events
 in 5 s were 16.7 MB of log. So, per connection, the first
 :data:`MAX_PEER_WARNINGS` are logged in full and the rest only counted;
 when the connection ends, one more line says how many were not logged. And
-each of the peer's texts in a line (a name can be as long as a frame) shows
-its first :data:`MAX_LOGGED_TEXT` characters.
+each of the peer's texts in a line (a name can be as long as a frame, and
+hold newlines) goes through ``rstreams.support.peer_text``: its first
+:data:`MAX_LOGGED_TEXT` characters, control characters escaped.
 
 A :class:`PeerWarnings` is one connection's count. A bridge whose code for
 one connection is spread over objects that are not handed the connection
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar
+
+from rstreams.support import peer_text
 
 __all__ = ["MAX_LOGGED_TEXT", "MAX_PEER_WARNINGS", "PeerWarnings", "set_peer_warnings", "warn_about_peer"]
 
@@ -73,14 +76,12 @@ def warn_about_peer(logger: logging.Logger, message: str, *args: object) -> None
 
 
 def _shown(argument: object) -> object:
-    # The peer's names may be as long as a framelet: a log line shows the
-    # first MAX_LOGGED_TEXT characters of each text, and how long it was.
+    # The peer's names may be as long as a framelet and hold newlines: each
+    # text goes into the line as the runtime quotes a peer's text
+    # (rstreams' peer_text: cut, control characters escaped).
     if isinstance(argument, (int, float)):
         return argument
-    text = argument if isinstance(argument, str) else str(argument)
-    if len(text) <= MAX_LOGGED_TEXT:
-        return argument
-    return f"{text[:MAX_LOGGED_TEXT]}... ({len(text)} characters)"
+    return peer_text(argument if isinstance(argument, str) else str(argument), MAX_LOGGED_TEXT)
 
 
 def set_peer_warnings(warnings: PeerWarnings) -> None:

@@ -3,6 +3,8 @@
 One budget per connection, whatever protocol the connection speaks (issue 18,
 item 7): the flag that sets it for wire-v0 sessions sets it for the
 connections of ``--emp``, ``--relink``, ``--micromsg2`` and ``--epoxy`` as well.
+So does ``--idle-timeout``: a bridge's peer that went quiet holds no slot for
+ever either (``LinkSettings.idle_timeout``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,25 @@ def test_the_serve_command_hands_the_budget_to_its_wire_sessions_and_every_bridg
     assert given["server"].config.max_connection_memory == 8 * MiB
     budgets = {service.scheme: _settings_of(service.server).max_connection_memory for service in given["services"]}
     assert budgets == {"emp": 8 * MiB, "relink": 8 * MiB, "mm2": 8 * MiB, "epoxy": 8 * MiB}
+
+
+@pytest.mark.parametrize("flag, timeout", [([], 300.0), (["--idle-timeout", "7"], 7.0), (["--idle-timeout", "0"], None)])
+def test_the_serve_command_hands_its_idle_timeout_to_every_bridge(
+    monkeypatch: pytest.MonkeyPatch, flag: list[str], timeout: float | None
+) -> None:
+    given: dict[str, Any] = {}
+
+    async def record(server: rstreams.Server, *args: Any, services: list[Any], **kwargs: Any) -> int:
+        given.update(server=server, services=services)
+        return 0
+
+    monkeypatch.setattr(rstreams.cli._serve, "serve_until_stopped", record)
+    listeners = ["--tcp", "127.0.0.1:0", "--emp", "127.0.0.1:0", "--relink", "127.0.0.1:0"]
+    listeners += ["--micromsg2", "127.0.0.1:0", "--epoxy", "127.0.0.1:0"]
+    assert main(["serve", "rstreams.demo:app", *listeners, *flag]) == 0
+    assert given["server"].config.idle_timeout == timeout
+    timeouts = {service.scheme: _settings_of(service.server).idle_timeout for service in given["services"]}  # type: ignore[attr-defined]
+    assert timeouts == {"emp": timeout, "relink": timeout, "mm2": timeout, "epoxy": timeout}
 
 
 @pytest.mark.parametrize(
