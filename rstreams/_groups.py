@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["caller_sees_its_own_exception", "first_leaf"]
+__all__ = ["caller_sees_its_own_exception", "first_leaf", "without_consequences"]
 
 
 @contextmanager
@@ -24,6 +24,27 @@ def caller_sees_its_own_exception() -> Iterator[None]:
         if len(group.exceptions) == 1 and not isinstance(group.exceptions[0], BaseExceptionGroup):
             raise group.exceptions[0] from None
         raise
+
+
+@contextmanager
+def without_consequences(is_consequence: Callable[[BaseException], bool]) -> Iterator[None]:
+    """Leave out of a nursery's group the errors that only follow from
+    another one in it, as trio leaves out the ``Cancelled`` of the tasks a
+    failure cancelled.
+
+    A session whose own task failed (Ctrl-C landing in a publisher) ends
+    every stream on it, and the caller's block, waiting on one of them,
+    raises that end: a second exception beside the one that caused it,
+    which ``except* KeyboardInterrupt`` would leave unhandled. A group made
+    only of consequences is left as it is: then nothing else explains them.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        consequences, rest = group.split(is_consequence)
+        if consequences is None or rest is None:
+            raise
+        raise rest from None
 
 
 def first_leaf(error: BaseException) -> BaseException:

@@ -60,7 +60,7 @@ from ._errors import (
     UnknownPublisher,
     InvalidParameter,
 )
-from ._groups import caller_sees_its_own_exception
+from ._groups import caller_sees_its_own_exception, without_consequences
 from ._logs import peer_address, peer_text, transport_name
 from ._loopback import unpace_loopback
 from ._peer import DEFAULT_PREFETCH, Peer
@@ -94,6 +94,10 @@ logger = logging.getLogger("rstreams")
 _TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError)
 # How long a forced close may spend saying goodbye on its way out.
 _CLOSE_TRANSPORT_TIMEOUT = 1.0
+
+# The reason a session gives when it was cancelled rather than closed: from
+# outside, or by one of its own tasks failing (a publisher's KeyboardInterrupt).
+_CANCELLED = "session cancelled"
 # Events the reader dispatches before it lets the writer send the answers:
 # parsing a whole read first would make peers take turns, each idle while the
 # other works through a batch, instead of working at the same time.
@@ -428,7 +432,7 @@ class Session(Peer):
             # Also reached when the session's nursery is cancelled from
             # outside: then the close is forced, but still complete.
             if self._close_reason is None:
-                self._close_reason = "session cancelled"
+                self._close_reason = _CANCELLED
             self._end_streams(SessionClosed(self._close_reason, by_peer=False))
             if not self._stream_closed:
                 self._stream_closed = True
@@ -1537,6 +1541,13 @@ def _peer_certificate(stream: object) -> dict[str, Any] | None:
     return None
 
 
+def _ended_by_a_failure_within(error: BaseException) -> bool:
+    # What the caller's block raises when the session was cancelled under
+    # it: by one of the session's own tasks failing, if that failure is in
+    # the same group (see without_consequences).
+    return isinstance(error, SessionClosed) and not error.by_peer and error.reason == _CANCELLED
+
+
 @asynccontextmanager
 async def open_stream_session(
     stream: trio.abc.Stream,
@@ -1555,7 +1566,7 @@ async def open_stream_session(
             client may publish too).
     """
     session = Session(stream, app=app, config=config)
-    with caller_sees_its_own_exception():
+    with caller_sees_its_own_exception(), without_consequences(_ended_by_a_failure_within):
         async with trio.open_nursery() as nursery:
             await nursery.start(session._run)
             try:
