@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 import trio
+from trio.lowlevel import enable_ki_protection
 
 from rstreams import SessionClosed
 from rstreams.support import FeedPeer, StreamFeed, caller_sees_its_own_exception
@@ -74,6 +75,7 @@ class BridgePeer(FeedPeer, Generic[ConnectionT]):
         if scope is not None:
             scope.cancel()
 
+    @enable_ki_protection
     async def _watch(self) -> None:
         await self.connection.wait_ended()
         reason = self.connection.end_reason

@@ -101,6 +101,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import trio
+from trio.lowlevel import enable_ki_protection
 
 from rstreams.protocol import RemoteProtocolError
 from rstreams.support import connection_lost_reason, unpace_loopback
@@ -501,6 +502,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         # What a send does once the machine has queued its message.
         await self._wait_written(self._take_output())
 
+    @enable_ki_protection
     async def _writer(self) -> None:
         try:
             while True:
@@ -666,6 +668,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._paused_during_ping = True
         return wanted and not self._paused
 
+    @enable_ki_protection
     async def _reader(self) -> None:
         while True:
             while not self._wants_input():
@@ -778,6 +781,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._pong.set()
             self._pong = None
 
+    @enable_ki_protection
     async def _watch_idle(self, timeout: float) -> None:
         # Checked every quarter of the timeout, as a session's: the
         # connection ends between ``timeout`` and 1.25 times it after the
@@ -798,6 +802,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
             self._finish(error)
             return
 
+    @enable_ki_protection
     async def _keepalive(self, interval: float) -> None:
         while self._end is None:
             if self.config.keepalive_when_idle:

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import trio
+from trio.lowlevel import enable_ki_protection
 
 from rstreams import PublisherError, UnknownPublisher
 from rstreams.support import StreamFeed, parse_bridge_url
@@ -142,6 +143,7 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
             else:
                 self._ids.give_back(channel)
 
+    @enable_ki_protection
     async def _release(self, channel: int, inbound: InboundChannel) -> None:
         try:
             inbound.discard()
@@ -156,6 +158,7 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
         finally:
             self._ids.give_back(channel)
 
+    @enable_ki_protection
     async def _watch(self) -> None:
         # The link ends (lost, given up, shut down), or the peer shuts down.
         async with trio.open_nursery() as nursery:
@@ -166,6 +169,7 @@ class RelinkPeer(BridgePeer[RelinkLink]):  # type: ignore[type-var]
         if reason is not None:
             self.end_streams(self.stream_error(reason))
 
+    @enable_ki_protection
     async def _watch_shutdown(self) -> None:
         try:
             await self.link.wait_peer_shutdown()

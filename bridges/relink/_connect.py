@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+from trio.lowlevel import enable_ki_protection
 
 from rstreams.support import caller_sees_its_own_exception
 
@@ -110,6 +111,7 @@ class _Connector:
         connection = self.last = RelinkConnection(stream, machine, settings, handle=self.handle)
         await start_connection(connection, nursery)
 
+    @enable_ki_protection
     async def maintain(self, nursery: trio.Nursery) -> None:
         handle, settings = self.handle, self.handle.settings
         broken = 0  # connections in a row the listener broke at once

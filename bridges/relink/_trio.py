@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
+from trio.lowlevel import enable_ki_protection
 
 from ..kit import BridgeConnection
 from ._connection import Connection
@@ -243,6 +244,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
             self._nursery.start_soon(self._flush_acks_later)
         self._hand_over(prepaid)  # counts what the link keeps of our messages too
 
+    @enable_ki_protection
     async def _flush_acks_later(self) -> None:
         # Go's MessageAckDelay: consumed acknowledgements below the ack window
         # go out this long after the first; one timer for all channels.

@@ -589,6 +589,53 @@ async def test_wait_writable_or_ended_returns_once_the_connection_ended() -> Non
         assert results == [(True, "returned"), (False, ("gone",))]
 
 
+async def test_ctrl_c_reaches_the_callers_task_not_the_connections_own(autojump_clock: trio.testing.MockClock) -> None:
+    # The connection's reader, writer, keepalive and idle watch are protected
+    # from KeyboardInterrupt, as a session's and trio's own machinery are:
+    # Ctrl-C raised inside one (a busy reader often is the running task)
+    # ended the connection from within, and the caller's task waiting on it
+    # met the connection's end next to the KeyboardInterrupt. Each notes
+    # whether it ran protected where it calls the transport or the protocol.
+    protected: dict[str, set[bool]] = {}
+
+    def note(name: str) -> None:
+        protected.setdefault(name, set()).add(trio.lowlevel.currently_ki_protected())
+
+    class Watched(RecordingStream):
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            note("writer")
+            await super().send_all(data)
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+            note("reader")
+            return await super().receive_some(max_bytes)
+
+    class Noting(LineConnection):
+        def _queue_ping(self) -> None:
+            note("keepalive")
+            super()._queue_ping()
+
+        def _holds_open(self) -> bool:
+            note("idle watch")
+            return False
+
+    # The keepalive's ping goes unanswered; the idle watch ends a connection
+    # with nothing open (each ends its connection before the other would).
+    for ending, changes, error in (
+        ("keepalive", {"keepalive_interval": 5, "ping_timeout": 3}, LineTimeout),
+        ("idle watch", {"idle_timeout": 4}, TimeoutError),
+    ):
+        ours, theirs = trio.testing.memory_stream_pair()
+        connection = Noting(Watched(ours), settings(**changes))
+        with trio.fail_after(100):
+            await RawLinePeer(theirs).send("HELLO")
+            async with open_connection(connection):
+                with pytest.raises(error):
+                    await connection.take()  # (one waits, so the connection reads)
+        assert ending in protected
+    assert protected == {"writer": {True}, "reader": {True}, "keepalive": {True}, "idle watch": {True}}
+
+
 # ---- keepalive (MockClock) ------------------------------------------------------------
 
 
