@@ -21,7 +21,7 @@ from ._version import __version__
 if _TYPE_CHECKING:
     from ._auth import Authenticate, Authorize, PeerInfo, Principal, static_token
     from ._codecs import Codec, JsonCodec, MsgpackCodec, RawCodec
-    from ._config import STREAM_MEMORY_COST, ConnectionMemoryTooSmall, SessionConfig
+    from ._config import NAME_MEMORY_ALLOWANCE, STREAM_MEMORY_COST, ConnectionMemoryTooSmall, SessionConfig
     from ._connect import connect, open_local_session, open_session
     from ._errors import (
         HandshakeError,
@@ -80,6 +80,7 @@ __all__ = [
     "ProtocolLimits",
     "DEFAULT_CONNECTION_MEMORY",
     "STREAM_MEMORY_COST",
+    "NAME_MEMORY_ALLOWANCE",
     "PublisherError",
     "RStreamsError",
     "RawCodec",
@@ -199,6 +200,7 @@ _LAZY_NAMES: dict[str, str] = {
     "ProtocolLimits": ".protocol",
     "DEFAULT_CONNECTION_MEMORY": ".protocol",
     "STREAM_MEMORY_COST": "._config",
+    "NAME_MEMORY_ALLOWANCE": "._config",
 }
 
 if not _TYPE_CHECKING:

@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "DEFAULT_SERVER_CONFIG",
     "DEFAULT_IDLE_TIMEOUT",
+    "NAME_MEMORY_ALLOWANCE",
     "STREAM_MEMORY_COST",
     "ConnectionMemoryTooSmall",
 ]
@@ -32,6 +33,13 @@ KiB = 1024
 #: ``range`` built a run of elements before any demand; a publisher that
 #: holds more of its own before demand costs more than this.)
 STREAM_MEMORY_COST = 6 * KiB
+
+#: Of ``STREAM_MEMORY_COST``, what a stream's publisher name (with its
+#: parsed parameters) may hold without being charged beyond it: the measured
+#: stream's name (about 450 bytes, counted by ``SubscribeRequest.name_memory``
+#: as 565) and the constant's half a kilobyte above what was measured. A
+#: longer name is charged what it holds beyond this, as the session counts it.
+NAME_MEMORY_ALLOWANCE = 1 * KiB
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

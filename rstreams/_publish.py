@@ -79,6 +79,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -176,6 +177,32 @@ class SubscribeRequest:
                 _parsed_names[name] = parsed
         return parsed
 
+    @staticmethod
+    def name_memory(name: str, params: Mapping[str, str]) -> int:
+        """Bytes a publisher name and its parsed parameters hold, at most.
+
+        What a peer's subscribe makes the server keep for as long as its
+        stream is open, beyond the stream itself: the name (up to the
+        protocol's 64 KiB string), its path, and every parameter's key and
+        value with the dict's slot for it. A name of thousands of short
+        parameters holds ten times its length, so the session charges this
+        to the connection's budget (beyond ``NAME_MEMORY_ALLOWANCE``), in
+        O(1): computed from the name's length and the number of parameters,
+        never by walking them, it is an upper bound rather than a count.
+        """
+        characters = len(name)
+        # The path, keys and values are disjoint pieces of the name, so
+        # together no longer: as wide as it, unless percent-decoding made a
+        # piece wider (up to 4 bytes a character, as the widest str).
+        width = 1 if name.isascii() and "%" not in name else 4
+        return (
+            sys.getsizeof(name)
+            + width * characters
+            + _STR_OVERHEAD * (1 + 2 * len(params))
+            + _DICT_SLOT * len(params)
+            + _PARSED_OVERHEAD
+        )
+
     def int_param(self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
         """A query parameter as an int, with bounds.
 
@@ -260,6 +287,16 @@ def _parse_name(name: str) -> tuple[str, dict[str, str]]:
     return path, dict(parse_qsl(parts.query, keep_blank_values=True))
 
 
+# What name_memory allows for each str object beyond its characters (a
+# compact str's header, 40 to 56 bytes, and its terminator), for each dict
+# entry (its 24-byte entry and index, in a table up to three times the
+# entries after a resize), and for the dict, the mapping proxy and the tuple
+# of a parse.
+_STR_OVERHEAD = 56
+_DICT_SLOT = 48
+_PARSED_OVERHEAD = 256
+
+
 # Parsed names, oldest first: at most _PARSED_NAMES of them, each at most
 # _PARSED_NAME_LENGTH characters, so a peer that sends endless distinct
 # names costs a bounded amount of memory (about 100 KiB).
@@ -302,6 +339,7 @@ class PublicationHandle:
         "name",
         "_waiter",
         "in_budget_queue",
+        "name_memory",
     )
 
     def __init__(self, session: PublishingSession, subscriber: int, element_size: int) -> None:
@@ -319,6 +357,10 @@ class PublicationHandle:
         # In the session's queue of publishers waiting for the connection's
         # outbound half to have room (see Session._wait_in_budget_queue).
         self.in_budget_queue = False
+        # What the session charges for the peer's name beyond the stream's
+        # nominal cost, until the publication has stopped (see
+        # Session._forget_name).
+        self.name_memory = 0
 
     async def wait_for_room(self) -> None:
         # Wait for what is missing, and be woken only by what brings it.

@@ -37,7 +37,7 @@ import enum
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +47,7 @@ from trio.lowlevel import enable_ki_protection
 
 from ._auth import AUTHENTICATION_FAILED, PeerInfo, Principal
 from ._codecs import CodecLike, resolve_codec
-from ._config import DEFAULT_CONFIG, STREAM_MEMORY_COST, SessionConfig
+from ._config import DEFAULT_CONFIG, NAME_MEMORY_ALLOWANCE, STREAM_MEMORY_COST, SessionConfig
 from ._direct_socket import direct_socket, written_through
 from ._errors import (
     connection_lost_reason,
@@ -245,6 +245,9 @@ class Session(Peer):
         # subscribes and cancels at once has as many live tasks as it sends
         # pairs, each charged nothing.
         self._stopping: set[PublicationHandle] = set()
+        # What the peer's publisher names hold beyond the streams' nominal
+        # cost, publications stopping included (PublicationHandle.name_memory).
+        self._names_memory = 0
         # Set (and replaced) each time one of them finishes, and when the
         # session starts closing: the reader waits on it while a subscribe
         # it holds (_held_events) finds the streams' share full of them.
@@ -488,6 +491,8 @@ class Session(Peer):
             handle.stop()
             if handle.scope is not None:
                 self._stopping.add(handle)  # until its task has finished
+            else:
+                self._forget_name(handle)
         self._publications.clear()
         for handle in list(self._room_waiters):
             handle.wake()
@@ -506,19 +511,29 @@ class Session(Peer):
         cost = self._open_streams_cost()
         return cost if cost < self._streams_share else self._streams_share
 
-    def _open_streams_cost(self, more: int = 0) -> int:
+    def _open_streams_cost(self, more: int = 0, more_names: int = 0) -> int:
         # The nominal memory of the open streams, both ways (and ``more``),
-        # publications whose task is still stopping included.
+        # publications whose task is still stopping included, with what the
+        # peer's names hold beyond it (and ``more_names``).
         streams = len(self._publications) + len(self._stopping) + len(self._subscriptions)
-        return (streams + more) * STREAM_MEMORY_COST
+        return (streams + more) * STREAM_MEMORY_COST + self._names_memory + more_names
 
-    def _waits_for_stopping(self) -> bool:
-        """Whether the peer's next subscribe would go beyond the streams'
+    def _forget_name(self, handle: PublicationHandle) -> None:
+        # The publication has stopped: its name no longer counts. Once only.
+        self._names_memory -= handle.name_memory
+        handle.name_memory = 0
+
+    def _waits_for_stopping(self, subscribe: Subscribe) -> bool:
+        """Whether the peer's ``subscribe`` would go beyond the streams'
         share only because publications are still stopping: then the reader
         waits for them (see _take_in) instead of refusing it. Their tasks
         were cancelled and finish at their next schedule point, which only
         happens once the reader lets them run."""
-        return bool(self._stopping) and self._close_kind is None and self._open_streams_cost(1) > self._streams_share
+        return (
+            bool(self._stopping)
+            and self._close_kind is None
+            and self._open_streams_cost(1, _charged_name_memory(subscribe.publisher)) > self._streams_share
+        )
 
     def _note_publication_stopped(self) -> None:
         stopped = self._publication_stopped
@@ -533,7 +548,7 @@ class Session(Peer):
         so a peer that subscribes and cancels faster than the tasks finish
         meets TCP's flow control, as the other waits of the reader do. Woken
         as each one finishes, or when the session starts closing."""
-        while self._held_events is not None and self._waits_for_stopping():
+        while self._held_events is not None and self._waits_for_stopping(self._held_events[0]):
             stopped = self._publication_stopped = trio.Event()
             await stopped.wait()
 
@@ -1091,7 +1106,7 @@ class Session(Peer):
             while True:
                 events = self._held_events
                 if events is not None:
-                    if hold and self._waits_for_stopping():
+                    if hold and self._waits_for_stopping(events[0]):
                         return None  # (still full of them: the reader waits on)
                     self._held_events = None
                 else:
@@ -1174,7 +1189,7 @@ class Session(Peer):
                 if self._deferred is not None:
                     self._deferred.append(event)
                     continue
-                if self._stopping and hold and self._waits_for_stopping():
+                if self._stopping and hold and self._waits_for_stopping(event):
                     at = next(index for index, held in enumerate(events) if held is event)
                     self._held_events = events[at:]
                     return
@@ -1191,6 +1206,8 @@ class Session(Peer):
                     if handle.scope is not None:
                         # Its stream's cost is freed once its task has finished.
                         self._stopping.add(handle)
+                    else:
+                        self._forget_name(handle)
                     self._count_published(handle)  # now: it is gone from _publications
                     if self._budget_waiters:
                         # Its queue is freed.
@@ -1266,16 +1283,22 @@ class Session(Peer):
         if self._close_kind is not None:
             conn.fail(subscriber, "session closing")
             return
-        streams_cost = self._open_streams_cost(1)  # with this one
+        # A name longer than most holds more than the stream's nominal cost
+        # allows for it (a query of thousands of parameters, ten times its
+        # length): charged too, for as long as the publication lasts.
+        name_memory = _charged_name_memory(name, params)
+        streams_cost = self._open_streams_cost(1, name_memory)  # with this one
         if streams_cost > self._streams_share:
             # Each open stream is charged against the outbound half; the
             # streams may take three quarters of it, so that data always
             # has room. The stream is refused, the session stays.
+            names = self._names_memory + name_memory
+            streams = (streams_cost - names) // STREAM_MEMORY_COST
             conn.fail(
                 subscriber,
-                f"memory budget exceeded: {streams_cost} bytes for {streams_cost // STREAM_MEMORY_COST} open streams"
-                f" of {STREAM_MEMORY_COST} bytes each (limit {self._streams_share},"
-                f" max_connection_memory {self.config.max_connection_memory})",
+                f"memory budget exceeded: {streams_cost} bytes for {streams} open streams"
+                f" of {STREAM_MEMORY_COST} bytes each" + (f" and {names} bytes of their names" if names else "")
+                + f" (limit {self._streams_share}, max_connection_memory {self.config.max_connection_memory})",
             )
             if self._log_streams:
                 self._log_stream("stream_error", subscriber, "refused %r: memory budget", name, reason="memory budget")
@@ -1293,6 +1316,9 @@ class Session(Peer):
                 self._log_stream("stream_error", subscriber, "no such publisher %r", name, reason="no such publisher")
             return
         handle = PublicationHandle(self, subscriber, route.element_size)
+        if name_memory:
+            handle.name_memory = name_memory
+            self._names_memory += name_memory
         self._publications[subscriber] = handle
         conn.accept(subscriber, route.element_size)
         request = new_request(name, path, params, self, subscriber)
@@ -1330,6 +1356,8 @@ class Session(Peer):
         conn = self._conn
         subscriber = handle.subscriber
         self._count_published(handle)
+        if handle.name_memory:
+            self._forget_name(handle)  # (gone from _publications and _stopping below)
         if self._publications.get(subscriber) is handle:
             del self._publications[subscriber]
             if answer and conn.is_publishing(subscriber):
@@ -1539,6 +1567,19 @@ def _peer_certificate(stream: object) -> dict[str, Any] | None:
         if current is None:
             break
     return None
+
+
+def _charged_name_memory(name: str, params: Mapping[str, str] | None = None) -> int:
+    """What a peer's publisher name is charged beyond its stream's nominal
+    cost, for as long as its publication lasts: what it holds beyond
+    NAME_MEMORY_ALLOWANCE (0 for a name that does not parse: it is refused)."""
+    if params is None:
+        try:
+            _, params = SubscribeRequest.parse_name(name)
+        except ValueError:
+            return 0
+    held = SubscribeRequest.name_memory(name, params) - NAME_MEMORY_ALLOWANCE
+    return held if held > 0 else 0
 
 
 def _ended_by_a_failure_within(error: BaseException) -> bool:

@@ -312,6 +312,42 @@ async def test_streams_beyond_their_share_are_refused_and_the_session_stays() ->
             await peer.aclose()
 
 
+async def test_a_streams_long_name_counts_against_its_share() -> None:
+    # A name of thousands of parameters holds ten times its length for as
+    # long as its stream is open (the adversarial run: 100 streams of such
+    # names held 58 MB at a 1 MiB budget). Each stream is charged what its
+    # name holds beyond NAME_MEMORY_ALLOWANCE, so they are refused once
+    # their names fill the streams' share, and a cancel gives it back.
+    async def waiting(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
+        await trio.sleep_forever()
+
+    name = "waiting?" + "&".join(f"k{i}=v{i}" for i in range(4000))
+    _, params = rstreams.SubscribeRequest.parse_name(name)
+    charged = STREAM_MEMORY_COST + rstreams.SubscribeRequest.name_memory(name, params) - rstreams.NAME_MEMORY_ALLOWANCE
+    admitted = (HALF * 3 // 4) // charged
+    assert 0 < admitted < 10  # (a handful, where 256 streams of short names fit)
+    n = admitted + 3
+    with trio.fail_after(30):
+        async with serving(rstreams.Router({"waiting": waiting})) as (server, port):
+            peer = await raw_peer(port)
+            session = await new_session(server)
+            await peer.stream.send_all(b"".join(_pack([1, name, i, 0]) for i in range(1, n + 1)))
+            answers: dict[int, object] = {}
+            while len(answers) < n:
+                message = await peer.receive()
+                assert isinstance(message, (Subscribed, OnError)), message
+                answers[message.subscriber] = message
+            assert all(isinstance(answers[i], Subscribed) for i in range(1, admitted + 1)), answers
+            refused = [answers[i] for i in range(admitted + 1, n + 1)]
+            assert all(isinstance(answer, OnError) for answer in refused), refused
+            assert all("bytes of their names" in answer.error for answer in refused)  # type: ignore[attr-defined]
+            # A cancel gives the stream and its name back: the same name is served again.
+            await peer.stream.send_all(_pack([3, 1]) + _pack([1, name, n + 1, 0]))
+            assert isinstance(await peer.receive(), Subscribed)
+            assert not session.closed
+            await peer.aclose()
+
+
 async def test_elements_the_application_has_not_taken_stop_the_reader() -> None:
     # Our own subscription asks for 40 elements of 256 KiB (10 MiB) and
     # takes none: the reader stops once they fill the inbound half, the

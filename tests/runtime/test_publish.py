@@ -7,6 +7,7 @@ should be waiting for demand has had every chance to run ahead.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 
 import hypothesis
@@ -1169,3 +1170,56 @@ async def test_ping_completes_at_once_with_nothing(connect) -> None:
             # Reserved names are answered only for the reserved paths.
             with pytest.raises(rstreams.UnknownPublisher):
                 await client.fetch("$pong", 1)
+
+
+# ---- what a publisher name holds (SubscribeRequest.name_memory) -------------
+
+
+def _held_by(name: str) -> int:
+    """The bytes the name and its parse hold, object by object (a shared
+    object, such as a one-character str, once)."""
+    path, params = rstreams.SubscribeRequest.parse_name(name)
+    held = dict(params)  # (the dict under the read-only view, as the parse made it)
+    objects = {id(o): o for o in (name, path, *held.keys(), *held.values())}
+    return sum(sys.getsizeof(o) for o in objects.values()) + sys.getsizeof(held)
+
+
+_NAME_PIECES = hypothesis.strategies.sampled_from(["&", "=", "%41", "%F0%9F%98%80", "+", "?", "a", "k1", "é", "\U0001f600", ":", "#"])
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(
+    name=hypothesis.strategies.lists(_NAME_PIECES | hypothesis.strategies.text(max_size=12), max_size=400).map("".join)
+)
+def test_name_memory_is_never_less_than_what_a_name_holds(name: str) -> None:
+    # The session charges a peer's name by this bound, in O(1): it must
+    # never be below what the name and its parse hold.
+    _, params = rstreams.SubscribeRequest.parse_name(name)
+    assert rstreams.SubscribeRequest.name_memory(name, params) >= _held_by(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x?" + "&".join(f"k{i}=v{i}" for i in range(6000)),  # thousands of parameters
+        "x?" + "&".join(str(i) for i in range(12000)),  # keys only
+        "x?" + "&".join(chr(0x10000 + i) for i in range(12000)),  # wide keys
+        "x?" + "&".join(f"k{i}=%41" for i in range(6000)),  # percent-decoded values
+        "x?a=%F0%9F%98%80" + "b" * 40000,  # one value made four times wider
+        "p" * 60000,  # a long path
+    ],
+    ids=["params", "keys", "wide-keys", "decoded", "widened", "path"],
+)
+def test_name_memory_bounds_the_worst_names(name: str) -> None:
+    # Shapes that hold the most for their length, each well within the
+    # protocol's 64 KiB string; the bound is within three times the truth.
+    _, params = rstreams.SubscribeRequest.parse_name(name)
+    held = _held_by(name)
+    assert held <= rstreams.SubscribeRequest.name_memory(name, params) <= 3 * held
+
+
+def test_an_ordinary_name_is_within_the_streams_nominal_cost() -> None:
+    # The name the nominal cost was measured with is covered by it.
+    name = "range?count=1000000000"
+    _, params = rstreams.SubscribeRequest.parse_name(name)
+    assert rstreams.SubscribeRequest.name_memory(name, params) <= rstreams.NAME_MEMORY_ALLOWANCE
