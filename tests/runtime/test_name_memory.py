@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rstreams
+from rstreams._session import _SHORT_NAME, _SHORT_NAME_PARAMS
 
 from ._support import RawPeer
 
@@ -125,3 +126,29 @@ def test_a_long_name_is_charged_and_given_back() -> None:
     name = f"forever?{LONG_QUERY}"
     _, params = rstreams.SubscribeRequest.parse_name(name)
     assert rstreams.SubscribeRequest.name_memory(name, params) > rstreams.NAME_MEMORY_ALLOWANCE
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.lists(st.sampled_from(["&", "=", "a", "k1", "?", "/", "é", "%41", ":"]) | st.text(max_size=4), max_size=64)
+    .map("".join)
+    .map(lambda name: name[:64])
+)
+def test_the_short_names_spared_the_reckoning_are_within_the_allowance(name: str) -> None:
+    # The session charges nothing for a short plain name without reckoning
+    # it (_charged_name_memory's first test): it must be one that the
+    # reckoning would charge nothing.
+    try:
+        _, params = rstreams.SubscribeRequest.parse_name(name)
+    except ValueError:
+        return
+    if len(params) <= _SHORT_NAME_PARAMS and name.isascii() and "%" not in name:
+        assert rstreams.SubscribeRequest.name_memory(name, params) <= rstreams.NAME_MEMORY_ALLOWANCE
+
+
+def test_the_longest_name_spared_the_reckoning_is_within_the_allowance() -> None:
+    name = "p" * (_SHORT_NAME - 27) + "?" + "&".join(f"k{i}={'v' * 5}" for i in range(_SHORT_NAME_PARAMS))
+    assert len(name) == _SHORT_NAME
+    _, params = rstreams.SubscribeRequest.parse_name(name)
+    assert len(params) == _SHORT_NAME_PARAMS
+    assert rstreams.SubscribeRequest.name_memory(name, params) <= rstreams.NAME_MEMORY_ALLOWANCE
