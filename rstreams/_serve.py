@@ -62,7 +62,10 @@ class Server:
         config: settings of each session (None: ``DEFAULT_SERVER_CONFIG``, the
             defaults plus a 300 s idle timeout).
         max_connections: at most this many sessions at once; a connection
-            beyond it is answered hello + goodbye ("server busy") and closed.
+            beyond it is answered hello + goodbye ("server busy") and closed,
+            unless a connection still waits for its peer's hello: then the
+            oldest such is closed to make room (silent sockets must not hold
+            every place for the handshake timeout).
         authenticate: ``async def (token, peer) -> Principal | None``, run
             once each peer's hello is in (see ``SessionConfig.authenticate``);
             None refuses the peer with goodbye "authentication failed".
@@ -93,6 +96,10 @@ class Server:
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
         self._active = 0  # connections admitted, counted before their session opens
+        # Admitted connections whose peer may not have said hello yet, oldest
+        # first (a dict as an ordered set): what a full server makes room
+        # from. One whose hello has come is dropped as the search passes it.
+        self._awaiting_hello: dict[_Admitted, None] = {}
         self._closing = False
         # For statistics: each open session's transport and opening time,
         # what ended sessions counted, and the bridges' services.
@@ -129,40 +136,69 @@ class Server:
             return
         # Reserve the slot before the first await, so that connections
         # arriving together cannot all pass the check.
-        if self.max_connections is not None and self._active >= self.max_connections:
+        if self.max_connections is not None and self._active >= self.max_connections and not self._make_room():
             self._totals.connection_refused()
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
             return
         self._active += 1
         transport = transport_name(stream)
-        opened: Session | None = None
+        admitted = _Admitted()
+        if self.max_connections is not None:
+            self._awaiting_hello[admitted] = None
         try:
-            if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
-                # A tcp:// client at a TLS port: answered in its own terms.
-                self._totals.connection_refused()
-                await _refuse(stream.transport_stream, TLS_PORT_REASON)
-                return
-            async with open_stream_session(stream, app=self._routes, config=config) as session:
-                self._sessions.add(session)
-                opened = session
-                self._described[session] = (transport, time.monotonic())
-                self._totals.session_opened(transport)
-                peer = session.peer_address
-                log_session_open(peer, transport)
-                try:
-                    await session.wait_closed()
-                finally:
-                    self._sessions.discard(session)
-                    log_session_close(peer, transport, session.close_reason or "session cancelled")
+            with admitted.scope:
+                if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
+                    # A tcp:// client at a TLS port: answered in its own terms.
+                    self._totals.connection_refused()
+                    await _refuse(stream.transport_stream, TLS_PORT_REASON)
+                    return
+                await self._run_session(stream, config, transport, admitted)
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
             self._active -= 1
+            self._awaiting_hello.pop(admitted, None)
+            opened = admitted.session
             if opened is not None:
                 # Once its tasks have all ended, so that every publication's
                 # elements are counted: then its figures move to the totals.
                 del self._described[opened]
                 self._totals.session_ended(opened, transport)
+
+    def _make_room(self) -> bool:
+        """Close the oldest connection still waiting for its peer's hello, if
+        there is one, to make room for a new connection on a full server.
+
+        A peer that opens connections and says nothing holds each place until
+        the handshake timeout: without this, a few hundred silent sockets
+        kept every real client out for that long. A connection whose peer
+        has said hello is never closed for another.
+        """
+        waiting = self._awaiting_hello
+        while waiting:
+            admitted = next(iter(waiting))
+            del waiting[admitted]
+            session = admitted.session
+            if session is not None and session._conn.peer_hello is not None:
+                continue  # (established: no longer a candidate)
+            admitted.evicted = f"server busy: no hello yet, closed for a new connection ({self.max_connections} open)"
+            admitted.scope.cancel()
+            return True
+        return False
+
+    async def _run_session(self, stream: trio.abc.Stream, config: SessionConfig, transport: str, admitted: _Admitted) -> None:
+        async with open_stream_session(stream, app=self._routes, config=config) as session:
+            admitted.session = session
+            self._sessions.add(session)
+            self._described[session] = (transport, time.monotonic())
+            self._totals.session_opened(transport)
+            peer = session.peer_address
+            log_session_open(peer, transport)
+            try:
+                await session.wait_closed()
+            finally:
+                self._sessions.discard(session)
+                log_session_close(peer, transport, admitted.evicted or session.close_reason or "session cancelled")
 
     def statistics(self) -> dict[str, Any]:
         """A snapshot of the whole server, as plain data (what ``/stats`` answers).
@@ -312,6 +348,18 @@ class Server:
         async with trio.open_nursery() as nursery:
             for session in list(self._sessions):
                 nursery.start_soon(session.aclose, reason)
+
+
+class _Admitted:
+    """A connection the server took in: what closes it to make room while
+    its peer has not said hello (Server._make_room), and its session."""
+
+    __slots__ = ("scope", "session", "evicted")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.session: Session | None = None
+        self.evicted: str | None = None  # why it was closed to make room
 
 
 def with_tls(tcp_listeners: list[trio.SocketListener], ssl_context: ssl.SSLContext | None) -> list[Listener]:

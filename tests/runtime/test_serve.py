@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import ssl
 
 import pytest
@@ -76,6 +77,43 @@ async def test_connection_lost_reason_names_the_error(server_ssl_context: ssl.SS
     assert not info.value.reason.endswith(": "), repr(info.value.reason)
     # The transport error says nothing itself; its cause (the TLS failure) does.
     assert "CERTIFICATE_VERIFY_FAILED" in info.value.reason
+
+
+async def test_a_full_server_closes_the_oldest_connection_without_hello_for_a_new_one(caplog: pytest.LogCaptureFixture) -> None:
+    # Silent sockets held every place until the handshake timeout (10 s):
+    # 150 of them kept real clients out of a --max-connections 50 server.
+    # Now a new connection on a full server takes the place of the oldest
+    # that has not said hello; one that has is never closed for another.
+    caplog.set_level(logging.INFO, logger="rstreams")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                functools.partial(rstreams.serve_tcp, standard_app(), "127.0.0.1", 0, max_connections=3)
+            )
+            port = rstreams.listener_port(listeners[0])
+            url = f"tcp://127.0.0.1:{port}"
+            async with rstreams.open_session(url) as established:
+                await fetch_range(established)
+                silent = [RawPeer(await trio.open_tcp_stream("127.0.0.1", port)) for _ in range(2)]
+                await trio.testing.wait_all_tasks_blocked()
+                # Full: one established, two silent. A client comes: the oldest silent one goes.
+                async with rstreams.open_session(url) as newcomer:
+                    await fetch_range(newcomer)
+                    assert [type(m) for m in await silent[0].rest()] == [Hello]  # (our hello, then the end)
+                    # And the next takes the other silent one's place.
+                    async with rstreams.open_session(url) as third:
+                        await fetch_range(third)
+                        assert [type(m) for m in await silent[1].rest()] == [Hello]
+                        # Now every place is held by a peer that said hello: refused.
+                        refused = RawPeer(await trio.open_tcp_stream("127.0.0.1", port))
+                        answer = await refused.rest()
+                        assert answer[1:] == [Goodbye(reason="server busy: 3 connections already open")], answer
+                        await fetch_range(established)
+            nursery.cancel_scope.cancel()
+    closes = [r.getMessage() for r in caplog.records if "no hello yet" in r.getMessage()]
+    assert len(closes) == 2, closes
+    assert all(close.startswith("session closed: 127.0.0.1:") and close.endswith(
+        ": server busy: no hello yet, closed for a new connection (3 open)") for close in closes), closes
 
 
 async def test_max_connections_refuses_with_server_busy() -> None:
