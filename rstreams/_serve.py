@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._accept import serve_listeners
+from ._admission import Admission, Admissions
 from ._auth import Authenticate, Authorize
 from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
@@ -95,11 +96,8 @@ class Server:
             )
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
-        self._active = 0  # connections admitted, counted before their session opens
-        # Admitted connections whose peer may not have said hello yet, oldest
-        # first (a dict as an ordered set): what a full server makes room
-        # from. One whose hello has come is dropped as the search passes it.
-        self._awaiting_hello: dict[_Admitted, None] = {}
+        # Connections admitted, counted before their session opens.
+        self._admissions = Admissions()
         self._closing = False
         # For statistics: each open session's transport and opening time,
         # what ended sessions counted, and the bridges' services.
@@ -134,61 +132,39 @@ class Server:
             self._totals.connection_refused()
             await _refuse(stream, "server shutting down")
             return
-        # Reserve the slot before the first await, so that connections
+        # Reserve the place before the first await, so that connections
         # arriving together cannot all pass the check.
-        if self.max_connections is not None and self._active >= self.max_connections and not self._make_room():
+        admission = self._admissions.admit(self.max_connections)
+        if admission is None:
             self._totals.connection_refused()
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
             return
-        self._active += 1
         transport = transport_name(stream)
-        admitted = _Admitted()
-        if self.max_connections is not None:
-            self._awaiting_hello[admitted] = None
+        opened: list[Session] = []
         try:
-            with admitted.scope:
+            with admission.scope:
                 if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
                     # A tcp:// client at a TLS port: answered in its own terms.
                     self._totals.connection_refused()
                     await _refuse(stream.transport_stream, TLS_PORT_REASON)
                     return
-                await self._run_session(stream, config, transport, admitted)
+                await self._run_session(stream, config, transport, admission, opened)
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
-            self._active -= 1
-            self._awaiting_hello.pop(admitted, None)
-            opened = admitted.session
-            if opened is not None:
+            self._admissions.leave(admission)
+            if opened:
                 # Once its tasks have all ended, so that every publication's
                 # elements are counted: then its figures move to the totals.
-                del self._described[opened]
-                self._totals.session_ended(opened, transport)
+                del self._described[opened[0]]
+                self._totals.session_ended(opened[0], transport)
 
-    def _make_room(self) -> bool:
-        """Close the oldest connection still waiting for its peer's hello, if
-        there is one, to make room for a new connection on a full server.
-
-        A peer that opens connections and says nothing holds each place until
-        the handshake timeout: without this, a few hundred silent sockets
-        kept every real client out for that long. A connection whose peer
-        has said hello is never closed for another.
-        """
-        waiting = self._awaiting_hello
-        while waiting:
-            admitted = next(iter(waiting))
-            del waiting[admitted]
-            session = admitted.session
-            if session is not None and session._conn.peer_hello is not None:
-                continue  # (established: no longer a candidate)
-            admitted.evicted = f"server busy: no hello yet, closed for a new connection ({self.max_connections} open)"
-            admitted.scope.cancel()
-            return True
-        return False
-
-    async def _run_session(self, stream: trio.abc.Stream, config: SessionConfig, transport: str, admitted: _Admitted) -> None:
+    async def _run_session(
+        self, stream: trio.abc.Stream, config: SessionConfig, transport: str, admission: Admission, opened: list[Session]
+    ) -> None:
         async with open_stream_session(stream, app=self._routes, config=config) as session:
-            admitted.session = session
+            opened.append(session)
+            admission.handshake_done_when(session.hello_received)
             self._sessions.add(session)
             self._described[session] = (transport, time.monotonic())
             self._totals.session_opened(transport)
@@ -198,7 +174,7 @@ class Server:
                 await session.wait_closed()
             finally:
                 self._sessions.discard(session)
-                log_session_close(peer, transport, admitted.evicted or session.close_reason or "session cancelled")
+                log_session_close(peer, transport, admission.evicted or session.close_reason or "session cancelled")
 
     def statistics(self) -> dict[str, Any]:
         """A snapshot of the whole server, as plain data (what ``/stats`` answers).
@@ -348,18 +324,6 @@ class Server:
         async with trio.open_nursery() as nursery:
             for session in list(self._sessions):
                 nursery.start_soon(session.aclose, reason)
-
-
-class _Admitted:
-    """A connection the server took in: what closes it to make room while
-    its peer has not said hello (Server._make_room), and its session."""
-
-    __slots__ = ("scope", "session", "evicted")
-
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
-        self.session: Session | None = None
-        self.evicted: str | None = None  # why it was closed to make room
 
 
 def with_tls(tcp_listeners: list[trio.SocketListener], ssl_context: ssl.SSLContext | None) -> list[Listener]:

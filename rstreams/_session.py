@@ -365,6 +365,10 @@ class Session(Peer):
             nursery.start_soon(self._writer)
             task_status.started()
 
+    def hello_received(self) -> bool:
+        """Whether the peer's hello has arrived (its side of the handshake)."""
+        return self._conn.peer_hello is not None
+
     @property
     def closed(self) -> bool:
         """True once the session has fully closed."""

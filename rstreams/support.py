@@ -11,6 +11,7 @@ modules.
 """
 
 from ._accept import serve_listeners
+from ._admission import Admission, Admissions
 from ._errors import connection_lost_reason, describe_error
 from ._groups import caller_sees_its_own_exception, first_leaf
 from ._logs import PEER_TEXT_LOGGED, log_connection_refused, log_session_close, log_session_open, peer_address, peer_text, tcp_socket
@@ -40,6 +41,8 @@ from ._serve import Listener, listener_address, listener_port, listener_url, spe
 from ._url import BridgeURL, parse_bridge_url, url_scheme
 
 __all__ = [
+    "Admission",
+    "Admissions",
     "Bridge",
     "BridgeService",
     "PublishFunction",

@@ -21,6 +21,8 @@ from typing import Generic, NoReturn, TypeVar
 import trio
 
 from rstreams.support import (
+    Admission,
+    Admissions,
     Listener,
     caller_sees_its_own_exception,
     describe_error,
@@ -93,7 +95,7 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         self.scheme = scheme or protocol.lower()
         self.handshake_timeout = handshake_timeout
         self._connections: set[ConnectionT] = set()
-        self._active = 0
+        self._admissions = Admissions()
         self._closing = False
 
     @abc.abstractmethod
@@ -114,26 +116,29 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         # (Read now: once the peer is gone, so is its address.)
         peer = peer_address(stream)
         transport = self.scheme + ("s" if isinstance(stream, trio.SSLStream) else "")
-        if self._closing or (self.max_connections is not None and self._active >= self.max_connections):
+        # Reserve the place before the first await, so that connections
+        # arriving together cannot all pass the check; on a full server, it
+        # is taken from the oldest connection still in its handshake.
+        admission = None if self._closing else self._admissions.admit(self.max_connections)
+        if admission is None:
             await self._refuse_logged(stream, peer, transport, "server shutting down" if self._closing else "server busy")
             return
-        # Reserve the slot before the first await, so that connections
-        # arriving together cannot all pass the check.
-        self._active += 1
         try:
-            if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, self.handshake_timeout):
-                # A plain URL at a TLS port: answered in its own terms.
-                reason = f"this port speaks TLS: use {self.scheme}s://"
-                await self._refuse_logged(stream.transport_stream, peer, transport, reason)
-                return
-            await self._run_handler(stream, peer, transport)
+            with admission.scope:
+                if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, self.handshake_timeout):
+                    # A plain URL at a TLS port: answered in its own terms.
+                    reason = f"this port speaks TLS: use {self.scheme}s://"
+                    await self._refuse_logged(stream.transport_stream, peer, transport, reason)
+                    return
+                await self._run_handler(stream, peer, transport, admission)
         finally:
-            self._active -= 1
+            self._admissions.leave(admission)
 
-    async def _run_handler(self, stream: trio.abc.Stream, peer: str, transport: str) -> None:
+    async def _run_handler(self, stream: trio.abc.Stream, peer: str, transport: str, admission: Admission) -> None:
         reason = "closed"
         try:
             async with self._open(stream) as connection:
+                admission.handshake_done()  # (_open returns once the handshake is done)
                 self._connections.add(connection)
                 log_session_open(peer, transport, log=logger)
                 try:
@@ -153,7 +158,7 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
             reason = f"the connection's handler failed: {describe_error(first_leaf(failed))}"
             logger.exception("%s connection handler failed", self.protocol)
         finally:
-            log_session_close(peer, transport, reason, log=logger)
+            log_session_close(peer, transport, admission.evicted or reason, log=logger)
 
     async def _refuse_logged(self, stream: trio.abc.Stream, peer: str, transport: str, reason: str) -> None:
         log_connection_refused(peer, transport, reason, log=logger)

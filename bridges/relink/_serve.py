@@ -72,6 +72,8 @@ from typing import NoReturn
 import trio
 
 from rstreams.support import (
+    Admission,
+    Admissions,
     Listener,
     describe_error,
     first_leaf,
@@ -162,17 +164,14 @@ class _Slot:
     # handshake never got as far as a connection), not when the link it
     # made ends: the link's task lives on in this connection's task.
 
-    __slots__ = ("_held", "_server")
+    __slots__ = ("_server", "admission")
 
-    def __init__(self, server: RelinkServer) -> None:
+    def __init__(self, server: RelinkServer, admission: Admission) -> None:
         self._server = server
-        self._held = True
-        server._open += 1
+        self.admission = admission
 
     def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._server._open -= 1
+        self._server._admissions.leave(self.admission)  # (once)
 
 
 @dataclass(slots=True, eq=False)
@@ -245,7 +244,9 @@ class RelinkServer:
         self.closing = trio.Event()
         self._links: dict[int, _LiveLink] = {}
         self._connections: set[RelinkConnection] = set()
-        self._open = 0  # connections accepted and not ended (_Slot)
+        # Connections accepted and not ended (_Slot); on a full server, a
+        # newcomer takes the place of the oldest still in its handshake.
+        self._admissions = Admissions()
         self._serials = itertools.count(1)
         self._detachments = itertools.count(1)
         self._links_lot = trio.lowlevel.ParkingLot()
@@ -291,6 +292,10 @@ class RelinkServer:
         handle = RelinkLink(Role.LISTENER, self.settings, accept_channels=True)
         self._links[state.link_id] = _LiveLink(handle, next(self._serials))
         connection.handle = handle
+
+    @property
+    def _open(self) -> int:
+        return self._admissions.count
 
     def _make_room(self) -> None:
         # A connection (counted in _open) is making a new link. Links without
@@ -364,12 +369,23 @@ class RelinkServer:
         # (Read now: once the peer is gone, so is its address.)
         peer = peer_address(stream)
         transport = "relinks" if isinstance(stream, trio.SSLStream) else "relink"
-        if self.closing.is_set() or (self.max_connections is not None and self._open >= self.max_connections):
+        admission = None if self.closing.is_set() else self._admissions.admit(self.max_connections)
+        if admission is None:
             busy = f"server busy: {self.max_connections} connections already open"
             log_connection_refused(peer, transport, "server shutting down" if self.closing.is_set() else busy, log=logger)
             await trio.aclose_forcefully(stream)  # (Relink has no word for it: the spec's refusal)
             return
-        slot = _Slot(self)  # (taken before the first await)
+        slot = _Slot(self, admission)  # (taken before the first await)
+        try:
+            with admission.scope:
+                await self._serve_admitted(stream, peer, transport, slot)
+            if admission.evicted is not None:
+                log_session_close(peer, transport, admission.evicted, log=logger)
+                await trio.aclose_forcefully(stream)
+        finally:
+            slot.release()
+
+    async def _serve_admitted(self, stream: trio.abc.Stream, peer: str, transport: str, slot: _Slot) -> None:
         try:
             try:
                 with trio.fail_after(self.settings.handshake_timeout):
@@ -402,6 +418,7 @@ class RelinkServer:
             connection = RelinkConnection(stream, machine, self.settings, decide=self._decide, on_end=on_end)
             try:
                 async with open_connection(connection):
+                    slot.admission.handshake_done()  # (never closed for a newcomer from now on)
                     if not connection.ended:
                         self._connections.add(connection)
                     entry = self._entry_of(connection.handle)
@@ -417,8 +434,6 @@ class RelinkServer:
             log_session_close(peer, transport, f"handshake failed: {describe_error(first_leaf(ended))}", log=logger)
         except* Exception:
             logger.exception("Relink connection handler failed")
-        finally:
-            slot.release()
 
     async def _run_link(self, entry: _LiveLink, peer: str, transport: str) -> None:
         # The link's own task: its handler, and forgetting it when nobody

@@ -1294,6 +1294,31 @@ async def connect_raw(port: int) -> RawLinePeer:
     return RawLinePeer(await trio.open_tcp_stream("127.0.0.1", port))
 
 
+async def test_a_full_server_closes_the_oldest_connection_still_in_its_handshake(nursery: trio.Nursery) -> None:
+    # Silent sockets must not hold every place until the handshake timeout:
+    # a newcomer takes the place of the oldest connection that has not
+    # finished its handshake; one that has is never closed for another.
+    server = LineServer(upper_echo(), max_connections=2, protocol="line")
+    listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    port = rstreams.listener_port(listeners[0])
+    with trio.fail_after(10):
+        established = await connect_raw(port)
+        await established.send("HELLO")
+        assert await established.receive() == "HELLO"
+        silent = await connect_raw(port)
+        await trio.testing.wait_all_tasks_blocked()
+        newcomer = await connect_raw(port)
+        await newcomer.send("HELLO", "DATA in")
+        assert await newcomer.receive() == "HELLO"
+        assert await newcomer.receive() == "DATA IN"
+        assert await silent.receive_until_eof() == ["HELLO"]  # (the server's, then the end)
+        # Every place is held by a connection past its handshake: refused.
+        refused = await connect_raw(port)
+        assert await refused.receive_until_eof() == ["ERR server busy"]
+        await established.send("DATA still here")
+        assert await established.receive() == "DATA STILL HERE"
+
+
 async def test_server_refuses_connections_beyond_the_limit(nursery: trio.Nursery) -> None:
     server = LineServer(upper_echo(), max_connections=1, protocol="line")
     listeners = await nursery.start(server.serve_tcp, "127.0.0.1", 0)

@@ -143,17 +143,24 @@ async def test_a_refused_handshake_fails_the_first_subscription(nursery: trio.Nu
     async def hold(connection: MicroMsg2Connection) -> None:
         await held.wait()
 
-    url = await serve(nursery, MicroMsg2Server(hold, settings=BROKERISH, max_connections=1))
+    server = MicroMsg2Server(hold, settings=BROKERISH, max_connections=1)
+    url = await serve(nursery, server)
     with trio.fail_after(10):
         # The first peer's connection takes the server's only slot (its
-        # handshake waits for a demand that never comes); the second peer's
-        # handshake is refused, and its first subscription says so.
+        # handshake done once it asks for an element, which never comes);
+        # the second peer's handshake is refused, and its first subscription
+        # says so. (A first connection still in its handshake would give
+        # its slot to the second: a full server makes room from those.)
         async with rstreams.connect(url) as first:
-            async with first.subscribe("x", prefetch=0):
+            async with trio.open_nursery() as waiting:
+                waiting.start_soon(partial(first.fetch, "x", 1))  # (answered never: hold)
+                while not server.connections:  # (its handshake done: in the handler)
+                    await trio.sleep(0.01)
                 async with rstreams.connect(url) as second:
                     with pytest.raises(PeerError) as caught:
                         await second.fetch("x", 1)
                     assert caught.value.message == "server busy"
+                waiting.cancel_scope.cancel()
             held.set()
 
 

@@ -262,6 +262,33 @@ async def test_a_connection_beyond_the_limit_is_refused_and_logged(
         await connector.stream.aclose()
 
 
+async def test_a_silent_connection_gives_its_place_to_a_newcomer(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A connection that has not sent its opening holds its place only until
+    # the server is full and another connector comes: the oldest such goes.
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    server, port = await start(nursery, max_connections=2)
+    with trio.fail_after(10):
+        live = await RawConnector.connect(port)
+        silent = await trio.open_tcp_stream("127.0.0.1", port)
+        host, silent_port = silent.socket.getsockname()[:2]
+        await trio.testing.wait_all_tasks_blocked()
+        newcomer = await RawConnector.connect(port)
+        assert newcomer.link_id not in (0, live.link_id)
+        try:
+            while await silent.receive_some(4096):
+                pass  # (the server's version block, then the end)
+        except trio.BrokenResourceError:
+            pass  # (closed with a reset: aclose_forcefully)
+        await silent.aclose()
+        assert len(server.links) == 2 and all(handle.connected for handle in server.links)
+    [record] = [record for record in records(caplog, "session_close") if record.peer == f"{host}:{silent_port}"]  # type: ignore[attr-defined]
+    assert record.reason == "server busy: no handshake yet, closed for a new connection (2 open)"  # type: ignore[attr-defined]
+    for connector in (live, newcomer):
+        await connector.stream.aclose()
+
+
 async def test_a_resume_never_makes_room(nursery: trio.Nursery) -> None:
     # At the limit, a connector coming back for its link takes it back: only
     # a new link makes room, and a resumed one needs none (it stops being a

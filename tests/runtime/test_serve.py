@@ -110,10 +110,10 @@ async def test_a_full_server_closes_the_oldest_connection_without_hello_for_a_ne
                         assert answer[1:] == [Goodbye(reason="server busy: 3 connections already open")], answer
                         await fetch_range(established)
             nursery.cancel_scope.cancel()
-    closes = [r.getMessage() for r in caplog.records if "no hello yet" in r.getMessage()]
+    closes = [r.getMessage() for r in caplog.records if "no handshake yet" in r.getMessage()]
     assert len(closes) == 2, closes
     assert all(close.startswith("session closed: 127.0.0.1:") and close.endswith(
-        ": server busy: no hello yet, closed for a new connection (3 open)") for close in closes), closes
+        ": server busy: no handshake yet, closed for a new connection (3 open)") for close in closes), closes
 
 
 async def test_max_connections_refuses_with_server_busy() -> None:

@@ -1,0 +1,106 @@
+"""Places under a server's ``max_connections``, and room made from handshakes.
+
+A server admits at most ``max_connections`` connections at once and turns
+the next one away ("server busy"). A peer that opens sockets and says
+nothing would then hold every place until the handshake timeout, keeping
+real clients out for that long (150 silent sockets against a limit of 50:
+every client refused for 10 s). So a full server makes room: a newcomer
+takes the place of the oldest connection that has not finished its
+handshake, which is closed. A connection that has finished it is never
+closed for another; once every place is held by one, the newcomer is
+refused as before.
+
+Shared by ``rstreams serve``'s wire-v0 listeners (:class:`rstreams.Server`)
+and every bridge's (``bridges.kit.BridgeServer``): each says when one of
+its connections has finished its handshake, in its own terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+__all__ = ["Admission", "Admissions"]
+
+
+class Admission:
+    """One admitted connection's place: run the connection inside
+    :attr:`scope`, which is cancelled if the place is taken back for a
+    newcomer (:attr:`evicted` then says why)."""
+
+    __slots__ = ("scope", "evicted", "_handshake_done", "_left")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.evicted: str | None = None
+        self._left = False
+        # Whether the peer has finished its handshake: False until told.
+        self._handshake_done: Callable[[], bool] | bool = False
+
+    def handshake_done(self) -> None:
+        """The peer has finished its handshake: this place is never taken back."""
+        self._handshake_done = True
+
+    def handshake_done_when(self, check: Callable[[], bool]) -> None:
+        """Ask ``check`` whether the handshake is done when it matters (a
+        session, whose hello arrives in its reader, says so without a hook)."""
+        self._handshake_done = check
+
+    def _done(self) -> bool:
+        done = self._handshake_done
+        return done if isinstance(done, bool) else done()
+
+
+class Admissions:
+    """The places of one server; ``limit`` None admits every connection."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        # Admitted connections that may still be in their handshake, oldest
+        # first (a dict as an ordered set): where room is made from. One
+        # found done is dropped as the search passes it.
+        self._in_handshake: dict[Admission, None] = {}
+
+    @property
+    def count(self) -> int:
+        """Connections admitted and not yet left."""
+        return self._count
+
+    def admit(self, limit: int | None) -> Admission | None:
+        """A place for a new connection: one that is free, or one taken back
+        from the oldest connection still in its handshake; None when every
+        place is held by a connection past its handshake (refuse it).
+
+        Synchronous: connections arriving together cannot all pass the check.
+        """
+        if limit is not None and self._count >= limit and not self._make_room(limit):
+            return None
+        self._count += 1
+        admission = Admission()
+        if limit is not None:
+            self._in_handshake[admission] = None
+        return admission
+
+    def leave(self, admission: Admission) -> None:
+        """The connection has ended: its place is free. Idempotent."""
+        if not admission._left:
+            admission._left = True
+            self._count -= 1
+            self._in_handshake.pop(admission, None)
+
+    def _make_room(self, limit: int) -> bool:
+        waiting = self._in_handshake
+        while waiting:
+            admission = next(iter(waiting))
+            del waiting[admission]
+            if admission._done():
+                continue
+            admission.evicted = f"server busy: no handshake yet, closed for a new connection ({limit} open)"
+            admission.scope.cancel()
+            # Its place is the newcomer's now: the closed one is counted no
+            # more (its task ends at its next checkpoint), so that a second
+            # newcomer does not close another for a place already free.
+            self.leave(admission)
+            return True
+        return False
