@@ -299,8 +299,8 @@ def add_server_arguments(parser: argparse.ArgumentParser, *, tcp_required: bool 
         metavar="N",
         type=positive_int,
         default=DEFAULT_MAX_CONNECTIONS,
-        help="refuse connections beyond N open sessions (with goodbye \"server busy\"; "
-        f"default: {DEFAULT_MAX_CONNECTIONS})",
+        help="refuse connections beyond N open sessions (with goodbye \"server busy\"), once none is left in "
+        f"its handshake to close for a newcomer (default: {DEFAULT_MAX_CONNECTIONS})",
     )
     parser.add_argument(
         "--max-connection-memory",
