@@ -14,6 +14,7 @@ import os
 import socket
 import ssl
 import time
+from contextlib import nullcontext
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -127,14 +128,16 @@ class Server:
         """
         await self._serve_session(stream, self.config)
 
-    async def _serve_session(self, stream: trio.abc.Stream, config: SessionConfig) -> None:
+    async def _serve_session(self, stream: trio.abc.Stream, config: SessionConfig, admitted: Admission | None = None) -> None:
+        # ``admitted``: the place a WebSocket upgrade held from its request
+        # on (_serve_http), the caller's to give back.
         if self._closing:
             self._totals.connection_refused()
             await _refuse(stream, "server shutting down")
             return
         # Reserve the place before the first await, so that connections
         # arriving together cannot all pass the check.
-        admission = self._admissions.admit(self.max_connections)
+        admission = admitted or self._admissions.admit(self.max_connections)
         if admission is None:
             self._totals.connection_refused()
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
@@ -142,7 +145,7 @@ class Server:
         transport = transport_name(stream)
         opened: list[Session] = []
         try:
-            with admission.scope:
+            with admission.scope if admitted is None else nullcontext():  # (the upgrade's is entered already)
                 if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
                     # A tcp:// client at a TLS port: answered in its own terms.
                     self._totals.connection_refused()
@@ -152,7 +155,8 @@ class Server:
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
-            self._admissions.leave(admission)
+            if admitted is None:
+                self._admissions.leave(admission)
             if opened:
                 # Once its tasks have all ended, so that every publication's
                 # elements are counted: then its figures move to the totals.
@@ -309,9 +313,32 @@ class Server:
         await serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def _serve_http(self, site: Site, stream: trio.abc.Stream) -> None:
-        websocket = await accept_http(stream, site)
-        if websocket is not None:
-            await self._serve_session(websocket, websocket_config(self.config))
+        # A connection holds its place from its request on: a socket that
+        # sends no request (or never finishes its upgrade, or its hello) is
+        # in its handshake, and a full server closes the oldest such for a
+        # newcomer, as on TCP. With every place held by a session past its
+        # hello, the request is still read, to refuse an upgrade with
+        # goodbye "server busy", which a page can show (not a bare 503).
+        admission = None if self._closing else self._admissions.admit(self.max_connections)
+        if admission is None:
+            websocket = await accept_http(stream, site)
+            if websocket is not None:
+                await self._serve_session(websocket, websocket_config(self.config))
+            return
+        peer = peer_address(stream)
+        transport = "wss" if isinstance(stream, trio.SSLStream) else "ws"
+        upgraded = False
+        try:
+            with admission.scope:
+                websocket = await accept_http(stream, site)  # (cancelled: the stream is closed)
+                if websocket is not None:
+                    upgraded = True
+                    await self._serve_session(websocket, websocket_config(self.config), admission)
+            if admission.evicted is not None and not upgraded:
+                # (Closed before its upgrade: no session to log the end of.)
+                log_connection_refused(peer, transport, admission.evicted)
+        finally:
+            self._admissions.leave(admission)
 
     async def aclose(self, reason: str = "server shutting down") -> None:
         """Say goodbye on every session and wait until they have closed.

@@ -442,6 +442,27 @@ async def test_max_connections_counts_websocket_sessions() -> None:
                 await fetch_range(first, 10)
 
 
+async def test_sockets_that_send_no_request_hold_places_only_until_newcomers_need_them() -> None:
+    # Before its upgrade a connection was not counted at all: silent sockets
+    # at the WebSocket port were held until the request-head timeout (10 s),
+    # as many as the process had descriptors for. Now each holds a place
+    # from the start, and a full server closes the oldest still in its
+    # handshake for a newcomer, as on TCP.
+    with trio.fail_after(TIMEOUT):
+        async with serving(max_connections=2) as (server, port):
+            silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(5)]
+            for closed in silent[:3]:
+                assert await closed.receive_some(1) == b""  # (closed for the ones after it)
+            async with rstreams.open_session(f"ws://127.0.0.1:{port}/") as client:
+                await fetch_range(client, 10)
+                assert await silent[3].receive_some(1) == b""  # (the oldest left gave its place)
+                with trio.move_on_after(0.2):
+                    await silent[4].receive_some(1)
+                    raise AssertionError("the newest silent socket was closed too")  # pragma: no cover
+            for stream in silent:
+                await stream.aclose()
+
+
 async def test_graceful_shutdown_says_goodbye_to_websocket_clients() -> None:
     with trio.fail_after(TIMEOUT):
         server = rstreams.Server(standard_app())
