@@ -41,6 +41,10 @@ __all__ = ["Server", "Listener", "serve_stream", "serve_tcp", "serve_websocket",
 
 logger = logging.getLogger("rstreams")
 
+#: Connections the ``--metrics`` listener answers at once; a newcomer beyond
+#: them closes the oldest (a scrape or a health check takes milliseconds).
+METRICS_CONNECTIONS = 64
+
 Listener = trio.SocketListener | trio.SSLListener[trio.SocketStream]
 
 
@@ -225,9 +229,20 @@ class Server:
             upgrades=False,
         )
         listeners: list[Listener] = list(await trio.open_tcp_listeners(port, host=host))
+        # Every connection here is in its handshake until answered, so a
+        # newcomer always finds a place: sockets that send nothing hold at
+        # most METRICS_CONNECTIONS descriptors, never until the request-head
+        # timeout, and a health check always gets through.
+        admissions = Admissions()
 
         async def answer(stream: trio.abc.Stream) -> None:
-            await accept_http(stream, site)  # never an upgrade: upgrades=False
+            admission = admissions.admit(METRICS_CONNECTIONS)
+            assert admission is not None  # (none is ever past its handshake)
+            try:
+                with admission.scope:
+                    await accept_http(stream, site)  # never an upgrade: upgrades=False
+            finally:
+                admissions.leave(admission)
 
         await serve_listeners(answer, listeners, task_status=task_status)
 
