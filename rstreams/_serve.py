@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._accept import serve_listeners
-from ._admission import Admission, Admissions
+from ._admission import HANDSHAKE_GRACE, Admission, Admissions
 from ._auth import Authenticate, Authorize
 from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
@@ -173,6 +173,7 @@ class Server:
         async with open_stream_session(stream, app=self._routes, config=config) as session:
             opened.append(session)
             admission.handshake_done_when(session.hello_received)
+            admission.close_with(session._close_for_newcomer)
             self._sessions.add(session)
             self._described[session] = (transport, time.monotonic())
             self._totals.session_opened(transport)
@@ -230,14 +231,17 @@ class Server:
         )
         listeners: list[Listener] = list(await trio.open_tcp_listeners(port, host=host))
         # Every connection here is in its handshake until answered, so a
-        # newcomer always finds a place: sockets that send nothing hold at
-        # most METRICS_CONNECTIONS descriptors, never until the request-head
-        # timeout, and a health check always gets through.
+        # newcomer finds a place unless METRICS_CONNECTIONS came within the
+        # last HANDSHAKE_GRACE: sockets that send nothing hold at most that
+        # many descriptors, not until the request-head timeout, and a health
+        # check gets through.
         admissions = Admissions()
 
         async def answer(stream: trio.abc.Stream) -> None:
             admission = admissions.admit(METRICS_CONNECTIONS)
-            assert admission is not None  # (none is ever past its handshake)
+            if admission is None:
+                await trio.aclose_forcefully(stream)  # (a burst beyond them: the client tries again)
+                return
             try:
                 with admission.scope:
                     await accept_http(stream, site)  # never an upgrade: upgrades=False
@@ -336,7 +340,10 @@ class Server:
         # goodbye "server busy", which a page can show (not a bare 503).
         admission = None if self._closing else self._admissions.admit(self.max_connections)
         if admission is None:
-            websocket = await accept_http(stream, site)
+            # No place: the request gets HANDSHAKE_GRACE, not the head
+            # timeout, so that a burst of silent sockets beyond the places
+            # holds descriptors for no longer than those in them.
+            websocket = await accept_http(stream, dataclasses.replace(site, head_timeout=min(site.head_timeout, HANDSHAKE_GRACE)))
             if websocket is not None:
                 await self._serve_session(websocket, websocket_config(self.config))
             return

@@ -369,6 +369,12 @@ class Session(Peer):
         """Whether the peer's hello has arrived (its side of the handshake)."""
         return self._conn.peer_hello is not None
 
+    def _close_for_newcomer(self, reason: str) -> None:
+        # A full server takes this session's place before the peer's hello
+        # (rstreams._admission): goodbye with the reason, then close, as a
+        # handshake timeout does.
+        self._request_close(_CloseKind.HANDSHAKE_TIMEOUT, reason)
+
     @property
     def closed(self) -> bool:
         """True once the session has fully closed."""

@@ -11,7 +11,7 @@ modules.
 """
 
 from ._accept import serve_listeners
-from ._admission import Admission, Admissions
+from ._admission import CLOSING_GRACE, HANDSHAKE_GRACE, Admission, Admissions
 from ._errors import connection_lost_reason, describe_error
 from ._groups import caller_sees_its_own_exception, first_leaf
 from ._logs import PEER_TEXT_LOGGED, log_connection_refused, log_session_close, log_session_open, peer_address, peer_text, tcp_socket
@@ -43,6 +43,8 @@ from ._url import BridgeURL, parse_bridge_url, url_scheme
 __all__ = [
     "Admission",
     "Admissions",
+    "HANDSHAKE_GRACE",
+    "CLOSING_GRACE",
     "Bridge",
     "BridgeService",
     "PublishFunction",

@@ -177,19 +177,21 @@ async def test_silent_sockets_never_keep_a_health_check_out_of_the_metrics_liste
     # Every connection to --metrics is answered in milliseconds; one that
     # sends nothing held a descriptor for the 10 s request-head timeout, as
     # many as the process had. Now the listener keeps METRICS_CONNECTIONS at
-    # most, closing the oldest for a newcomer: a health check gets through.
+    # most (a burst beyond them is closed at once), and closes the oldest
+    # past HANDSHAKE_GRACE for a newcomer: a health check gets through.
     from rstreams._http import REQUEST_HEAD_TIMEOUT
     from rstreams._serve import METRICS_CONNECTIONS
+    from rstreams.support import HANDSHAKE_GRACE
 
     server = rstreams.Server(standard_app())
-    # (Well within the head timeout: what closes them must be the newcomers.)
-    with trio.fail_after(REQUEST_HEAD_TIMEOUT / 2):
+    with trio.fail_after(REQUEST_HEAD_TIMEOUT / 2):  # (what closes them must not be the head timeout)
         async with listening(server, "metrics") as (port, _):
             silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(METRICS_CONNECTIONS + 3)]
-            for closed in silent[:3]:
-                assert await closed.receive_some(1) == b""  # (closed for the ones after it)
+            for beyond in silent[METRICS_CONNECTIONS:]:
+                assert await beyond.receive_some(1) == b""  # (no place within the grace: closed)
+            await trio.sleep(HANDSHAKE_GRACE)
             status, _, body = await scrape(port, "/healthz")
             assert (status, body) == (200, b"ok\n")
-            assert await silent[3].receive_some(1) == b""  # (the oldest left gave its place to the check)
+            assert await silent[0].receive_some(1) == b""  # (the oldest gave its place to the check)
             for stream in silent:
                 await stream.aclose()

@@ -23,6 +23,8 @@ from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping
 from wsproto.events import Request as WebSocketRequest
 
 import rstreams
+from rstreams._http import REQUEST_HEAD_TIMEOUT
+from rstreams.support import HANDSHAKE_GRACE
 from rstreams._websocket import (
     MAX_OUTGOING_MESSAGE,
     SUBPROTOCOL,
@@ -446,19 +448,21 @@ async def test_sockets_that_send_no_request_hold_places_only_until_newcomers_nee
     # Before its upgrade a connection was not counted at all: silent sockets
     # at the WebSocket port were held until the request-head timeout (10 s),
     # as many as the process had descriptors for. Now each holds a place
-    # from the start, and a full server closes the oldest still in its
-    # handshake for a newcomer, as on TCP.
-    with trio.fail_after(TIMEOUT):
+    # from the start; one beyond the places has HANDSHAKE_GRACE for its
+    # request; and a full server closes the oldest still in its handshake
+    # past its grace for a newcomer, as on TCP.
+    with trio.fail_after(REQUEST_HEAD_TIMEOUT / 2):  # (what closes them must not be the head timeout)
         async with serving(max_connections=2) as (server, port):
-            silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(5)]
-            for closed in silent[:3]:
-                assert await closed.receive_some(1) == b""  # (closed for the ones after it)
+            silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(4)]
+            for beyond in silent[2:]:
+                assert await beyond.receive_some(1) == b""  # (no place: closed after its grace)
+            await trio.sleep(HANDSHAKE_GRACE)
             async with rstreams.open_session(f"ws://127.0.0.1:{port}/") as client:
                 await fetch_range(client, 10)
-                assert await silent[3].receive_some(1) == b""  # (the oldest left gave its place)
+                assert await silent[0].receive_some(1) == b""  # (the oldest gave its place)
                 with trio.move_on_after(0.2):
-                    await silent[4].receive_some(1)
-                    raise AssertionError("the newest silent socket was closed too")  # pragma: no cover
+                    await silent[1].receive_some(1)
+                    raise AssertionError("the newer silent socket was closed too")  # pragma: no cover
             for stream in silent:
                 await stream.aclose()
 
