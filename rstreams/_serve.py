@@ -14,7 +14,6 @@ import os
 import socket
 import ssl
 import time
-from contextlib import nullcontext
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -101,8 +100,10 @@ class Server:
             )
         self.max_connections = max_connections
         self._sessions: set[Session] = set()
-        # Connections admitted, counted before their session opens.
+        # Connections admitted, counted before their session opens; and the
+        # WebSocket listeners' connections until their request is read.
         self._admissions = Admissions()
+        self._http_admissions = Admissions()
         self._closing = False
         # For statistics: each open session's transport and opening time,
         # what ended sessions counted, and the bridges' services.
@@ -132,16 +133,14 @@ class Server:
         """
         await self._serve_session(stream, self.config)
 
-    async def _serve_session(self, stream: trio.abc.Stream, config: SessionConfig, admitted: Admission | None = None) -> None:
-        # ``admitted``: the place a WebSocket upgrade held from its request
-        # on (_serve_http), the caller's to give back.
+    async def _serve_session(self, stream: trio.abc.Stream, config: SessionConfig) -> None:
         if self._closing:
             self._totals.connection_refused()
             await _refuse(stream, "server shutting down")
             return
         # Reserve the place before the first await, so that connections
         # arriving together cannot all pass the check.
-        admission = admitted or self._admissions.admit(self.max_connections)
+        admission = self._admissions.admit(self.max_connections)
         if admission is None:
             self._totals.connection_refused()
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
@@ -149,7 +148,7 @@ class Server:
         transport = transport_name(stream)
         opened: list[Session] = []
         try:
-            with admission.scope if admitted is None else nullcontext():  # (the upgrade's is entered already)
+            with admission.scope:
                 if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
                     # A tcp:// client at a TLS port: answered in its own terms.
                     self._totals.connection_refused()
@@ -159,8 +158,7 @@ class Server:
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
-            if admitted is None:
-                self._admissions.leave(admission)
+            self._admissions.leave(admission)
             if opened:
                 # Once its tasks have all ended, so that every publication's
                 # elements are counted: then its figures move to the totals.
@@ -332,35 +330,31 @@ class Server:
         await serve_listeners(handler, listeners, handler_nursery=handler_nursery, task_status=task_status)
 
     async def _serve_http(self, site: Site, stream: trio.abc.Stream) -> None:
-        # A connection holds its place from its request on: a socket that
-        # sends no request (or never finishes its upgrade, or its hello) is
-        # in its handshake, and a full server closes the oldest such for a
-        # newcomer, as on TCP. With every place held by a session past its
-        # hello, the request is still read, to refuse an upgrade with
-        # goodbye "server busy", which a page can show (not a bare 503).
-        admission = None if self._closing else self._admissions.admit(self.max_connections)
+        # Until its request has been read, a connection holds one of the
+        # places of the HTTP front, as many as the sessions' but apart from
+        # them: sockets that send no request (or half of one) cannot hold
+        # more descriptors than that, and never a session's place. A full
+        # front closes the oldest past HANDSHAKE_GRACE for a newcomer; one
+        # that finds no place has HANDSHAKE_GRACE for its request. An
+        # upgrade then takes a session's place as a TCP connection does
+        # (refused with goodbye "server busy", which a page can show).
+        admission = None if self._closing else self._http_admissions.admit(self.max_connections)
         if admission is None:
-            # No place: the request gets HANDSHAKE_GRACE, not the head
-            # timeout, so that a burst of silent sockets beyond the places
-            # holds descriptors for no longer than those in them.
-            websocket = await accept_http(stream, dataclasses.replace(site, head_timeout=min(site.head_timeout, HANDSHAKE_GRACE)))
-            if websocket is not None:
-                await self._serve_session(websocket, websocket_config(self.config))
-            return
-        peer = peer_address(stream)
-        transport = "wss" if isinstance(stream, trio.SSLStream) else "ws"
-        upgraded = False
-        try:
-            with admission.scope:
-                websocket = await accept_http(stream, site)  # (cancelled: the stream is closed)
-                if websocket is not None:
-                    upgraded = True
-                    await self._serve_session(websocket, websocket_config(self.config), admission)
-            if admission.evicted is not None and not upgraded:
-                # (Closed before its upgrade: no session to log the end of.)
+            site = dataclasses.replace(site, head_timeout=min(site.head_timeout, HANDSHAKE_GRACE))
+            websocket = await accept_http(stream, site)
+        else:
+            peer = peer_address(stream)
+            websocket = None
+            try:
+                with admission.scope:
+                    websocket = await accept_http(stream, site)  # (cancelled: the stream is closed)
+            finally:
+                self._http_admissions.leave(admission)
+            if websocket is None and admission.evicted is not None:
+                transport = "wss" if isinstance(stream, trio.SSLStream) else "ws"
                 log_connection_refused(peer, transport, admission.evicted)
-        finally:
-            self._admissions.leave(admission)
+        if websocket is not None:
+            await self._serve_session(websocket, websocket_config(self.config))
 
     async def aclose(self, reason: str = "server shutting down") -> None:
         """Say goodbye on every session and wait until they have closed.

@@ -467,6 +467,22 @@ async def test_sockets_that_send_no_request_hold_places_only_until_newcomers_nee
                 await stream.aclose()
 
 
+async def test_sockets_that_send_no_request_never_take_a_sessions_place() -> None:
+    # The HTTP front has places of its own: a flood of silent sockets at
+    # the WebSocket port keeps no TCP client out, not even within the grace.
+    with trio.fail_after(TIMEOUT):
+        async with serving(max_connections=2) as (server, port):
+            async with trio.open_nursery() as nursery:
+                tcp = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+                silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(4)]
+                await trio.testing.wait_all_tasks_blocked()
+                async with rstreams.open_session(f"tcp://127.0.0.1:{rstreams.listener_port(tcp[0])}") as client:
+                    await fetch_range(client, 10)
+                for stream in silent:
+                    await stream.aclose()
+                nursery.cancel_scope.cancel()
+
+
 async def test_graceful_shutdown_says_goodbye_to_websocket_clients() -> None:
     with trio.fail_after(TIMEOUT):
         server = rstreams.Server(standard_app())
