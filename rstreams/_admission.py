@@ -19,7 +19,8 @@ its connections has finished its handshake, in its own terms.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import trio
 
@@ -110,6 +111,16 @@ class Admissions:
         admission = Admission(self._clock())
         self._in_handshake[admission] = None
         return admission
+
+    @contextmanager
+    def held(self, admission: Admission) -> Iterator[Admission]:
+        """Run the connection in its place: inside its scope (cancelled if
+        the place is taken back), and the place given back at the end."""
+        try:
+            with admission.scope:
+                yield admission
+        finally:
+            self.leave(admission)
 
     def leave(self, admission: Admission) -> None:
         """The connection has ended: its place is free. Idempotent."""

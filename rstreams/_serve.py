@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import trio
 
 from ._accept import serve_listeners
-from ._admission import HANDSHAKE_GRACE, Admission, Admissions
+from ._admission import HANDSHAKE_GRACE, Admissions
 from ._auth import Authenticate, Authorize
 from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
@@ -146,42 +146,36 @@ class Server:
             await _refuse(stream, f"server busy: {self.max_connections} connections already open")
             return
         transport = transport_name(stream)
-        opened: list[Session] = []
+        opened: Session | None = None
         try:
-            with admission.scope:
+            with self._admissions.held(admission):
                 if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, config.handshake_timeout):
                     # A tcp:// client at a TLS port: answered in its own terms.
                     self._totals.connection_refused()
                     await _refuse(stream.transport_stream, TLS_PORT_REASON)
                     return
-                await self._run_session(stream, config, transport, admission, opened)
+                async with open_stream_session(stream, app=self._routes, config=config) as session:
+                    opened = session
+                    admission.handshake_done_when(session.hello_received)
+                    admission.close_with(session._close_for_newcomer)
+                    self._sessions.add(session)
+                    self._described[session] = (transport, time.monotonic())
+                    self._totals.session_opened(transport)
+                    peer = session.peer_address
+                    log_session_open(peer, transport)
+                    try:
+                        await session.wait_closed()
+                    finally:
+                        self._sessions.discard(session)
+                        log_session_close(peer, transport, admission.evicted or session.close_reason or "session cancelled")
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:
-            self._admissions.leave(admission)
-            if opened:
+            if opened is not None:
                 # Once its tasks have all ended, so that every publication's
                 # elements are counted: then its figures move to the totals.
-                del self._described[opened[0]]
-                self._totals.session_ended(opened[0], transport)
-
-    async def _run_session(
-        self, stream: trio.abc.Stream, config: SessionConfig, transport: str, admission: Admission, opened: list[Session]
-    ) -> None:
-        async with open_stream_session(stream, app=self._routes, config=config) as session:
-            opened.append(session)
-            admission.handshake_done_when(session.hello_received)
-            admission.close_with(session._close_for_newcomer)
-            self._sessions.add(session)
-            self._described[session] = (transport, time.monotonic())
-            self._totals.session_opened(transport)
-            peer = session.peer_address
-            log_session_open(peer, transport)
-            try:
-                await session.wait_closed()
-            finally:
-                self._sessions.discard(session)
-                log_session_close(peer, transport, admission.evicted or session.close_reason or "session cancelled")
+                del self._described[opened]
+                self._totals.session_ended(opened, transport)
 
     def statistics(self) -> dict[str, Any]:
         """A snapshot of the whole server, as plain data (what ``/stats`` answers).
@@ -240,11 +234,8 @@ class Server:
             if admission is None:
                 await trio.aclose_forcefully(stream)  # (a burst beyond them: the client tries again)
                 return
-            try:
-                with admission.scope:
-                    await accept_http(stream, site)  # never an upgrade: upgrades=False
-            finally:
-                admissions.leave(admission)
+            with admissions.held(admission):
+                await accept_http(stream, site)  # never an upgrade: upgrades=False
 
         await serve_listeners(answer, listeners, task_status=task_status)
 
@@ -345,11 +336,8 @@ class Server:
         else:
             peer = peer_address(stream)
             websocket = None
-            try:
-                with admission.scope:
-                    websocket = await accept_http(stream, site)  # (cancelled: the stream is closed)
-            finally:
-                self._http_admissions.leave(admission)
+            with self._http_admissions.held(admission):
+                websocket = await accept_http(stream, site)  # (cancelled: the stream is closed)
             if websocket is None and admission.evicted is not None:
                 transport = "wss" if isinstance(stream, trio.SSLStream) else "ws"
                 log_connection_refused(peer, transport, admission.evicted)

@@ -505,11 +505,7 @@ class Session(Peer):
             subscription._on_end(error)
         self._subscriptions.clear()
         for handle in list(self._publications.values()):
-            handle.stop()
-            if handle.scope is not None:
-                self._stopping.add(handle)  # until its task has finished
-            else:
-                self._forget_name(handle)
+            self._stop_publication(handle)
         self._publications.clear()
         for handle in list(self._room_waiters):
             handle.wake()
@@ -534,6 +530,17 @@ class Session(Peer):
         # peer's names hold beyond it (and ``more_names``).
         streams = len(self._publications) + len(self._stopping) + len(self._subscriptions)
         return (streams + more) * STREAM_MEMORY_COST + self._names_memory + more_names
+
+    def _stop_publication(self, handle: PublicationHandle) -> None:
+        # Ended (the peer's cancel, or the session's end), as the caller
+        # takes it out of _publications: its stream's cost, name included,
+        # is freed once its task has finished (_end_publication), at once
+        # if it has none.
+        handle.stop()
+        if handle.scope is not None:
+            self._stopping.add(handle)
+        else:
+            self._forget_name(handle)
 
     def _forget_name(self, handle: PublicationHandle) -> None:
         # The publication has stopped: its name no longer counts. Once only.
@@ -1219,12 +1226,7 @@ class Session(Peer):
                 handle = self._publications.pop(event.subscriber, None)
                 if handle is not None:
                     handle.cancelled_by_subscriber = True
-                    handle.stop()
-                    if handle.scope is not None:
-                        # Its stream's cost is freed once its task has finished.
-                        self._stopping.add(handle)
-                    else:
-                        self._forget_name(handle)
+                    self._stop_publication(handle)
                     self._count_published(handle)  # now: it is gone from _publications
                     if self._budget_waiters:
                         # Its queue is freed.

@@ -123,16 +123,13 @@ class BridgeServer(abc.ABC, Generic[ConnectionT]):
         if admission is None:
             await self._refuse_logged(stream, peer, transport, "server shutting down" if self._closing else "server busy")
             return
-        try:
-            with admission.scope:
-                if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, self.handshake_timeout):
-                    # A plain URL at a TLS port: answered in its own terms.
-                    reason = f"this port speaks TLS: use {self.scheme}s://"
-                    await self._refuse_logged(stream.transport_stream, peer, transport, reason)
-                    return
-                await self._run_handler(stream, peer, transport, admission)
-        finally:
-            self._admissions.leave(admission)
+        with self._admissions.held(admission):
+            if isinstance(stream, trio.SSLStream) and await speaks_plain(stream, self.handshake_timeout):
+                # A plain URL at a TLS port: answered in its own terms.
+                reason = f"this port speaks TLS: use {self.scheme}s://"
+                await self._refuse_logged(stream.transport_stream, peer, transport, reason)
+                return
+            await self._run_handler(stream, peer, transport, admission)
 
     async def _run_handler(self, stream: trio.abc.Stream, peer: str, transport: str, admission: Admission) -> None:
         reason = "closed"

@@ -158,22 +158,6 @@ def _now_epoch() -> int:
     return time.time_ns() // 1000
 
 
-class _Slot:
-    # One accepted connection's place under max_connections: taken when it
-    # is accepted, given back once, when the connection ends (or when its
-    # handshake never got as far as a connection), not when the link it
-    # made ends: the link's task lives on in this connection's task.
-
-    __slots__ = ("_server", "admission")
-
-    def __init__(self, server: RelinkServer, admission: Admission) -> None:
-        self._server = server
-        self.admission = admission
-
-    def release(self) -> None:
-        self._server._admissions.leave(self.admission)  # (once)
-
-
 @dataclass(slots=True, eq=False)
 class _LiveLink:
     # A live link as the server keeps it: the application's handle; the
@@ -244,7 +228,7 @@ class RelinkServer:
         self.closing = trio.Event()
         self._links: dict[int, _LiveLink] = {}
         self._connections: set[RelinkConnection] = set()
-        # Connections accepted and not ended (_Slot); on a full server, a
+        # Connections accepted and not ended; on a full server, a
         # newcomer takes the place of the oldest still in its handshake.
         self._admissions = Admissions()
         self._serials = itertools.count(1)
@@ -341,7 +325,7 @@ class RelinkServer:
         entry = self._links.get(handle.state.link_id)
         return entry if entry is not None and entry.handle is handle else None
 
-    def _connection_ended(self, slot: _Slot, peer: str, transport: str, connection: RelinkConnection) -> None:
+    def _connection_ended(self, admission: Admission, peer: str, transport: str, connection: RelinkConnection) -> None:
         # Synchronous, from the connection's end (its link detached first):
         # its place under max_connections is free now, whatever becomes of
         # the link; and a peer's violation gets its one log line, as on every
@@ -349,7 +333,7 @@ class RelinkServer:
         # connector to come back, logs its session_close only when it ends.
         # (It stays in ``connections`` until its task ends: for the one that
         # made a link, when the link ends, as before; tests read its end there.)
-        slot.release()
+        self._admissions.leave(admission)  # (once: the serving task's end gives back nothing more)
         handle = connection.handle
         entry = self._entry_of(handle)
         if entry is not None and handle is not None and handle.connection is None:
@@ -375,17 +359,17 @@ class RelinkServer:
             log_connection_refused(peer, transport, "server shutting down" if self.closing.is_set() else busy, log=logger)
             await trio.aclose_forcefully(stream)  # (Relink has no word for it: the spec's refusal)
             return
-        slot = _Slot(self, admission)  # (taken before the first await)
-        try:
-            with admission.scope:
-                await self._serve_admitted(stream, peer, transport, slot)
-            if admission.evicted is not None:
-                log_session_close(peer, transport, admission.evicted, log=logger)
-                await trio.aclose_forcefully(stream)
-        finally:
-            slot.release()
+        # A connection's place is taken before the first await, and given
+        # back once: when the connection ends (or when its handshake never
+        # got as far as a connection), not when the link it made ends, whose
+        # task lives on in this connection's task.
+        with self._admissions.held(admission):
+            await self._serve_admitted(stream, peer, transport, admission)
+        if admission.evicted is not None:
+            log_session_close(peer, transport, admission.evicted, log=logger)
+            await trio.aclose_forcefully(stream)
 
-    async def _serve_admitted(self, stream: trio.abc.Stream, peer: str, transport: str, slot: _Slot) -> None:
+    async def _serve_admitted(self, stream: trio.abc.Stream, peer: str, transport: str, admission: Admission) -> None:
         try:
             try:
                 with trio.fail_after(self.settings.handshake_timeout):
@@ -414,11 +398,11 @@ class RelinkServer:
             machine.events()
             machine.data_to_send()
             machine.receive_data(opening.data)
-            on_end = partial(self._connection_ended, slot, peer, transport)
+            on_end = partial(self._connection_ended, admission, peer, transport)
             connection = RelinkConnection(stream, machine, self.settings, decide=self._decide, on_end=on_end)
             try:
                 async with open_connection(connection):
-                    slot.admission.handshake_done()  # (never closed for a newcomer from now on)
+                    admission.handshake_done()  # (never closed for a newcomer from now on)
                     if not connection.ended:
                         self._connections.add(connection)
                     entry = self._entry_of(connection.handle)

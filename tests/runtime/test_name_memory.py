@@ -121,7 +121,7 @@ def test_names_are_charged_while_their_streams_last(operations: list[tuple]) -> 
     trio.run(main)
 
 
-def test_a_long_name_is_charged_and_given_back() -> None:
+def test_the_long_names_of_the_property_are_charged_at_all() -> None:
     # (the property's premise: the long names above are charged at all)
     name = f"forever?{LONG_QUERY}"
     _, params = rstreams.SubscribeRequest.parse_name(name)
