@@ -30,6 +30,18 @@ _TRANSPORT_METRICS = (
     ("rstreams_bytes_received_total", "counter", "Transport bytes received.", "bytes_received"),
     ("rstreams_bytes_sent_total", "counter", "Transport bytes sent.", "bytes_sent"),
     ("rstreams_elements_sent_total", "counter", "Elements publishers have sent to subscribers.", "elements_sent"),
+    (
+        "rstreams_memory_bytes",
+        "gauge",
+        "Bytes the open sessions hold for their peers, in and out (each session's bounded by max_connection_memory).",
+        "memory_bytes",
+    ),
+    (
+        "rstreams_publications_stopping",
+        "gauge",
+        "Publications cancelled or ended whose publisher task has not finished yet.",
+        "publications_stopping",
+    ),
 )
 
 # (metric, type, help, key in a topic's entry)

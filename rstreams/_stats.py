@@ -15,6 +15,7 @@ shape (every key is documented in docs/operating.md)::
      "totals":     {COUNTS},
      "transports": {"tcp": {COUNTS, "sessions_opened"}, "ws": ..., ...},
      "sessions":   [{"peer", "transport", "age_seconds", COUNTS,
+                     "inbound_bytes", "outbound_bytes",
                      "open_streams": [{"stream", "direction", "name", "elements",
                                        "demand_outstanding"}]}],
      "topics":     [{"name", "capacity", "held", "published", "publishers",
@@ -22,7 +23,13 @@ shape (every key is documented in docs/operating.md)::
      "bridges":    {"emp": {"connections", "bytes_received", "bytes_sent"}, ...}}
 
 where COUNTS is ``sessions``, ``streams``, ``demand_outstanding``,
-``unbounded_streams``, ``bytes_received``, ``bytes_sent``, ``elements_sent``.
+``unbounded_streams``, ``bytes_received``, ``bytes_sent``, ``elements_sent``,
+``memory_bytes``, ``publications_stopping``.
+
+``memory_bytes`` is what a session holds for its peer now, both halves of
+``SessionConfig.max_connection_memory`` (``inbound_bytes`` plus
+``outbound_bytes``, as ``Session.statistics()`` reckons them): the figure
+an operator compares with that limit to find the peer that fills it.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ COUNT_KEYS = (
     "bytes_received",
     "bytes_sent",
     "elements_sent",
+    "memory_bytes",
+    "publications_stopping",
 )
 # Of those, the ones that only grow: a closed session's are kept in the totals.
 _CUMULATIVE_KEYS = ("bytes_received", "bytes_sent", "elements_sent")
@@ -117,6 +126,7 @@ def session_statistics(session: Session, transport: str, opened_at: float, now: 
                 "demand_outstanding": session._outstanding_demand(subscriber),
             }
         )
+    figures = session.statistics()  # (its memory, as the budget counts it)
     return {
         "peer": session.peer_address,
         "transport": transport,
@@ -128,6 +138,10 @@ def session_statistics(session: Session, transport: str, opened_at: float, now: 
         "bytes_received": session._bytes_in,
         "bytes_sent": session._bytes_out,
         "elements_sent": elements,
+        "memory_bytes": figures.inbound_bytes + figures.outbound_bytes,
+        "publications_stopping": figures.publications_stopping,
+        "inbound_bytes": figures.inbound_bytes,
+        "outbound_bytes": figures.outbound_bytes,
         "open_streams": streams,
     }
 

@@ -47,8 +47,9 @@ __all__ = ["add_parser", "render_table"]
 DESCRIPTION = """\
 Show a server's statistics as a table that refreshes every --interval seconds:
 per transport (sessions, streams, outstanding demand, elements and bytes, with
-rates), the busiest sessions (peer, transport, age, streams, elements/s,
-demand, bytes), the topics (lag, drops) and the bridges.
+rates, and the memory held for the peers), the busiest sessions (peer,
+transport, age, streams, elements/s, demand, bytes, memory), the topics (lag,
+drops) and the bridges.
 
 It reads the server's $stats publisher, which every rstreams server serves
 (`rstreams sub URL '$stats' --format json` prints the raw JSON records; `--format jsonl --decode json` each in an envelope).
@@ -141,6 +142,12 @@ def _rate(current: dict[str, Any], previous: dict[str, Any] | None, key: str, el
     return _quantity(max(0, current[key] - previous[key]) / elapsed)
 
 
+def _memory(counts: dict[str, Any]) -> str:
+    # What the sessions hold for their peers now; "-" for a record from a
+    # server older than the memory_bytes key.
+    return _quantity(counts["memory_bytes"]) if "memory_bytes" in counts else "-"
+
+
 def render_table(record: dict[str, Any], previous: dict[str, Any] | None, url: str) -> str:
     """One ``$stats`` record as text; rates against ``previous`` (None: no rates)."""
     elapsed = record["time"] - previous["time"] if previous is not None else 0.0
@@ -166,9 +173,10 @@ def render_table(record: dict[str, Any], previous: dict[str, Any] | None, url: s
                 _quantity(counts["bytes_received"]),
                 _quantity(counts["bytes_sent"]),
                 _rate(counts, last, "bytes_sent", elapsed),
+                _memory(counts),
             ]
         )
-    header = ["TRANSPORT", "SESSIONS", "STREAMS", "DEMAND", "ELEMENTS", "EL/S", "BYTES IN", "BYTES OUT", "OUT B/S"]
+    header = ["TRANSPORT", "SESSIONS", "STREAMS", "DEMAND", "ELEMENTS", "EL/S", "BYTES IN", "BYTES OUT", "OUT B/S", "MEMORY"]
     lines += _columns(header, rows)
 
     earlier = {(session["peer"], session["transport"]): session for session in (previous or {}).get("sessions", [])}
@@ -189,10 +197,12 @@ def render_table(record: dict[str, Any], previous: dict[str, Any] | None, url: s
                 _rate(session, last, "elements_sent", elapsed),
                 _quantity(session["demand_outstanding"]) + ("+inf" * bool(session["unbounded_streams"])),
                 _quantity(session["bytes_sent"]),
+                _memory(session),
             ]
             for _, session, last in sessions[:MAX_SESSIONS_SHOWN]
         ]
-        lines += ["", *_columns(["PEER", "TRANSPORT", "AGE", "STREAMS", "ELEMENTS", "EL/S", "DEMAND", "BYTES OUT"], rows)]
+        header = ["PEER", "TRANSPORT", "AGE", "STREAMS", "ELEMENTS", "EL/S", "DEMAND", "BYTES OUT", "MEMORY"]
+        lines += ["", *_columns(header, rows)]
         if len(sessions) > MAX_SESSIONS_SHOWN:
             lines.append(f"... and {len(sessions) - MAX_SESSIONS_SHOWN} more sessions")
     if record["topics"]:

@@ -21,6 +21,8 @@ def record(time: float, elements: int, bytes_sent: int) -> dict[str, object]:
         "bytes_received": 100,
         "bytes_sent": bytes_sent,
         "elements_sent": elements,
+        "memory_bytes": 70_000,
+        "publications_stopping": 0,
     }
     return {
         "time": time,
@@ -37,16 +39,26 @@ def test_the_table_shows_totals_rates_sessions_topics_and_bridges() -> None:
     first = render_table(record(100.0, 1000, 8000), None, "tcp://h:1")
     assert first.startswith("rstreams stats tcp://h:1   up 1h02m   accepting   sessions opened 7   refused 1\n")
     lines = first.splitlines()
-    assert lines[2].split() == ["TRANSPORT", "SESSIONS", "STREAMS", "DEMAND", "ELEMENTS", "EL/S", "BYTES", "IN", "BYTES", "OUT", "OUT", "B/S"]
-    assert lines[3].split() == ["tcp", "1", "1", "1.5k", "1k", "-", "100", "8k", "-"]  # no rates yet
+    assert lines[2].split() == ["TRANSPORT", "SESSIONS", "STREAMS", "DEMAND", "ELEMENTS", "EL/S", "BYTES", "IN", "BYTES", "OUT", "OUT", "B/S", "MEMORY"]
+    assert lines[3].split() == ["tcp", "1", "1", "1.5k", "1k", "-", "100", "8k", "-", "70k"]  # no rates yet
     assert "127.0.0.1:5000" in first and "1m05s" in first
     assert any(line.split()[:6] == ["chat", "10", "3/256", "2", "4", "6"] for line in lines)
     assert any(line.split() == ["emp", "10", "2"] for line in lines)
     second = render_table(record(102.0, 5000, 10000), record(100.0, 1000, 8000), "tcp://h:1")
     # (5000 - 1000) elements and (10000 - 8000) bytes over 2 s.
-    assert second.splitlines()[3].split() == ["tcp", "1", "1", "1.5k", "5k", "2k", "100", "10k", "1k"]
+    assert second.splitlines()[3].split() == ["tcp", "1", "1", "1.5k", "5k", "2k", "100", "10k", "1k", "70k"]
     session_line = next(line for line in second.splitlines() if line.startswith("127.0.0.1:5000"))
-    assert session_line.split()[5] == "2k"
+    assert session_line.split()[5] == "2k" and session_line.split()[-1] == "70k"
+
+
+def test_a_record_without_memory_figures_shows_a_dash() -> None:
+    # A record from a server older than memory_bytes: the table still draws.
+    old = record(100.0, 1000, 8000)
+    for counts in (old["totals"], old["transports"]["tcp"], old["sessions"][0]):  # type: ignore[index]
+        del counts["memory_bytes"]  # type: ignore[attr-defined]
+    lines = render_table(old, None, "tcp://h:1").splitlines()
+    assert lines[3].split()[-1] == "-"
+    assert next(line for line in lines if line.startswith("127.0.0.1:5000")).split()[-1] == "-"
 
 
 def test_stats_prints_tables_of_the_running_server(demo_server: ServeProcess) -> None:

@@ -45,6 +45,8 @@ def snapshot(**changes: object) -> dict[str, object]:
                 "bytes_received": 10,
                 "bytes_sent": 20,
                 "elements_sent": 30,
+                "memory_bytes": 40,
+                "publications_stopping": 2,
             }
         },
         "sessions": [],
@@ -70,6 +72,8 @@ def test_every_family_is_declared_and_every_figure_is_there() -> None:
     assert samples[("rstreams_bytes_received_total", 'transport="tcp"')] == 10
     assert samples[("rstreams_bytes_sent_total", 'transport="tcp"')] == 20
     assert samples[("rstreams_elements_sent_total", 'transport="tcp"')] == 30
+    assert samples[("rstreams_memory_bytes", 'transport="tcp"')] == 40
+    assert samples[("rstreams_publications_stopping", 'transport="tcp"')] == 2
     topic = 'topic="we\\"ird\\\\topic\\n"'
     assert [samples[(name, topic)] for name in (
         "rstreams_topic_held",

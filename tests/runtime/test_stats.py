@@ -193,3 +193,44 @@ async def test_a_publisher_subscribing_back_lists_that_stream_too() -> None:
     [back] = [stream for stream in streams if stream["direction"] == "subscribe"]
     assert back["name"] == "range?count=100" and back["elements"] >= 1
     assert back["elements"] + back["demand_outstanding"] == 3
+
+
+async def test_memory_held_for_the_peer_and_publications_still_stopping() -> None:
+    # What an operator compares with max_connection_memory, per session and
+    # in total: an open stream costs its nominal STREAM_MEMORY_COST, and so
+    # does a cancelled one whose publisher has not finished yet.
+    started, release = trio.Event(), trio.Event()
+
+    async def lingers(sink: rstreams.Sink) -> None:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await release.wait()  # (its cleanup outlives the cancel)
+
+    server = rstreams.Server(standard_app(lingers=lingers))
+
+    def figures() -> dict[str, Any]:
+        statistics = server.statistics()
+        session = only_session(statistics)
+        # The totals and the transport add up the sessions' figures.
+        for key in ("memory_bytes", "publications_stopping"):
+            assert statistics["totals"][key] == statistics["transports"]["tcp"][key] == session[key]
+        assert session["memory_bytes"] == session["inbound_bytes"] + session["outbound_bytes"]
+        return session
+
+    with trio.fail_after(TIMEOUT):
+        async with serving(server) as url, rstreams.open_session(url) as client:
+            await wait_for(lambda: len(server.statistics()["sessions"]) == 1)
+            assert figures()["memory_bytes"] < rstreams.STREAM_MEMORY_COST
+            async with client.subscribe("lingers"):
+                await started.wait()
+                session = figures()
+                assert session["memory_bytes"] >= rstreams.STREAM_MEMORY_COST and session["publications_stopping"] == 0
+            await wait_for(lambda: figures()["publications_stopping"] == 1)
+            session = figures()
+            assert session["streams"] == 0 and session["memory_bytes"] >= rstreams.STREAM_MEMORY_COST
+            release.set()
+            await wait_for(lambda: figures()["publications_stopping"] == 0)
+            assert figures()["memory_bytes"] < rstreams.STREAM_MEMORY_COST
