@@ -30,6 +30,13 @@ def test_the_page_shows_every_session_and_stream_of_the_server(page: Any, demo_s
         # The TCP client's session, its peer address and its stream; the page's own $stats stream.
         assert "\ttcp\t" in text and "→ ticker?interval=0.02" in text and "→ $stats" in text
         assert "127.0.0.1:" in text
+        # Each session's memory held for its peer, last in its row (the
+        # sessions with a stream open hold its STREAM_MEMORY_COST, 6 KiB).
+        memory = page.eval_on_selector_all(
+            "#server-sessions tr.session", "(rows) => rows.map((row) => row.lastElementChild.textContent)"
+        )
+        assert memory and all(cell.split(" ")[-1] in ("B", "KiB", "MiB") for cell in memory), memory
+        assert any(cell.endswith(" KiB") for cell in memory), memory
         summary = page.inner_text("#server-summary")
         assert "sessions" in summary and "streams" in summary and "up " in summary
         # A stream name is text, never markup.
