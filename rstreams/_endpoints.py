@@ -4,23 +4,23 @@ Served on every WebSocket listener (next to the page and the WebSocket
 endpoint) and on a listener of their own (``Server.serve_metrics``, for
 servers without WebSocket). Each answer is made when the request arrives,
 from one statistics snapshot: nothing is kept up to date in between, so the
-streams pay nothing for being observable.
+streams pay nothing for being observable. The snapshot is fresh unless
+requests come so fast that taking them would cost the server more than a
+set share of a core (``_snapshots``); then they share the newest one.
 
 * ``/healthz``: ``200 ok`` while the server accepts connections, ``503``
   once it is shutting down (a load balancer then stops sending new ones).
-* ``/stats``: the snapshot as JSON (``_stats``).
+* ``/stats``: the snapshot as JSON (``_stats``), with its ``time`` as in ``$stats``.
 * ``/metrics``: the snapshot in the Prometheus text format (``_metrics_text``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any
 
 from ._http import Endpoint
 from ._metrics_text import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ._metrics_text import prometheus_text
+from ._snapshots import SharedStatistics
 
 __all__ = ["HEALTH_PATH", "STATS_PATH", "METRICS_PATH", "operator_endpoints"]
 
@@ -31,8 +31,8 @@ METRICS_PATH = "/metrics"
 _TEXT = "text/plain; charset=utf-8"
 
 
-def operator_endpoints(statistics: Callable[[], dict[str, Any]], accepting: Callable[[], bool]) -> dict[str, Endpoint]:
-    """The three endpoints, answering from ``statistics()`` and ``accepting()``."""
+def operator_endpoints(snapshots: SharedStatistics, accepting: Callable[[], bool]) -> dict[str, Endpoint]:
+    """The three endpoints, answering from ``snapshots`` and ``accepting()``."""
 
     def health() -> tuple[int, str, bytes]:
         if accepting():
@@ -40,9 +40,9 @@ def operator_endpoints(statistics: Callable[[], dict[str, Any]], accepting: Call
         return 503, _TEXT, b"shutting down\n"
 
     def stats() -> tuple[int, str, bytes]:
-        return 200, "application/json", json.dumps(statistics(), separators=(",", ":")).encode() + b"\n"
+        return 200, "application/json", snapshots.recent().record() + b"\n"
 
     def metrics() -> tuple[int, str, bytes]:
-        return 200, METRICS_CONTENT_TYPE, prometheus_text(statistics()).encode()
+        return 200, METRICS_CONTENT_TYPE, snapshots.recent().metrics()
 
     return {HEALTH_PATH: health, STATS_PATH: stats, METRICS_PATH: metrics}

@@ -30,6 +30,7 @@ from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http
 from ._endpoints import operator_endpoints
 from ._logs import log_connection_refused, log_session_close, log_session_open, peer_address, transport_name
 from ._stats import ServerTotals, StatisticsSource, server_statistics
+from ._snapshots import SharedStatistics
 from ._stats_publisher import STATS_PUBLISHER, ServerRoutes, stats_route
 from ._publish import Router
 from ._session import Session, open_stream_session
@@ -89,8 +90,11 @@ class Server:
     ) -> None:
         if max_connections is not None and (type(max_connections) is not int or max_connections <= 0):
             raise ValueError(f"max_connections must be a positive int or None, got {max_connections!r}")
+        # The snapshots peers ask for ($stats, /stats, /metrics): shared
+        # within a CPU budget, however many ask.
+        self._snapshots = SharedStatistics(self.statistics)
         # What sessions resolve names with: self.app, then $stats.
-        self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self.statistics)})
+        self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self._snapshots)})
         self.config = DEFAULT_SERVER_CONFIG if config is None else config
         if authenticate is not None or authorize is not None:
             self.config = dataclasses.replace(
@@ -178,7 +182,11 @@ class Server:
                 self._totals.session_ended(opened, transport)
 
     def statistics(self) -> dict[str, Any]:
-        """A snapshot of the whole server, as plain data (what ``/stats`` answers).
+        """A fresh snapshot of the whole server, as plain data.
+
+        What ``/stats``, ``/metrics`` and ``$stats`` serve, with ``time``
+        added; they share snapshots within a CPU budget (``_snapshots``),
+        while this call, the application's own, always takes a new one.
 
         Sessions, streams, outstanding demand, bytes and elements, in total,
         per transport and per session; the topics mounted on the app (lag
@@ -199,7 +207,7 @@ class Server:
 
     def operator_endpoints(self) -> dict[str, Endpoint]:
         """``/healthz``, ``/stats`` and ``/metrics`` for an HTTP listener (see ``_endpoints``)."""
-        return operator_endpoints(self.statistics, lambda: not self._closing)
+        return operator_endpoints(self._snapshots, lambda: not self._closing)
 
     async def serve_metrics(
         self,

@@ -1,9 +1,10 @@
 """``$stats``: a server's statistics as a stream, one record a second.
 
 Every :class:`rstreams.Server` serves the publisher ``$stats`` next to its
-app's: each element is one JSON object (UTF-8; the route's codec is
-``json``), the snapshot of :meth:`rstreams.Server.statistics` with the
-wall-clock ``time`` (seconds since the epoch) added. The first record goes
+app's: each element is one JSON object (UTF-8, encoded once per snapshot
+and shared by every stream), the snapshot of
+:meth:`rstreams.Server.statistics` with the wall-clock ``time`` (seconds
+since the epoch) added. The first record goes
 out at once, then one every ``interval`` seconds (default 1) for as long as
 the subscriber asks, or ``count`` records (default: no end)::
 
@@ -18,19 +19,20 @@ other name to the app (the server's current one: assigning ``server.app``
 switches it).
 
 Demand paces it like any stream: a subscriber that stops asking stops
-getting records, and nothing is built for it meanwhile.
+getting records, and nothing is built for it meanwhile. However many
+streams ask, the snapshots cost the server at most a set share of a core
+(``_snapshots``): beyond it, streams share the newest one.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import trio
 
 from ._codecs import CodecLike
 from ._publish import RESERVED_PREFIX, Route, RouteLike, Router, Sink, SubscribeRequest
+from ._snapshots import SharedStatistics
 
 __all__ = ["STATS_PUBLISHER", "DEFAULT_STATS_INTERVAL", "MIN_STATS_INTERVAL", "stats_route", "ServerRoutes"]
 
@@ -39,28 +41,35 @@ STATS_PUBLISHER = RESERVED_PREFIX + "stats"
 #: Seconds between two records.
 DEFAULT_STATS_INTERVAL = 1.0
 #: The shortest interval a subscriber may ask for (a snapshot walks every
-#: session and stream: a few hundred a second at most is plenty).
+#: session and stream; and the snapshots peers get are shared within a CPU
+#: budget, see ``_snapshots``).
 MIN_STATS_INTERVAL = 0.01
 
 
-def stats_route(statistics: Callable[[], dict[str, Any]]) -> Route:
-    """The ``$stats`` route, publishing ``statistics()`` (JSON) every interval."""
+def stats_route(snapshots: SharedStatistics) -> Route:
+    """The ``$stats`` route: a snapshot from ``snapshots`` (JSON) every interval.
+
+    Snapshots are shared within a CPU budget (``_snapshots``): however many
+    ``$stats`` streams peers hold, the server spends at most a set share of
+    a core on taking and encoding them, and beyond that a stream gets the
+    newest snapshot it has not sent yet, once there is one.
+    """
 
     async def publish_statistics(sink: Sink, request: SubscribeRequest) -> None:
         interval = request.float_param("interval", DEFAULT_STATS_INTERVAL, minimum=MIN_STATS_INTERVAL)
         count = request.int_param("count", 0, minimum=0)  # 0: no end
         sent = 0
+        snapshot = None
         while True:
             await sink.wait_demand()  # the snapshot is taken when it can go out
-            record = statistics()
-            record["time"] = round(time.time(), 3)
-            await sink.send(record)
+            snapshot = await snapshots.newer_than(snapshot)
+            await sink.send(snapshot.record())  # (encoded once, shared by every stream)
             sent += 1
             if sent == count:
                 return
             await trio.sleep(interval)
 
-    return Route(publish_statistics, codec="json")
+    return Route(publish_statistics)
 
 
 class ServerRoutes(Router):
