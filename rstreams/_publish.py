@@ -94,6 +94,7 @@ import trio
 
 from ._codecs import Codec, CodecLike, resolve_codec
 from ._config import SessionConfig
+from ._cpu_budget import CpuBudget
 from ._errors import InvalidParameter
 from ._peer import Peer
 from ._subscribe import CHECKPOINT_INTERVAL
@@ -833,6 +834,17 @@ PING_PATH = "$ping"
 #: "no such publisher" names the closest known paths only for routers up to
 #: this size, so that a flood of unknown names costs little on huge ones.
 MAX_ROUTES_TO_SUGGEST = 1000
+#: ... and only for paths up to this long: a typo is short, and comparing a
+#: long path with every route costs in proportion to both (7 ms for 60 KB
+#: against the demo's 9 routes).
+MAX_PATH_TO_SUGGEST = 256
+#: What a router's suggestions for peers may cost (a ``CpuBudget``: seconds
+#: of CPU at once, and the share of a core over time). A 21-character typo
+#: among 1,000 routes takes 34 ms to match, so a peer repeating typos would
+#: otherwise buy the whole core; beyond the budget, "no such publisher"
+#: comes without "closest".
+SUGGESTION_BUDGET_BURST = 0.05
+SUGGESTION_BUDGET_SHARE = 0.02
 
 
 class Router:
@@ -853,6 +865,7 @@ class Router:
     def __init__(self, routes: Mapping[str, RouteLike] | None = None) -> None:
         self._routes: dict[str, Route] = {}
         self._reserved = {PUBLISHERS_PATH: Route(self._list_routes, codec="json"), PING_PATH: Route(_complete_at_once)}
+        self._suggestions = CpuBudget(SUGGESTION_BUDGET_BURST, SUGGESTION_BUDGET_SHARE)
         for path, route in (routes or {}).items():
             self.add(path, route)
 
@@ -907,6 +920,20 @@ class Router:
         paths = [known for known in self._routes if not known.startswith(RESERVED_PREFIX)]
         return difflib.get_close_matches(path, paths, n=count)
 
+    def suggest(self, path: str) -> list[str]:
+        """:meth:`closest_paths` for a path a peer asked for, within a budget.
+
+        What "no such publisher" names: nothing for a path longer than
+        :data:`MAX_PATH_TO_SUGGEST`, nor once suggestions have cost this
+        router more CPU than :data:`SUGGESTION_BUDGET_BURST` at once or
+        :data:`SUGGESTION_BUDGET_SHARE` of a core over time, so that a peer
+        repeating unknown names cannot make the matching its weapon.
+        """
+        if len(path) > MAX_PATH_TO_SUGGEST or not self._suggestions.allows():
+            return []
+        with self._suggestions.spend():
+            return self.closest_paths(path)
+
     async def _list_routes(self, sink: Sink) -> None:
         # A snapshot at subscribe time, sent as demand allows: the app's
         # routes, not the runtime's own $ ones (docs/PROTOCOL.md lists those).
@@ -955,9 +982,10 @@ def unknown_publisher_message(name: str, path: str, app: Router | None) -> str:
     """The onError text for a subscribe to a path ``app`` does not serve.
 
     ``no such publisher: NAME``, then the closest known paths if any look
-    alike: ``no such publisher: rnage (closest: range)``.
+    alike: ``no such publisher: rnage (closest: range)`` (within the
+    router's budget for suggestions: :meth:`Router.suggest`).
     """
-    closest = app.closest_paths(path) if app is not None else []
+    closest = app.suggest(path) if app is not None else []
     if closest:
         return f"no such publisher: {name} (closest: {', '.join(closest)})"
     return f"no such publisher: {name}"

@@ -110,8 +110,12 @@ class ServerRoutes(Router):
         return route
 
     def closest_paths(self, path: str, count: int = 3) -> list[str]:
-        """The app's paths that look like ``path`` (for "no such publisher")."""
+        """The app's paths that look like ``path``."""
         return self._app.closest_paths(path, count)
+
+    def suggest(self, path: str) -> list[str]:
+        """The app's suggestions for "no such publisher", within the app's budget."""
+        return self._app.suggest(path)
 
     @property
     def paths(self) -> list[str]:

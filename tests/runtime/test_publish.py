@@ -18,6 +18,7 @@ import trio.testing
 
 import rstreams
 import rstreams.testing
+from rstreams._cpu_budget import CpuBudget
 
 from rstreams.protocol import Goodbye, Hello, MessageDecoder, OnComplete, OnError, OnNext, Subscribe, Subscribed, encode
 
@@ -1161,6 +1162,36 @@ async def test_an_unknown_name_is_answered_with_the_closest_paths(connect) -> No
             with pytest.raises(rstreams.UnknownPublisher) as info:
                 await client.fetch("zzz", 1)
             assert info.value.message == "no such publisher: zzz"
+
+
+async def test_suggestions_stop_for_long_names_and_beyond_their_budget(connect) -> None:
+    # Matching a name with every route is the server's courtesy: among 1,000
+    # routes a 21-character typo takes 34 ms, so a peer repeating typos must
+    # not buy the core with it. A timer that moves 10 ms each time it is
+    # read makes each suggestion cost exactly that.
+    app = rstreams.Router({path: range_publisher_for_listing for path in ("ticker", "tickets")})
+    ticks, now = iter(range(10_000)), [0.0]
+    app._suggestions = CpuBudget(0.015, 0.01, clock=lambda: now[0], timer=lambda: next(ticks) / 100)
+    with_closest = "no such publisher: tickr (closest: ticker, tickets)"
+    with trio.fail_after(10):
+        async with connect(app) as (client, server):
+            long_name = "tickr" + "r" * rstreams._publish.MAX_PATH_TO_SUGGEST
+            with pytest.raises(rstreams.UnknownPublisher) as info:
+                await client.fetch(long_name, 1)
+            assert info.value.message == f"no such publisher: {long_name}"  # (and nothing spent)
+            messages = []
+            for _ in range(3):
+                with pytest.raises(rstreams.UnknownPublisher) as info:
+                    await client.fetch("tickr", 1)
+                messages.append(info.value.message)
+            # 15 ms of budget: two suggestions (the second overdraws), then none.
+            assert messages == [with_closest, with_closest, "no such publisher: tickr"]
+            now[0] += 1.0  # 10 ms refilled: 5 ms above 0
+            with pytest.raises(rstreams.UnknownPublisher) as info:
+                await client.fetch("tickr", 1)
+            assert info.value.message == with_closest
+    # The application's own call is not budgeted.
+    assert app.closest_paths("tickr") == ["ticker", "tickets"]
 
 
 async def test_ping_completes_at_once_with_nothing(connect) -> None:

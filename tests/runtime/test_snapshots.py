@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rstreams
+from rstreams._cpu_budget import CpuBudget
 from rstreams._snapshots import SharedStatistics
 
 from ._support import standard_app
@@ -48,7 +49,7 @@ def counting(fake: FakeTime, cost: float) -> tuple[list[int], Any]:
 def test_fresh_within_the_budget_then_the_newest_is_shared_until_it_refills() -> None:
     fake = FakeTime()
     taken, take = counting(fake, 3 / 64)  # (binary fractions: the sums are exact)
-    shared = SharedStatistics(take, burst=1 / 8, share=1 / 16, clock=fake.clock, timer=fake.timer)
+    shared = SharedStatistics(take, CpuBudget(1 / 8, 1 / 16, clock=fake.clock, timer=fake.timer))
     # 8/64 of burst: 5/64 and 2/64 left, then -1/64 (the last one overdraws).
     first = [shared.recent() for _ in range(3)]
     assert [snapshot.statistics["n"] for snapshot in first] == [1, 2, 3]
@@ -67,7 +68,7 @@ def test_each_encoding_is_made_once_and_charged() -> None:
     fake = FakeTime()
     ticks = iter(range(1_000))
     take = rstreams.Server(standard_app()).statistics
-    shared = SharedStatistics(take, burst=0.1, share=0.05, clock=fake.clock, timer=lambda: float(next(ticks)))
+    shared = SharedStatistics(take, CpuBudget(0.1, 0.05, clock=fake.clock, timer=lambda: float(next(ticks))))
     snapshot = shared.recent()  # 0.1 - 1 = -0.9
     record = snapshot.record()  # -1.9: the encoding is charged too
     assert json.loads(record) == snapshot.statistics and "time" in snapshot.statistics
@@ -81,7 +82,23 @@ def test_each_encoding_is_made_once_and_charged() -> None:
 @pytest.mark.parametrize("burst, share", [(0.0, 0.05), (0.1, 0.0), (0.1, 1.5), (-1.0, 0.1)])
 def test_a_budget_must_be_positive(burst: float, share: float) -> None:
     with pytest.raises(ValueError):
-        SharedStatistics(dict, burst=burst, share=share)
+        CpuBudget(burst, share)
+
+
+def test_a_budget_charges_what_a_block_takes_even_when_it_raises() -> None:
+    fake = FakeTime()
+    budget = CpuBudget(1 / 4, 1 / 8, clock=fake.clock, timer=fake.timer)
+    with pytest.raises(KeyError), budget.spend():
+        fake.spent += 1 / 2
+        raise KeyError("the work failed")
+    assert not budget.allows() and budget.seconds_until_allowed() == 2.0  # a debt of 1/4 at 1/8 a second
+    fake.now += 2.0
+    assert not budget.allows()  # (back to 0 exactly: not above)
+    fake.now += 1 / 8
+    assert budget.allows() and budget.seconds_until_allowed() == 0.0
+    fake.now += 100.0  # the refill stops at the burst
+    budget.charge(1 / 4)
+    assert not budget.allows()
 
 
 @settings(max_examples=200, deadline=None)
@@ -108,13 +125,13 @@ def test_snapshots_never_cost_more_than_the_budget(steps: list[tuple[float, floa
         return {}
 
     burst, share = 0.1, 0.05
-    shared = SharedStatistics(take, burst=burst, share=share, clock=fake.clock, timer=fake.timer)
+    shared = SharedStatistics(take, CpuBudget(burst, share, clock=fake.clock, timer=fake.timer))
     for (wait, cost), count in zip(steps, asks):
         fake.now += wait
         cost_now[0] = cost
         for _ in range(count):
             before = shared.taken
-            budget_left = shared._may_take()
+            budget_left = shared.budget.allows()
             shared.recent()
             assert (shared.taken == before + 1) == (budget_left or before == 0)
         assert sum(costs) <= burst + share * fake.now + max(costs, default=0.0) + 1e-9
@@ -126,8 +143,7 @@ async def test_many_stats_streams_share_snapshots_and_each_still_gets_its_record
     # record per request, each newer than its last.
     server = rstreams.Server(standard_app())
     snapshots = server._snapshots
-    snapshots._burst = snapshots._tokens = 1e-9
-    snapshots._share = 0.002
+    snapshots.budget = CpuBudget(1e-9, 0.002)
     streams, records = 20, 3
     received: dict[int, list[dict[str, Any]]] = {}
     with trio.fail_after(TIMEOUT):

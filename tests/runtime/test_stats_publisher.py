@@ -78,3 +78,17 @@ async def test_a_session_without_a_server_has_no_stats() -> None:
         async with rstreams.testing.session_pair(server_app=standard_app()) as (client, _):
             with pytest.raises(rstreams.UnknownPublisher):
                 await client.fetch("$stats", 1)
+
+
+async def test_a_servers_sessions_suggest_within_the_apps_budget() -> None:
+    # The server's routes hand suggestions to the app's own budget: one budget
+    # per app, however the sessions reach it.
+    app = standard_app()
+    app._suggestions.charge(1.0)  # spent for the next 50 s
+    server = rstreams.Server(app)
+    assert app.closest_paths("rnage") == ["range"]
+    with trio.fail_after(TIMEOUT):
+        async with serving(server) as url, rstreams.open_session(url) as client:
+            with pytest.raises(rstreams.UnknownPublisher) as info:
+                await client.fetch("rnage", 1)
+    assert info.value.message == "no such publisher: rnage"
