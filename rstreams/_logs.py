@@ -44,6 +44,7 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -60,19 +61,74 @@ __all__ = [
     "log_connection_refused",
     "peer_text",
     "PEER_TEXT_LOGGED",
+    "LogThrottle",
+    "LOG_LINES_BURST",
+    "LOG_LINES_INTERVAL",
 ]
 
 logger = logging.getLogger("rstreams")
 
 #: The ``extra=`` attributes the runtime's records may carry; the JSON
 #: formatter copies those present into the object.
-RECORD_FIELDS = ("event", "peer", "transport", "reason", "origin", "stream", "publisher")
+RECORD_FIELDS = ("event", "peer", "transport", "reason", "origin", "stream", "publisher", "not_logged")
 
 
 #: How many characters of a peer's text a log line quotes: enough to read
 #: what went wrong, while a peer's 60 KB error message costs the log one
 #: short line.
 PEER_TEXT_LOGGED = 300
+
+
+#: Lines about one session's streams (a bad parameter, a publisher failing)
+#: that reach the log at once; after them, one every LOG_LINES_INTERVAL
+#: seconds, each saying how many were not logged since.
+LOG_LINES_BURST = 20
+LOG_LINES_INTERVAL = 10.0
+
+
+class LogThrottle:
+    """How many lines about one peer's streams reach the log.
+
+    A peer decides how often its streams fail: 64 pipelined subscribes with a
+    bad parameter made 7,700 ``bad_input`` lines a second (1.2 MB/s, some
+    100 GB a day) at ``--log-level info``, and a publisher that fails on a
+    peer's input logs a traceback each time even at the default level. The
+    first :data:`LOG_LINES_BURST` lines of a session are written; after them,
+    one every :data:`LOG_LINES_INTERVAL` seconds, which says how many were
+    not (its ``not_logged`` field), and the session's ``session_close`` line
+    says how many were not logged since the last one.
+
+    Args:
+        burst: lines written before the pace applies.
+        interval: seconds between two lines after the burst.
+        clock: monotonic seconds (a test's own).
+    """
+
+    __slots__ = ("_left", "_interval", "_next_at", "_clock", "not_logged")
+
+    def __init__(
+        self, burst: int = LOG_LINES_BURST, interval: float = LOG_LINES_INTERVAL, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._left = burst
+        self._interval = interval
+        self._clock = clock
+        self._next_at = 0.0
+        #: Lines not logged since the last one that was.
+        self.not_logged = 0
+
+    def admit(self) -> int | None:
+        """None: skip this line. Else write it, saying that the returned
+        number of lines before it were not logged (usually 0)."""
+        if self._left > 0:
+            self._left -= 1
+        else:
+            now = self._clock()
+            if now < self._next_at:
+                self.not_logged += 1
+                return None
+            self._next_at = now + self._interval
+        skipped, self.not_logged = self.not_logged, 0
+        return skipped
 
 
 def peer_text(text: str, limit: int = PEER_TEXT_LOGGED) -> str:

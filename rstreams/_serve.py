@@ -171,7 +171,13 @@ class Server:
                         await session.wait_closed()
                     finally:
                         self._sessions.discard(session)
-                        log_session_close(peer, transport, admission.evicted or session.close_reason or "session cancelled")
+                        not_logged = session.lines_not_logged
+                        log_session_close(
+                            peer,
+                            transport,
+                            admission.evicted or session.close_reason or "session cancelled",
+                            detail=f"({not_logged} lines about its streams not logged since the last)" if not_logged else "",
+                        )
         except Exception:
             logger.exception("session ended with an unexpected error")
         finally:

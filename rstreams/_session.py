@@ -61,7 +61,7 @@ from ._errors import (
     InvalidParameter,
 )
 from ._groups import caller_sees_its_own_exception, without_consequences
-from ._logs import peer_address, peer_text, transport_name
+from ._logs import LogThrottle, peer_address, peer_text, transport_name
 from ._loopback import unpace_loopback
 from ._peer import DEFAULT_PREFETCH, Peer
 from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
@@ -252,6 +252,8 @@ class Session(Peer):
         # subscribes and cancels at once has as many live tasks as it sends
         # pairs, each charged nothing.
         self._stopping: set[PublicationHandle] = set()
+        # Paces the lines about the peer's streams (made at the first one).
+        self._log_throttle: LogThrottle | None = None
         # What the peer's publisher names hold beyond the streams' nominal
         # cost, publications stopping included (PublicationHandle.name_memory).
         self._names_memory = 0
@@ -1253,7 +1255,19 @@ class Session(Peer):
         logger.debug("%s stream %d: " + message, self.peer_address, subscriber, *args, extra=extra)
 
     def _log_publisher_failure(self, name: str, exc: Exception, handle: PublicationHandle) -> None:
-        if isinstance(exc, (InvalidParameter, PublisherError)):
+        peers_doing = isinstance(exc, (InvalidParameter, PublisherError))
+        if not logger.isEnabledFor(logging.INFO if peers_doing else logging.WARNING):
+            return
+        # The peer decides how often its streams fail: the session's lines
+        # about them are paced (LogThrottle), each saying how many were not
+        # logged before it.
+        if self._log_throttle is None:
+            self._log_throttle = LogThrottle()
+        skipped = self._log_throttle.admit()
+        if skipped is None:
+            return
+        after = f" ({skipped} such lines of this session not logged before this one)" if skipped else ""
+        if peers_doing:
             # The peer's doing: a subscriber's bad parameter, or an onError
             # on a stream the publisher relays (a topic's NAME/publish, an
             # echo). Its onError says why; the log gets one line with the
@@ -1261,12 +1275,21 @@ class Session(Peer):
             peer = self.peer_address
             publisher, reason = peer_text(name), peer_text(str(exc))
             extra = {"event": "bad_input", "peer": peer, "stream": handle.subscriber, "publisher": publisher, "reason": reason}
+            if skipped:
+                extra["not_logged"] = skipped
             if isinstance(exc, InvalidParameter):
-                logger.info("%s asked publisher '%s' with a bad parameter: %s", peer, publisher, reason, extra=extra)
+                logger.info("%s asked publisher '%s' with a bad parameter: %s%s", peer, publisher, reason, after, extra=extra)
             else:
-                logger.info("%s: publisher '%s' ended, a stream it relays failed: %s", peer, publisher, reason, extra=extra)
+                logger.info("%s: publisher '%s' ended, a stream it relays failed: %s%s", peer, publisher, reason, after, extra=extra)
         else:
-            logger.warning("publisher '%s' failed; sending onError", peer_text(name), exc_info=True)
+            fields = {"not_logged": skipped} if skipped else {}
+            logger.warning("publisher '%s' failed; sending onError%s", peer_text(name), after, exc_info=True, extra=fields)
+
+    @property
+    def lines_not_logged(self) -> int:
+        """Lines about this session's streams that its log throttle has held
+        back since the last one written (``LogThrottle``)."""
+        return self._log_throttle.not_logged if self._log_throttle is not None else 0
 
     @staticmethod
     def _publisher_error(subscription: StreamReceiver, message: str) -> PublisherError:

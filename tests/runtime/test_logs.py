@@ -17,9 +17,11 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rstreams
-from rstreams._logs import JsonFormatter, peer_address, transport_name
+from rstreams._logs import LOG_LINES_BURST, LOG_LINES_INTERVAL, JsonFormatter, LogThrottle, peer_address, transport_name
 
 from ._support import standard_app, wait_for
 
@@ -100,6 +102,65 @@ async def test_a_publisher_bug_still_logs_its_traceback(caplog: pytest.LogCaptur
                     await client.fetch("broken", 1)
     assert not events(caplog, "bad_input")
     assert [record for record in caplog.records if record.exc_info and record.levelno == logging.WARNING]
+
+
+def test_a_log_throttle_writes_a_burst_then_one_line_an_interval_with_the_count_skipped() -> None:
+    now = [0.0]
+    throttle = LogThrottle(3, 10.0, clock=lambda: now[0])
+    assert [throttle.admit() for _ in range(3)] == [0, 0, 0]
+    assert throttle.admit() == 0  # (the first paced line: none skipped yet)
+    assert [throttle.admit() for _ in range(5)] == [None] * 5 and throttle.not_logged == 5
+    now[0] += 9.9
+    assert throttle.admit() is None
+    now[0] += 0.1
+    assert throttle.admit() == 6 and throttle.not_logged == 0
+    assert throttle.admit() is None and throttle.not_logged == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(min_value=0, max_value=30), st.integers(min_value=0, max_value=50)), max_size=40))
+def test_a_log_throttle_accounts_for_every_line(steps: list[tuple[float, int]]) -> None:
+    # Any pace of failures: every line is written or counted in a later one
+    # (or in not_logged, for the session's last word), and at most the burst
+    # plus one line an interval reach the log.
+    now = [0.0]
+    throttle = LogThrottle(LOG_LINES_BURST, LOG_LINES_INTERVAL, clock=lambda: now[0])
+    written = reported = asked = 0
+    for wait, count in steps:
+        now[0] += wait
+        for _ in range(count):
+            asked += 1
+            skipped = throttle.admit()
+            if skipped is not None:
+                written += 1
+                reported += skipped
+    assert written + reported + throttle.not_logged == asked
+    assert written <= LOG_LINES_BURST + 1 + now[0] / LOG_LINES_INTERVAL
+
+
+async def test_a_peer_repeating_bad_parameters_cannot_fill_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    # 7,700 bad_input lines a second from one connection (some 100 GB a day)
+    # before; now the first LOG_LINES_BURST, then one every interval, and
+    # the session's close line says how many were not written.
+    caplog.set_level(logging.INFO, logger="rstreams")
+    server = rstreams.Server(standard_app())
+    failures = 200
+    with trio.fail_after(TIMEOUT):
+        started = trio.current_time()
+        async with tcp_server(server) as url:
+            async with rstreams.open_session(url) as client:
+                for _ in range(failures):
+                    with pytest.raises(rstreams.PublisherError):
+                        await client.fetch("range?count=many", 1)
+            await wait_for(lambda: bool(events(caplog, "session_close")))
+        elapsed = trio.current_time() - started
+    lines = events(caplog, "bad_input")
+    [closed] = events(caplog, "session_close")
+    not_logged = [getattr(line, "not_logged", 0) for line in lines]
+    final = int(closed.getMessage().split("(")[1].split(" ")[0])
+    assert "lines about its streams not logged since the last" in closed.getMessage()
+    assert len(lines) + sum(not_logged) + final == failures
+    assert LOG_LINES_BURST < len(lines) <= LOG_LINES_BURST + 2 + elapsed / LOG_LINES_INTERVAL
 
 
 async def test_a_protocol_error_is_one_line_with_the_peer(caplog: pytest.LogCaptureFixture) -> None:
