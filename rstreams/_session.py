@@ -1138,7 +1138,14 @@ class Session(Peer):
                 else:
                     events = conn.events(_DISPATCH_BATCH)
                     if not events:
-                        break
+                        if not conn.parse_paused:
+                            break
+                        # Messages that left no event (cancels of finished
+                        # streams): they count toward the step as events.
+                        dispatched += _DISPATCH_BATCH
+                        if dispatched >= _EVENTS_PER_STEP:
+                            return None
+                        continue
                 self._dispatching = True
                 try:
                     self._dispatch(events, hold=hold)
@@ -1151,7 +1158,7 @@ class Session(Peer):
                     if conn.has_data_to_send:
                         self._send_queued()  # the answers so far
                     return None
-                dispatched += len(events)
+                dispatched += _DISPATCH_BATCH if conn.parse_paused else len(events)
                 if dispatched >= _DISPATCH_BATCH and conn.has_data_to_send:
                     self._send_queued()
                     return None

@@ -320,6 +320,9 @@ class Connection:
         self._waiting: deque[memoryview] = deque()
         self._fed = 0
         self._message_end = 0
+        #: True when the last events() stopped at its max_events with
+        #: messages left that it may not have turned into events: call again.
+        self.parse_paused = False
         self._run_subscriber = 0
         # The byte count of the run's first _run_counted elements: what
         # _receive_runs took it counts (header size times elements), and what
@@ -589,9 +592,15 @@ class Connection:
             max_events: stop parsing once at least this many events are
                 collected (a run of onNext for one stream is one event, and
                 the run ending at a control message is flushed with it, so
-                one more may come); the rest stays buffered for the next
-                call. An I/O layer uses it to act on the first answers of a
-                large read (write them) before it has parsed the whole read.
+                one more may come), or this many messages were handled that
+                may leave none (control messages; elements of a cancelled
+                stream); the rest stays buffered for the next call. An I/O
+                layer uses it to act on the first answers of a large read
+                (write them) before it has parsed the whole read, and to
+                take turns with other connections: a read of cancels naming
+                finished streams gives no event, and parsed whole it was
+                65,000 messages in one step. :attr:`parse_paused` is then
+                True, and the events returned may be none: call again.
 
         A batch never holds a subscribe together with a later cancel or
         request(n <= 0) for the same Id: such a message ends the batch and is
@@ -617,6 +626,7 @@ class Connection:
                 # runs.
                 del error
         events: list[Event] = []
+        self.parse_paused = False
         if self._answer_pending:
             self._answer_pending.clear()  # the last batch's subscribes are answered
         if self._state in _DEAF_STATES or (
@@ -717,6 +727,11 @@ class Connection:
         limits = self.limits
         at_once_paths = self._AT_ONCE
         run_subscription: _Subscription | None = None
+        # Messages handled that may leave no event (a control message, an
+        # element for a cancelled stream): they count toward max_events too,
+        # so that a read of 65,000 cancels of finished streams is not parsed
+        # in one call (parse_paused says there is more).
+        handled = 0
         # Where the last complete message ended: msgpack's own offset also
         # moves through an incomplete message, so it cannot bound one.
         message_end = self._message_end
@@ -753,6 +768,10 @@ class Connection:
                         if sub is None or not sub.takes_elements:
                             run_subscription = None
                             self._orphan(subscriber, "onNext")
+                            handled += 1
+                            if handled >= max_events:
+                                self.parse_paused = True
+                                return
                             continue
                         if sub.reassembler is not None and sub.reassembler.in_progress:
                             raise RemoteProtocolError("onNext in the middle of a split element")
@@ -789,7 +808,9 @@ class Connection:
                             # Nothing the peer sends after its goodbye matters.
                             self._waiting.clear()
                             return
-                    if len(events) >= max_events:
+                    handled += 1
+                    if len(events) >= max_events or handled >= max_events:
+                        self.parse_paused = handled >= max_events
                         return  # the rest waits, in the Unpacker, for the next call
             except DecodeError as exc:
                 raise RemoteProtocolError(f"undecodable bytes: {exc or type(exc).__name__}") from exc

@@ -38,7 +38,7 @@ def feed_reads(client: Connection, reads: list[bytes], steps: list[int] | None =
             client.receive_data(data)
             while True:
                 batch = client.events(next(limits, None))
-                if not batch:
+                if not batch and not client.parse_paused:
                     break
                 events += batch
     except RemoteProtocolError as exc:

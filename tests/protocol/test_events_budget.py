@@ -12,7 +12,7 @@ import hypothesis.strategies as st
 import pytest
 
 from helpers import ConnectionPair
-from rstreams.protocol import Elements, Event, OnNext, RemoteProtocolError, Subscribe, encode
+from rstreams.protocol import Cancel, Elements, Event, OnNext, RemoteProtocolError, Subscribe, encode
 
 
 def subscribes(pair: ConnectionPair, count: int) -> bytes:
@@ -26,6 +26,8 @@ def all_events(pair: ConnectionPair, max_events: int) -> list[list[Event]]:
     while True:
         events = pair.server.events(max_events)
         if not events:
+            if pair.server.parse_paused:
+                continue  # (messages that left no event: more to parse)
             return slices
         assert len(events) <= max_events + 1  # a run flushed with the message that ends it
         slices.append(events)
@@ -112,3 +114,74 @@ def test_the_budget_counts_answers_taken_in_one_step(pair: ConnectionPair) -> No
     while events := pair.client.events(16):
         slices.append(events)
     assert [len(s) for s in slices] == [16] * 5
+
+
+def finished_stream(pair: ConnectionPair) -> int:
+    """A stream the server has answered and completed: a cancel of it is late, and dropped."""
+    subscriber = pair.client.subscribe("range", 1)
+    pair.send(pair.client)
+    pair.server.accept(subscriber)
+    pair.server.complete(subscriber)
+    pair.send(pair.server)
+    return subscriber
+
+
+def test_messages_that_leave_no_event_count_toward_the_budget(pair: ConnectionPair) -> None:
+    # A read of cancels naming a finished stream gives no event: parsed in
+    # one call it was 65,000 messages in one step of the run loop while
+    # every other connection waited. Now each call handles at most the
+    # budget's worth, says there is more (parse_paused), and the subscribe
+    # behind them still comes out, in order.
+    done = finished_stream(pair)
+    data = encode(Cancel(subscriber=done)) * 1000 + encode(Subscribe(publisher="after", subscriber=done + 1, initial_demand=1))
+    pair.server.receive_data(data)
+    calls = 0
+    got: list[Event] = []
+    while True:
+        events = pair.server.events(32)
+        calls += 1
+        got += events
+        if not events and not pair.server.parse_paused:
+            break
+        assert len(events) <= 32
+    assert [event.publisher for event in got] == ["after"]  # type: ignore[attr-defined]
+    assert calls >= 1000 // 32
+    assert pair.server.events() == [] and not pair.server.parse_paused
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    pattern=st.lists(st.sampled_from(["subscribe", "late cancel"]), max_size=120),
+    budget=st.integers(min_value=1, max_value=40),
+    cut=st.integers(min_value=0, max_value=4000),
+)
+def test_slices_with_eventless_messages_add_up_to_one_unbounded_call(pattern: list[str], budget: int, cut: int) -> None:
+    """Subscribes among late cancels: whatever the budget and the cut, the
+    events are those of one unbounded call, and a call returns nothing only
+    when it has parsed everything or says it paused."""
+    pairs = []
+    for _ in range(2):
+        pair = ConnectionPair()
+        pair.open()
+        done = finished_stream(pair)
+        pairs.append(pair)
+    messages = []
+    next_id = done + 1
+    for kind in pattern:
+        if kind == "subscribe":
+            messages.append(encode(Subscribe(publisher=f"p{next_id}", subscriber=next_id, initial_demand=1)))
+            next_id += 1
+        else:
+            messages.append(encode(Cancel(subscriber=done)))
+    data = b"".join(messages)
+    whole, sliced = pairs
+    whole.server.receive_data(data)
+    expected = whole.server.events()
+    cut = min(cut, len(data))
+    got: list[Event] = []
+    for part in (data[:cut], data[cut:]):
+        sliced.server.receive_data(part)
+        for events in all_events(sliced, budget):
+            got.extend(events)
+        assert not sliced.server.parse_paused
+    assert got == expected
