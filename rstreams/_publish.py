@@ -866,6 +866,8 @@ class Router:
         self._routes: dict[str, Route] = {}
         self._reserved = {PUBLISHERS_PATH: Route(self._list_routes, codec="json"), PING_PATH: Route(_complete_at_once)}
         self._suggestions = CpuBudget(SUGGESTION_BUDGET_BURST, SUGGESTION_BUDGET_SHARE)
+        # $publishers' records, sorted, made once per change of the routes.
+        self._listing: list[dict[str, Any]] | None = None
         for path, route in (routes or {}).items():
             self.add(path, route)
 
@@ -885,6 +887,12 @@ class Router:
             )
         self._add(path, publisher, element_size, codec)
 
+    def remove(self, path: str) -> None:
+        """Stop serving ``path`` (nothing if it is not served). Sessions
+        already subscribed keep their streams; new subscribes are refused."""
+        if self._routes.pop(path, None) is not None:
+            self._listing = None
+
     def _add(self, path: str, publisher: RouteLike, element_size: int, codec: CodecLike) -> None:
         if isinstance(publisher, Route):
             route = publisher
@@ -894,6 +902,7 @@ class Router:
             route = Route(publisher, element_size, codec)
         resolve_codec(route.codec)  # fail now on an unknown codec name
         self._routes[path] = route
+        self._listing = None  # ($publishers: listed again at its next subscribe)
 
     def publisher(
         self, path: str, *, element_size: int = 0, codec: CodecLike = None
@@ -937,11 +946,17 @@ class Router:
     async def _list_routes(self, sink: Sink) -> None:
         # A snapshot at subscribe time, sent as demand allows: the app's
         # routes, not the runtime's own $ ones (docs/PROTOCOL.md lists those).
-        records = [
-            {"name": path, "kind": route.kind, "element_size": route.element_size}
-            for path, route in sorted(self._routes.items())
-            if not path.startswith(RESERVED_PREFIX)
-        ]
+        # Listed and sorted once per change of the routes, not per
+        # subscribe: among 20,000 routes that was 8 ms before the first
+        # element, even for a stream cancelled at once, and a peer
+        # subscribing in batches held the server for seconds.
+        records = self._listing
+        if records is None:
+            records = self._listing = [
+                {"name": path, "kind": route.kind, "element_size": route.element_size}
+                for path, route in sorted(self._routes.items())
+                if not path.startswith(RESERVED_PREFIX)
+            ]
         for record in records:
             await sink.send(record)
 

@@ -101,6 +101,10 @@ class ServerRoutes(Router):
         """Add to the app (``$`` names are refused there)."""
         self._app.add(path, publisher, element_size=element_size, codec=codec)
 
+    def remove(self, path: str) -> None:
+        """Remove from the app."""
+        self._app.remove(path)
+
     def resolve(self, path: str) -> Route | None:
         """The app's route, else the server's own for a ``$`` name, else the
         app's reserved ones (``$publishers``, ``$ping``)."""

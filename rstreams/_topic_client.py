@@ -166,8 +166,7 @@ async def publish_to_topic(
             async with session.subscribe(f"{name}&{CONFIRM_PARAMETER}=1", prefetch=0) as confirmations:
                 await read_confirmations(confirmations, on_confirmed)
     finally:
-        # Router has no public removal; the route was ours for this call only.
-        app._routes.pop(source, None)
+        app.remove(source)  # (the route was ours for this call only)
     return count
 
 

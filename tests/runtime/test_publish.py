@@ -1151,6 +1151,27 @@ async def test_publishers_lists_every_route_and_topic(connect) -> None:
                 assert [record["name"] async for record in listing] == ["blob", "chat", "chat/publish", "fixed", "range"]
 
 
+async def test_publishers_are_listed_once_per_change_of_the_routes(connect) -> None:
+    # Sorting every route per subscribe was 8 ms among 20,000 routes, even
+    # for a stream cancelled at once: the listing is made once, and again
+    # only after a route is added or removed.
+    app = rstreams.Router({"b": range_publisher_for_listing, "a": range_publisher_for_listing})
+    with trio.fail_after(10):
+        async with connect(app) as (client, server):
+            names = lambda records: [record["name"] for record in records]  # noqa: E731
+            assert names(await client.fetch("$publishers", 100, codec="json")) == ["a", "b"]
+            listing = app._listing
+            assert names(await client.fetch("$publishers", 100, codec="json")) == ["a", "b"]
+            assert app._listing is listing  # (not made again)
+            app.add("c", range_publisher_for_listing)
+            assert names(await client.fetch("$publishers", 100, codec="json")) == ["a", "b", "c"]
+            app.remove("a")
+            app.remove("nothing")  # (nothing to remove)
+            assert names(await client.fetch("$publishers", 100, codec="json")) == ["b", "c"]
+            with pytest.raises(rstreams.UnknownPublisher):
+                await client.fetch("a", 1)
+
+
 async def test_an_unknown_name_is_answered_with_the_closest_paths(connect) -> None:
     app = rstreams.Router({path: range_publisher_for_listing for path in ("ticker", "tickets", "range", "chat")})
     with trio.fail_after(10):
