@@ -190,13 +190,20 @@ def log_session_open(peer: str, transport: str, *, log: logging.Logger = logger,
 
 
 def log_session_close(peer: str, transport: str, reason: str, *, log: logging.Logger = logger, detail: str = "") -> None:
-    """``session_close`` (info): ``session closed: PEER over TRANSPORT[ DETAIL]: REASON``."""
+    """``session_close`` (info): ``session closed: PEER over TRANSPORT[ DETAIL]: REASON``.
+
+    The reason is often the peer's own text (its goodbye, up to 64 KiB: a
+    reconnecting peer made 36 MB of log a second with one), so it is quoted
+    through :func:`peer_text`.
+    """
+    reason = peer_text(reason)
     fields = {"event": "session_close", "peer": peer, "transport": transport, "reason": reason}
     log.info("session closed: %s over %s%s: %s", peer, transport, f" {detail}" if detail else "", reason, extra=fields)
 
 
 def log_connection_refused(peer: str, transport: str, reason: str, *, log: logging.Logger = logger) -> None:
     """``connection_refused`` (info): ``connection refused: PEER over TRANSPORT: REASON``."""
+    reason = peer_text(reason)
     fields = {"event": "connection_refused", "peer": peer, "transport": transport, "reason": reason}
     log.info("connection refused: %s over %s: %s", peer, transport, reason, extra=fields)
 

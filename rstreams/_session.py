@@ -1253,6 +1253,7 @@ class Session(Peer):
     def _log_bad_input(self, reason: str) -> None:
         # The peer's mistake, not ours: one line naming it, no traceback.
         peer = self.peer_address
+        reason = peer_text(reason)  # (it may quote what the peer sent)
         extra = {"event": "bad_input", "peer": peer, "reason": reason}
         logger.info("closing the session with %s: %s", peer, reason, extra=extra)
 

@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rstreams
-from rstreams._logs import LOG_LINES_BURST, LOG_LINES_INTERVAL, JsonFormatter, LogThrottle, peer_address, transport_name
+from rstreams.protocol import Goodbye, Hello, encode
+from rstreams._logs import LOG_LINES_BURST, LOG_LINES_INTERVAL, PEER_TEXT_LOGGED, JsonFormatter, LogThrottle, peer_address, transport_name
 
 from ._support import standard_app, wait_for
 
@@ -266,3 +267,21 @@ def test_json_formatter_writes_one_object_per_line_with_the_fields() -> None:
 async def test_peer_address_and_transport_of_streams_without_a_socket() -> None:
     left, _right = trio.testing.memory_stream_pair()
     assert peer_address(left) == "-" and transport_name(left) == "stream"
+
+
+async def test_a_peers_long_goodbye_reason_is_quoted_cut(caplog: pytest.LogCaptureFixture) -> None:
+    # A goodbye reason is the peer's text, up to 64 KiB: logged whole, a
+    # reconnecting peer made 36 MB of log a second.
+    caplog.set_level(logging.INFO, logger="rstreams")
+    server = rstreams.Server(standard_app())
+    with trio.fail_after(TIMEOUT):
+        async with tcp_server(server) as url:
+            port = int(url.rsplit(":", 1)[1])
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            reason = "x" * 60_000 + "\nforged line"
+            await stream.send_all(encode(Hello(version=0)) + encode(Goodbye(reason=reason)))
+            await wait_for(lambda: bool(events(caplog, "session_close")))
+            await stream.aclose()
+    [closed] = events(caplog, "session_close")
+    assert len(closed.getMessage()) < 500 and "\n" not in closed.getMessage()
+    assert closed.reason.endswith(f"({len(reason) - PEER_TEXT_LOGGED} more characters)")  # type: ignore[attr-defined]
