@@ -28,7 +28,7 @@ from ._config import DEFAULT_SERVER_CONFIG, SessionConfig
 from ._event_loop import require_trio
 from ._http import DEFAULT_STATIC_DIR, Endpoint, OriginPolicy, Site, accept_http, listener_origins
 from ._endpoints import operator_endpoints
-from ._logs import log_connection_refused, log_session_close, log_session_open, peer_address, transport_name
+from ._logs import PeerLogThrottles, log_connection_refused, log_session_close, log_session_open, peer_address, transport_name
 from ._stats import ServerTotals, StatisticsSource, server_statistics
 from ._snapshots import SharedStatistics
 from ._stats_publisher import STATS_PUBLISHER, ServerRoutes, stats_route
@@ -93,6 +93,9 @@ class Server:
         # The snapshots peers ask for ($stats, /stats, /metrics): shared
         # within a CPU budget, however many ask.
         self._snapshots = SharedStatistics(self.statistics)
+        # Paces the lines about peers' streams, per peer host (not per
+        # connection: reconnecting must not buy a new burst).
+        self._log_throttles = PeerLogThrottles()
         # What sessions resolve names with: self.app, then $stats.
         self._routes = ServerRoutes(app, {STATS_PUBLISHER: stats_route(self._snapshots)})
         self.config = DEFAULT_SERVER_CONFIG if config is None else config
@@ -166,17 +169,18 @@ class Server:
                     self._described[session] = (transport, time.monotonic())
                     self._totals.session_opened(transport)
                     peer = session.peer_address
+                    session.share_log_throttle(self._log_throttles.for_peer(peer))
                     log_session_open(peer, transport)
                     try:
                         await session.wait_closed()
                     finally:
                         self._sessions.discard(session)
-                        not_logged = session.lines_not_logged
+                        not_logged = session.take_lines_not_logged()
                         log_session_close(
                             peer,
                             transport,
                             admission.evicted or session.close_reason or "session cancelled",
-                            detail=f"({not_logged} lines about its streams not logged since the last)" if not_logged else "",
+                            detail=f"({not_logged} lines about its host's streams not logged since the last)" if not_logged else "",
                         )
         except Exception:
             logger.exception("session ended with an unexpected error")

@@ -1293,11 +1293,15 @@ class Session(Peer):
             fields = {"not_logged": skipped} if skipped else {}
             logger.warning("publisher '%s' failed; sending onError%s", peer_text(name), after, exc_info=True, extra=fields)
 
-    @property
-    def lines_not_logged(self) -> int:
-        """Lines about this session's streams that its log throttle has held
-        back since the last one written (``LogThrottle``)."""
-        return self._log_throttle.not_logged if self._log_throttle is not None else 0
+    def share_log_throttle(self, throttle: LogThrottle) -> None:
+        """Pace the lines about this session's streams with ``throttle``,
+        shared with other sessions (a server's, of the same peer host)."""
+        self._log_throttle = throttle
+
+    def take_lines_not_logged(self) -> int:
+        """Lines about the streams its log throttle held back since the last
+        one written; from now on they count as said (``session_close``)."""
+        return self._log_throttle.take_not_logged() if self._log_throttle is not None else 0
 
     @staticmethod
     def _publisher_error(subscription: StreamReceiver, message: str) -> PublisherError:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import rstreams
 from rstreams.protocol import Goodbye, Hello, encode
-from rstreams._logs import LOG_LINES_BURST, LOG_LINES_INTERVAL, PEER_TEXT_LOGGED, JsonFormatter, LogThrottle, peer_address, transport_name
+from rstreams._logs import LOG_LINES_BURST, LOG_LINES_INTERVAL, PEER_TEXT_LOGGED, JsonFormatter, LogThrottle, PeerLogThrottles, peer_address, transport_name
 
 from ._support import standard_app, wait_for
 
@@ -159,7 +159,7 @@ async def test_a_peer_repeating_bad_parameters_cannot_fill_the_log(caplog: pytes
     [closed] = events(caplog, "session_close")
     not_logged = [getattr(line, "not_logged", 0) for line in lines]
     final = int(closed.getMessage().split("(")[1].split(" ")[0])
-    assert "lines about its streams not logged since the last" in closed.getMessage()
+    assert "lines about its host's streams not logged since the last" in closed.getMessage()
     assert len(lines) + sum(not_logged) + final == failures
     assert LOG_LINES_BURST < len(lines) <= LOG_LINES_BURST + 2 + elapsed / LOG_LINES_INTERVAL
 
@@ -285,3 +285,36 @@ async def test_a_peers_long_goodbye_reason_is_quoted_cut(caplog: pytest.LogCaptu
     [closed] = events(caplog, "session_close")
     assert len(closed.getMessage()) < 500 and "\n" not in closed.getMessage()
     assert closed.reason.endswith(f"({len(reason) - PEER_TEXT_LOGGED} more characters)")  # type: ignore[attr-defined]
+
+
+async def test_reconnecting_does_not_buy_a_new_burst_of_lines(caplog: pytest.LogCaptureFixture) -> None:
+    # A throttle per connection gave a peer that reconnected for each
+    # failure 20 lines (tracebacks, for a failing publisher) every time.
+    caplog.set_level(logging.INFO, logger="rstreams")
+    server = rstreams.Server(standard_app())
+    with trio.fail_after(TIMEOUT):
+        started = trio.current_time()
+        async with tcp_server(server) as url:
+            for _ in range(3):
+                async with rstreams.open_session(url) as client:
+                    for _ in range(LOG_LINES_BURST):
+                        with pytest.raises(rstreams.PublisherError):
+                            await client.fetch("range?count=many", 1)
+            await wait_for(lambda: len(events(caplog, "session_close")) == 3)
+        elapsed = trio.current_time() - started
+    lines = events(caplog, "bad_input")
+    closes = events(caplog, "session_close")
+    said = sum(getattr(line, "not_logged", 0) for line in lines)
+    said += sum(int(close.getMessage().split("(")[1].split(" ")[0]) for close in closes if "not logged" in close.getMessage())
+    assert len(lines) + said == 3 * LOG_LINES_BURST
+    assert len(lines) <= LOG_LINES_BURST + 2 + elapsed / LOG_LINES_INTERVAL
+
+
+def test_a_servers_throttles_are_per_host_and_bounded() -> None:
+    throttles = PeerLogThrottles(hosts=2)
+    first = throttles.for_peer("127.0.0.1:1000")
+    assert throttles.for_peer("127.0.0.1:2000") is first
+    assert throttles.for_peer("[::1]:1000") is throttles.for_peer("[::1]:3000") is not first
+    throttles.for_peer("10.0.0.1:1")  # a third host: the least recently used is forgotten
+    assert throttles.for_peer("127.0.0.1:1000") is not first
+    assert throttles.for_peer("-") is throttles.for_peer("-")
