@@ -64,7 +64,7 @@ from ._groups import caller_sees_its_own_exception, without_consequences
 from ._logs import LogThrottle, peer_address, peer_text, transport_name
 from ._loopback import unpace_loopback
 from ._peer import DEFAULT_PREFETCH, Peer
-from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, new_request, unknown_publisher_message
+from ._publish import PublicationHandle, Route, Router, Sink, SubscribeRequest, TooManyParameters, new_request, unknown_publisher_message
 from ._subscribe import HeldElements, StreamReceiver, Subscription, _Fetch
 from ._timers import use_precise_timers
 from .protocol import (
@@ -1331,6 +1331,9 @@ class Session(Peer):
             self._log_stream("stream_subscribe", subscriber, "subscribe %r", name, publisher=name)
         try:
             path, params = SubscribeRequest.parse_name(name)
+        except TooManyParameters as exc:
+            conn.fail(subscriber, f"bad publisher name: {exc}")  # (not the whole name again)
+            return
         except ValueError:
             conn.fail(subscriber, f"bad publisher name: {name}")
             return

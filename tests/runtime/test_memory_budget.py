@@ -35,6 +35,7 @@ import trio.testing
 import rstreams
 import rstreams.demo
 from rstreams import STREAM_MEMORY_COST
+from rstreams._publish import MAX_NAME_PARAMETERS
 from rstreams.protocol import (
     Goodbye,
     OnComplete,
@@ -313,7 +314,7 @@ async def test_streams_beyond_their_share_are_refused_and_the_session_stays() ->
 
 
 async def test_a_streams_long_name_counts_against_its_share() -> None:
-    # A name of thousands of parameters holds ten times its length for as
+    # A name of a thousand parameters holds ten times its length for as
     # long as its stream is open (the adversarial run: 100 streams of such
     # names held 58 MB at a 1 MiB budget). Each stream is charged what its
     # name holds beyond NAME_MEMORY_ALLOWANCE, so they are refused once
@@ -321,7 +322,7 @@ async def test_a_streams_long_name_counts_against_its_share() -> None:
     async def waiting(sink: rstreams.Sink, request: rstreams.SubscribeRequest) -> None:
         await trio.sleep_forever()
 
-    name = "waiting?" + "&".join(f"k{i}=v{i}" for i in range(4000))
+    name = "waiting?" + "&".join(f"k{i}=v{i}" for i in range(MAX_NAME_PARAMETERS - 1)) + "&x=" + "v" * 30_000
     _, params = rstreams.SubscribeRequest.parse_name(name)
     charged = STREAM_MEMORY_COST + rstreams.SubscribeRequest.name_memory(name, params) - rstreams.NAME_MEMORY_ALLOWANCE
     admitted = (HALF * 3 // 4) // charged
