@@ -12,7 +12,10 @@ and :func:`route_request` (pure, no I/O) decides what it gets:
 * ``GET`` / ``HEAD`` of ``/`` (``index.html``) or ``/NAME`` where ``NAME`` is a
   file directly in the static directory: the file, with a content type from
   :data:`CONTENT_TYPES`. Names are looked up in the directory's listing, so
-  no request can reach outside it (no path is ever joined from user input);
+  no request can reach outside it (no path is ever joined from user input).
+  The listing is kept between requests and taken again when the directory
+  has changed (:class:`_Listing`): a request costs one ``stat`` of the
+  directory, not a pass over its entries;
 * ``GET`` / ``HEAD`` of one of the site's *endpoints* (``/healthz``,
   ``/stats``, ``/metrics``: see ``_endpoints``): what its function answers,
   computed when asked;
@@ -26,10 +29,13 @@ request with 400 before a handler sees it.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import os
+import threading
+import time
 from http import HTTPStatus
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -41,7 +47,7 @@ from wsproto.events import AcceptConnection
 from wsproto.events import Request as WebSocketRequest
 from wsproto.utilities import ProtocolError as WebSocketProtocolError
 
-from ._logs import logger, peer_address
+from ._logs import logger, peer_address, peer_text
 from ._websocket import BEARER_SUBPROTOCOL_PREFIX, SUBPROTOCOL, WebSocketStream
 
 __all__ = [
@@ -77,6 +83,11 @@ MAX_REQUEST_HEAD = 16 * KiB
 #: receive the answer) before the connection is dropped.
 REQUEST_HEAD_TIMEOUT = 10.0
 _READ_SIZE = 4 * KiB
+# A listing taken less than this long after its directory last changed is
+# taken again at the next request: a change within the same tick of the
+# file system's clock (2 s on FAT, a few ms on ext4) leaves the mtime as it
+# was (git's "racily clean" entries).
+_SETTLE_NS = 2_000_000_000
 
 #: Content types by file suffix; anything else is application/octet-stream.
 CONTENT_TYPES = {
@@ -228,7 +239,7 @@ def is_upgrade(request: h11.Request) -> bool:
 
 def route_request(
     request: h11.Request,
-    files: Iterable[str],
+    files: Container[str],
     origins: OriginPolicy,
     endpoints: Collection[str] = (),
     *,
@@ -237,7 +248,7 @@ def route_request(
     """Decide what a request gets.
 
     Args:
-        files: the names in the static directory.
+        files: the names in the static directory (looked up, never walked).
         endpoints: paths answered by an endpoint (``/metrics``); they take
             precedence over files.
         upgrades: False for a listener without WebSocket (404 to upgrades).
@@ -259,11 +270,11 @@ def route_request(
         if len(origin_headers) > 1:
             return Route(RouteKind.ERROR, status=403, message="more than one Origin header", head_only=head_only)
         origin = origin_headers[0].decode("latin-1") if origin_headers else None
-        if not origins.allows(origin):
+        if origin is not None and not origins.allows(origin):
             return Route(
                 RouteKind.ERROR,
                 status=403,
-                message=f"origin {origin} is not allowed (allow it with --allow-origin {origin})",
+                message=f"origin {peer_text(origin)} is not allowed{_allow_hint(origin)}",
                 head_only=head_only,
             )
         return Route(RouteKind.UPGRADE)
@@ -273,9 +284,16 @@ def route_request(
         return Route(RouteKind.ENDPOINT, name=path, head_only=head_only)
     name = unquote(path[1:], errors="replace") or "index.html"
     # Only a name listed in the directory: never a path built from the request.
-    if name in set(files):
+    if name in files:
         return Route(RouteKind.FILE, name=name, head_only=head_only)
     return Route(RouteKind.ERROR, status=404, message="not found", head_only=head_only)
+
+
+def _allow_hint(origin: str) -> str:
+    # The option that would allow the origin, for an origin quoted whole
+    # (a cut one is no option to copy; it is an attacker's or a mistake).
+    quoted = peer_text(origin)
+    return f" (allow it with --allow-origin {quoted})" if quoted == origin else ""
 
 
 def content_type(name: str) -> str:
@@ -291,10 +309,58 @@ def _static_files(directory: Path) -> list[str]:
         return []
 
 
+class _Listing:
+    # The names served from one directory (_static_files), kept between
+    # requests. The directory's device, inode and mtime, read before it is
+    # listed, say whether it changed since: adding, removing or renaming a
+    # file changes the mtime, and another directory put in its place has
+    # another inode. So a request costs one stat, and a directory of 20,000
+    # files is walked once per change, not for every 404. A listing taken
+    # within _SETTLE_NS of the last change is not trusted (see there).
+    # Called from worker threads: one lists, the others wait for it.
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._version: tuple[int, int, int] | None = None
+        self._names: frozenset[str] = frozenset()
+
+    def names(self) -> frozenset[str]:
+        try:
+            status = os.stat(self.directory)
+        except OSError:
+            return frozenset()
+        version = (status.st_dev, status.st_ino, status.st_mtime_ns)
+        with self._lock:
+            if version != self._version:
+                began = time.time_ns()
+                self._names = frozenset(_static_files(self.directory))
+                self._version = version if status.st_mtime_ns <= began - _SETTLE_NS else None
+            return self._names
+
+
+# One listing per directory served (a listener's static and client
+# directories: a handful), shared by every request and listener.
+@functools.lru_cache(maxsize=64)
+def _listing(directory: Path) -> _Listing:
+    return _Listing(directory)
+
+
+@dataclass(frozen=True, slots=True)
+class _SiteFiles:
+    # What route_request looks a name up in: the static directory's names,
+    # then the client modules found in client_dir. Two sets rather than
+    # their union, which would copy the directory's names for each request.
+    static: frozenset[str] = frozenset()
+    client: frozenset[str] = frozenset()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.static or name in self.client
+
+
 def _read_static(directory: Path, name: str) -> bytes | None:
-    # Run in a thread: the listing is taken at request time, so files added
-    # to the directory are served without a restart.
-    if name not in _static_files(directory):
+    # Run in a thread. Only a listed name: never a path built from the request.
+    if name not in _listing(directory).names():
         return None
     try:
         return (directory / name).read_bytes()
@@ -302,12 +368,13 @@ def _read_static(directory: Path, name: str) -> bytes | None:
         return None
 
 
-def _site_files(static_dir: Path | None, client_dir: Path | None) -> list[str]:
-    files = [] if static_dir is None else _static_files(static_dir)
+def _site_files(static_dir: Path | None, client_dir: Path | None) -> _SiteFiles:
+    # Run in a thread.
+    static = frozenset() if static_dir is None else _listing(static_dir).names()
+    client: frozenset[str] = frozenset()
     if client_dir is not None:
-        own = set(files)
-        files += [name for name in CLIENT_MODULES if name not in own and (client_dir / name).is_file()]
-    return files
+        client = _listing(client_dir).names().intersection(CLIENT_MODULES) - static
+    return _SiteFiles(static, client)
 
 
 def _read_site_file(static_dir: Path | None, client_dir: Path | None, name: str) -> bytes | None:
@@ -364,7 +431,7 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
                 return None
             # The listing is only needed for files (a thread hop: skip it otherwise).
             path = request.target.split(b"?", 1)[0].decode("ascii", "replace")
-            files: list[str] = []
+            files = _SiteFiles()
             has_files = site.static_dir is not None or site.client_dir is not None
             if has_files and not is_upgrade(request) and path not in site.endpoints:
                 files = await trio.to_thread.run_sync(_site_files, site.static_dir, site.client_dir)
@@ -388,10 +455,13 @@ async def accept_http(stream: trio.abc.Stream, site: Site) -> WebSocketStream | 
 def _log_refused_origin(peer: str, request: h11.Request) -> None:
     headers = _header(request, b"origin")
     origin = b", ".join(headers).decode("latin-1")
-    fields = {"event": "origin_refused", "peer": peer, "origin": origin, "reason": "origin not allowed"}
+    # The peer's text, cut and escaped (peer_text): a 15 KB Origin had made
+    # two copies of itself per line, 15 MB of log a second.
+    quoted = peer_text(origin)
+    fields = {"event": "origin_refused", "peer": peer, "origin": quoted, "reason": "origin not allowed"}
     # The page only sees its WebSocket fail: the operator's terminal is where the fix is named.
-    hint = f" (allow it with --allow-origin {origin})" if len(headers) == 1 else ""
-    logger.info("WebSocket upgrade refused: %s from origin %s%s", peer, origin, hint, extra=fields)
+    hint = _allow_hint(origin) if len(headers) == 1 else ""
+    logger.info("WebSocket upgrade refused: %s from origin %s%s", peer, quoted, hint, extra=fields)
 
 
 async def _read_request(stream: trio.abc.Stream, connection: h11.Connection) -> h11.Request | h11.RemoteProtocolError | None:

@@ -10,22 +10,28 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import AsyncIterator, Callable
+import struct
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
+from unittest import mock
 
 import msgpack
 import pytest
 import trio
 import trio.testing
 import trio_websocket
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Pong, TextMessage
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Event, Ping, Pong, TextMessage
 from wsproto.events import Request as WebSocketRequest
 
 import rstreams
 from rstreams._http import REQUEST_HEAD_TIMEOUT
 from rstreams.support import HANDSHAKE_GRACE
+from rstreams import _websocket
 from rstreams._websocket import (
+    MAX_EVENTS_PER_STEP,
     MAX_OUTGOING_MESSAGE,
     SUBPROTOCOL,
     WebSocketStream,
@@ -543,9 +549,9 @@ async def test_several_protocol_messages_in_one_client_message() -> None:
                 await peer.expect(Subscribed)
 
 
-def open_wsproto_pair() -> tuple[WSConnection, WSConnection]:
+def open_wsproto_pair(server_class: type[WSConnection] = WSConnection) -> tuple[WSConnection, WSConnection]:
     """A server and a client wsproto connection, handshake done in memory."""
-    server, client = WSConnection(ConnectionType.SERVER), WSConnection(ConnectionType.CLIENT)
+    server, client = server_class(ConnectionType.SERVER), WSConnection(ConnectionType.CLIENT)
     server.receive_data(client.send(WebSocketRequest(host="test", target="/", subprotocols=[SUBPROTOCOL])))
     [request] = list(server.events())
     client.receive_data(server.send(AcceptConnection(subprotocol=SUBPROTOCOL)))
@@ -635,6 +641,216 @@ async def test_the_peer_closing_is_end_of_stream() -> None:
         assert isinstance(close, CloseConnection)
         with pytest.raises(trio.ClosedResourceError):
             await stream.receive_some()
+
+
+# ---- many tiny frames in one read ------------------------------------------------
+
+
+def tiny_fragments(payload: bytes) -> bytes:
+    """``payload`` as one binary message of one-byte fragments (7 bytes each on the wire).
+
+    Masked, as a client's frames must be, with a zero key (which leaves the
+    payload as it is): wsproto's client never fragments a message itself.
+    """
+    frames = []
+    for index in range(len(payload)):
+        opcode = 0x2 if index == 0 else 0x0
+        fin = 0x80 if index == len(payload) - 1 else 0
+        frames.append(struct.pack("!BB", fin | opcode, 0x80 | 1) + bytes(4) + payload[index : index + 1])
+    return b"".join(frames)
+
+
+class CountingConnection(WSConnection):
+    """A wsproto connection that counts the events taken from it."""
+
+    taken = 0
+
+    def events(self) -> Generator[Event, None, None]:
+        for event in super().events():
+            self.taken += 1
+            yield event
+
+
+class EventsPerStep(trio.abc.Instrument):
+    """How many events ``connection`` gave up in each step of ``task``."""
+
+    def __init__(self, task: trio.lowlevel.Task, connection: CountingConnection) -> None:
+        self.task, self.connection = task, connection
+        self.before: int | None = None  # (None: the step this was added in)
+        self.steps: list[int] = []
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.before = self.connection.taken
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task and self.before is not None:
+            self.steps.append(self.connection.taken - self.before)
+
+
+async def test_a_read_of_tiny_frames_is_handled_a_bounded_number_of_frames_per_step() -> None:
+    # 3,000 messages of three one-byte fragments (a v0 ping each, as the
+    # audit's attacker sent): 9,000 frames in one 63 KB read. They were all
+    # parsed in one step of the run loop (37,000 of them in a 256 KiB read:
+    # 0.3 s in which no other connection was served).
+    server, client = open_wsproto_pair(CountingConnection)
+    assert isinstance(server, CountingConnection)
+    server.taken = 0  # (the handshake's request)
+    left, right = trio.testing.memory_stream_pair()
+    stream = WebSocketStream(left, server, max_message_size=16 * MiB, subprotocol=None)
+    payloads = [bytes((0x92, 0x0C, index % 100 + 1)) for index in range(3000)]
+    with trio.fail_after(TIMEOUT):
+        await right.send_all(b"".join(tiny_fragments(payload) for payload in payloads))
+        steps = EventsPerStep(trio.lowlevel.current_task(), server)
+        trio.lowlevel.add_instrument(steps)
+        try:
+            received = bytearray()
+            while len(received) < 9000:
+                received += await stream.receive_some()
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert received == b"".join(payloads)  # every byte, in order
+    assert stream.messages_received == 3000 and server.taken == 9000
+    # (The steps it was added and removed in are not counted.)
+    assert len(steps.steps) >= 9000 // MAX_EVENTS_PER_STEP - 2
+    assert max(steps.steps) <= MAX_EVENTS_PER_STEP
+
+
+class TinyFragmentsPeerStream(trio.abc.Stream):
+    """A WebSocket client over TCP whose every ``send_all`` is one message of one-byte fragments."""
+
+    def __init__(self, transport: trio.SocketStream) -> None:
+        self.transport = transport
+        self.connection = WSConnection(ConnectionType.CLIENT)
+        self._payload = bytearray()
+
+    async def open(self, port: int) -> None:
+        await self.transport.send_all(self.connection.send(WebSocketRequest(host=f"127.0.0.1:{port}", target="/", subprotocols=[SUBPROTOCOL])))
+        while not self._payload:
+            data = await self.transport.receive_some(65536)
+            assert data, "closed during the handshake"
+            self._take(data)
+
+    def _take(self, data: bytes | bytearray) -> None:
+        self.connection.receive_data(bytes(data))
+        for event in self.connection.events():
+            if isinstance(event, AcceptConnection):
+                self._payload += b"accepted"
+            elif isinstance(event, BytesMessage):
+                self._payload += event.data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.transport.send_all(tiny_fragments(bytes(data)))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        self._payload.clear()
+        while not self._payload:
+            data = await self.transport.receive_some(65536)
+            if not data:
+                return b""
+            self._take(data)
+        return bytes(self._payload)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+
+async def test_a_message_of_tiny_fragments_arrives_whole_while_others_are_served() -> None:
+    # 600 subscribes in one WebSocket message of 11,400 one-byte fragments
+    # (80 KB on the wire), handled in steps; meanwhile fetches on another
+    # connection are served, and every subscribe is answered.
+    subscribers = range(1, 601)
+    with trio.fail_after(TIMEOUT):
+        async with serving() as (server, port):
+            async with rstreams.open_session(f"ws://127.0.0.1:{port}/") as bystander:
+                tiny = TinyFragmentsPeerStream(await trio.open_tcp_stream("127.0.0.1", port))
+                await tiny.open(port)
+                peer = RawPeer(tiny)
+                await peer.handshake()
+                burst = [Subscribe(publisher="range?count=1", subscriber=index, initial_demand=1) for index in subscribers]
+                assert sum(len(encode(message)) for message in burst) > 10_000
+                completed: set[int] = set()
+
+                async def read_answers() -> None:
+                    while len(completed) < len(subscribers):
+                        message = await peer.receive()
+                        assert not isinstance(message, Goodbye), message
+                        if isinstance(message, OnComplete):
+                            completed.add(message.subscriber)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_answers)
+                    nursery.start_soon(peer.send, *burst)
+                    for _ in range(3):
+                        await fetch_range(bystander, 50)
+                assert completed == set(subscribers)
+                await peer.send(Goodbye(reason="bye"))
+                await peer.receive_until(Goodbye)
+                await tiny.aclose()
+
+
+frame_plans = st.lists(
+    st.one_of(
+        # A message: its payload, cut into fragments of these sizes.
+        st.tuples(st.binary(min_size=1, max_size=12), st.lists(st.integers(1, 5), max_size=6)),
+        st.binary(max_size=4).map(Ping),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plan=frame_plans, bound=st.integers(1, 5), read_sizes=st.lists(st.integers(1, 300), min_size=1, max_size=8))
+def test_fuzz_frames_handled_in_steps_lose_nothing_and_keep_their_order(
+    plan: list[tuple[bytes, list[int]] | Ping], bound: int, read_sizes: list[int]
+) -> None:
+    # Any cut of messages into fragments, pings between, any read sizes and
+    # any bound per step: the payloads come out whole and in order, and the
+    # latest ping is answered.
+    server, client = open_wsproto_pair()
+    wire, payloads, pings = bytearray(), bytearray(), 0
+    for item in plan:
+        if isinstance(item, Ping):
+            wire += client.send(item)
+            pings += 1
+            continue
+        payload, cuts = item
+        pieces, start = [], 0
+        for size in cuts:
+            if start < len(payload) - 1:
+                pieces.append(payload[start : start + size])
+                start += size
+        pieces.append(payload[start:])
+        for index, piece in enumerate(pieces):
+            wire += client.send(BytesMessage(data=piece, message_finished=index == len(pieces) - 1))
+        payloads += payload
+
+    async def main() -> None:
+        left, right = trio.testing.memory_stream_pair()
+        with trio.fail_after(10), mock.patch.object(_websocket, "MAX_EVENTS_PER_STEP", bound):
+            stream = WebSocketStream(left, server, max_message_size=1024, subprotocol=None)
+            await right.send_all(bytes(wire))
+            await right.send_all(client.send(CloseConnection(code=1000)))
+            received = bytearray()
+            reads = 0
+            while data := await stream.receive_some(read_sizes[reads % len(read_sizes)]):
+                received += data
+                reads += 1
+            assert received == payloads
+            assert stream.messages_received == sum(not isinstance(item, Ping) for item in plan)
+            await stream.aclose()
+            client.receive_data(await right.receive_some())
+            answers = list(client.events())
+            assert isinstance(answers[-1], CloseConnection)
+            pongs = [answer.payload for answer in answers if isinstance(answer, Pong)]
+            if pings:  # (one pong per read at most: the latest ping's is the last)
+                assert pongs and pongs[-1] == [item for item in plan if isinstance(item, Ping)][-1].payload
+
+    trio.run(main)
 
 
 async def fake_server(stream: trio.abc.Stream, answer: Callable[[WSConnection, WebSocketRequest], bytes]) -> None:
