@@ -126,6 +126,17 @@ DEFAULT_LIMITS = EmpLimits()
 # ---- encoding -----------------------------------------------------------
 
 
+def compress_body(scheme: CompressionScheme, body: bytes) -> bytes:
+    """``body`` compressed with ``scheme``, as :func:`encode` would send it.
+
+    A pure function of its input that holds no lock of ours: a server may
+    call it off the event loop (``trio.to_thread.run_sync``; zlib releases
+    the GIL) and pass the result to ``encode(..., compressed_body=...)``.
+    Gzip of a 4 MiB response took 170 ms, one step of every connection.
+    """
+    return _compress(scheme, body)
+
+
 def _compress(scheme: CompressionScheme, body: bytes) -> bytes:
     if scheme is CompressionScheme.IDENTITY:
         return body
@@ -149,8 +160,10 @@ def _encode_string(text: str) -> bytes:
     return len(raw).to_bytes(2, "big") + raw
 
 
-def _encode_body(message: Message) -> bytes:
+def _encode_body(message: Message, compressed_body: bytes | None) -> bytes:
     if isinstance(message, Data):
+        if compressed_body is not None:
+            return compressed_body
         body = message.body
         for block in message.extensions:
             if isinstance(block, Compression):
@@ -173,8 +186,13 @@ _TYPES: dict[type, MessageType] = {
 }
 
 
-def encode(message: Message, *, framing: Framing = Framing.SIZE_INCLUDES_FIELD) -> bytes:
+def encode(
+    message: Message, *, framing: Framing = Framing.SIZE_INCLUDES_FIELD, compressed_body: bytes | None = None
+) -> bytes:
     """Encode one message, envelope included.
+
+    ``compressed_body``: a ``Data`` message's body already compressed by
+    :func:`compress_body` with its scheme (sent as is).
 
     Raises:
         LocalProtocolError: the message does not fit a 32-bit size.
@@ -190,7 +208,7 @@ def encode(message: Message, *, framing: Framing = Framing.SIZE_INCLUDES_FIELD) 
             raise LocalProtocolError(f"extension block of {size} bytes does not fit a 32-bit size")
         parts.append(_BLOCK_HEADER.pack(size, extension_id, _FLAG if index < last else 0, 0))
         parts.append(content)
-    parts.append(_encode_body(message))
+    parts.append(_encode_body(message, compressed_body))
     size = 4 + sum(len(part) for part in parts) - framing.overhead
     if size > _MAX_U32:
         raise LocalProtocolError(f"message of {size} bytes does not fit a 32-bit size")

@@ -280,8 +280,8 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
 
     # ---- sending ------------------------------------------------------------
 
-    def _queue(self, message: Message) -> None:
-        self._outbound += encode(message, framing=self.framing)
+    def _queue(self, message: Message, compressed_body: bytes | None = None) -> None:
+        self._outbound += encode(message, framing=self.framing, compressed_body=compressed_body)
 
     def send_ping(self) -> None:
         """Queue a ``ping``; :attr:`ping_outstanding` stays true until the pong.
@@ -352,8 +352,18 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         self._our_requests.add(request_id)
         return request_id
 
-    def send_response(self, request_id: int, body: bytes, *, compression: CompressionScheme | None = None) -> None:
+    def send_response(
+        self,
+        request_id: int,
+        body: bytes,
+        *,
+        compression: CompressionScheme | None = None,
+        compressed_body: bytes | None = None,
+    ) -> None:
         """Queue the response to the peer's request ``request_id``.
+
+        ``compressed_body``: ``body`` already compressed with ``compression``
+        (``compress_body``: a server compresses off the event loop), sent as is.
 
         Raises:
             LocalProtocolError: no such request is pending, the handshake is
@@ -364,7 +374,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         block = RequestResponse(request_id=request_id, is_request=False)
         message = Data(body=body, extensions=(block, *self._compression(compression)))
         self._transition(ConnectionEvent.SEND_EXCHANGE)
-        self._queue(message)
+        self._queue(message, compressed_body if compression is not None else None)
         self._peer_requests.remove(request_id)
 
     def send_bye(self) -> None:

@@ -35,7 +35,7 @@ import trio
 
 from rstreams import Session, Sink, SubscribeRequest, open_local_session
 
-from ..kit import RequestSlots, check_count, pace_calls
+from ..kit import RequestSlots, check_count, check_name_fits, pace_calls
 from ._errors import EmpClosed, EmpConnectionLost, EmpError, ErrorCode
 from ._events import CompressionScheme
 from ._config import EmpRequest
@@ -124,6 +124,7 @@ async def pipe_publisher(
     """
     if window is not None and window <= 0:
         raise ValueError(f"window must be positive (or None: adaptive demand), got {window}")
+    check_name_fits(name)  # (a longer name would close the session: UnknownPublisher instead)
     async with session.subscribe(name, prefetch=window) as elements:
         return await send_stream(connection, elements, compression=compression)
 

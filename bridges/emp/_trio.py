@@ -238,8 +238,12 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
         *,
         compression: CompressionScheme | None | bool = True,
         prepaid: int = 0,
+        compressed_body: bytes | None = None,
     ) -> None:
         """Queue the response to ``request`` for the writer and return at once.
+
+        ``compressed_body``: ``body`` already compressed with the scheme
+        (``compress_body``, off the event loop: see ``EmpAppServer``).
 
         For a server whose responses are paced by the connection's memory
         budget rather than by the transport: the queued bytes count against
@@ -260,7 +264,7 @@ class EmpConnection(BridgeConnection[Connection, EmpConfig]):
 
         def queue() -> None:
             self._check_open()
-            self._machine.send_response(request.request_id, body, compression=scheme)
+            self._machine.send_response(request.request_id, body, compression=scheme, compressed_body=compressed_body)
 
         self._queue_prepaid(prepaid, queue)
 

@@ -32,6 +32,7 @@ once (``docs/bridges/README.md`` shows how EMP uses it):
   (and :func:`next_ask`, how many to ask for)
   only once it has room for them (a publisher's first element included,
   whose size nobody knows when it is asked for);
+* :class:`DropAllowance`: the elements a filter drops, paced as if sent;
 * :class:`LazyCli`: a bridge's command-line hooks, imported when called;
 * :class:`LinkSettings`, :class:`BridgeError`.
 """
@@ -42,6 +43,7 @@ from ._app import (
     COLLECT_MOST_ASKED,
     COLLECT_PREFETCH,
     ResponseTooLarge,
+    check_name_fits,
     collect_elements,
 )
 from ._budget import BudgetStatistics, MemoryBudget
@@ -58,6 +60,7 @@ from ._peer_log import MAX_LOGGED_TEXT, MAX_PEER_WARNINGS, PeerWarnings, set_pee
 from ._server import BridgeServer, ListenerService
 from ._slots import RequestSlots
 from ._topics import TopicPublisher, TopicRefused, open_app_session
+from ._drops import DROP_TICK, DropAllowance
 from ._window import SendWindow
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "BudgetStatistics",
     "BridgeServer",
     "COLLECT_COPIES",
+    "check_name_fits",
     "COLLECT_MOST_ASKED",
     "COLLECT_PREFETCH",
     "ITEM_COST",
@@ -92,6 +96,8 @@ __all__ = [
     "SendWindow",
     "TopicPublisher",
     "collect_elements",
+    "DROP_TICK",
+    "DropAllowance",
     "copy_error",
     "next_ask",
     "open_app_session",

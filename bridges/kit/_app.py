@@ -9,8 +9,8 @@ with :func:`collect_elements`, bounded in bytes.
 
 from __future__ import annotations
 
-from rstreams import Peer, SubscriptionError
-from rstreams.protocol import EMPTY_ELEMENT_BYTES
+from rstreams import Peer, SubscriptionError, UnknownPublisher
+from rstreams.protocol import DEFAULT_LIMITS, EMPTY_ELEMENT_BYTES
 
 from ._budget import MemoryBudget
 
@@ -18,6 +18,7 @@ __all__ = [
     "collect_elements",
     "ResponseTooLarge",
     "COLLECT_PREFETCH",
+    "check_name_fits",
     "COLLECT_MOST_ASKED",
     "COLLECT_COPIES",
 ]
@@ -35,6 +36,24 @@ COLLECT_MOST_ASKED = 65_536
 #: through the app session (encoded by the publisher's side, decoded by
 #: ours) while they are in flight.
 COLLECT_COPIES = 2
+def check_name_fits(name: str) -> None:
+    """Refuse a publisher name longer than wire v0 carries, before any session sees it.
+
+    The in-process session to the app speaks wire v0: a longer name (a
+    peer's 600 KB request) closed that session ("exceeds max_str_len"),
+    failing every later request of the connection and logging a traceback
+    each time. One check here serves every bridge that collects or
+    subscribes through the kit.
+
+    Raises:
+        UnknownPublisher: ``no such publisher: a name of N bytes`` (what the
+            bridges answer for any name the app does not have).
+    """
+    limit = DEFAULT_LIMITS.max_string_size
+    if len(name) > limit // 4:  # (at most 4 bytes a character: shorter ones always fit)
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise UnknownPublisher(name[:64], f"no such publisher: a name of {size} bytes")
 
 
 class ResponseTooLarge(SubscriptionError):
@@ -85,12 +104,15 @@ async def collect_elements(
 
     Raises:
         ResponseTooLarge: the elements passed ``max_bytes`` (the stream is cancelled).
+        UnknownPublisher: ``name`` is longer than wire v0 carries
+            (:func:`check_name_fits`): no session sees it.
         SubscriptionError: the publisher refused or failed (UnknownPublisher,
             PublisherError).
         The connection's end: the budget was closed while waiting for room.
 
     Cancellation: the stream is cancelled and nothing stays taken from ``budget``.
     """
+    check_name_fits(name)
     reserved = 0
     if budget is not None:
         max_bytes = min(max_bytes, budget.limit // COLLECT_COPIES)

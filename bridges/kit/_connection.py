@@ -203,6 +203,7 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         self._bytes_in = 0
         self._last_input = 0.0
         self._read_cap = _NO_CAP  # (see _reader: fairness)
+        self._parse_again: bool | None = None  # at end of file or not: see _machine_paused_parsing
         self._paused = False
         self._write_broken = False
         self._paused_during_ping = False
@@ -282,6 +283,12 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
         return 0
 
     def _input_frees_budget(self) -> bool:
+        return False
+
+    def _machine_paused_parsing(self) -> bool:
+        # Whether the machine's last events() stopped before parsing all it
+        # was fed, to keep one step short (MicroMsg2: its peer's filters):
+        # the reader then parses the rest in the next step, before reading.
         return False
 
     def _output_kept(self) -> int:
@@ -671,6 +678,15 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
     @enable_ki_protection
     async def _reader(self) -> None:
         while True:
+            if self._parse_again is not None and self._end is None:
+                # What was read and not yet parsed, a step at a time (the
+                # machine's bound), before anything more is read.
+                at_end_of_file, self._parse_again = self._parse_again, None
+                await trio.lowlevel.checkpoint()
+                self._process(at_end_of_file=at_end_of_file)
+                self._count_machine_input()
+                self._check_memory()
+                continue
             while not self._wants_input():
                 if self._end is not None:
                     return
@@ -720,11 +736,14 @@ class BridgeConnection(trio.abc.AsyncResource, Generic[MachineT, SettingsT]):
                 else:
                     self._finish(exc)
                 return dispatched
-            if not events:
-                break
             for event in events:
                 self._dispatch(event)
             dispatched += len(events)
+            if self._machine_paused_parsing():
+                self._parse_again = at_end_of_file
+                break
+            if not events:
+                break
         self._take_output()  # automatic answers (pongs)
         self._inbound_lot.unpark_all()
         return dispatched

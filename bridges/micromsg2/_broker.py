@@ -17,7 +17,12 @@ The mapping (``docs/bridges/micromsg2.md`` has a whole session byte for byte):
   ahead of the acks. Without acks it asks for :data:`PUSH_BATCH` at a
   time and the transport paces it.
 * A filter keeps the messages whose properties match; the others are taken
-  from the publisher and dropped (they use no window).
+  from the publisher and dropped. A dropped element costs the server about
+  what a sent one does, so the connection's drops are paced as sends are
+  (:class:`~bridges.kit.DropAllowance`): a window's worth between two of
+  the client's acks, or, while nothing is in flight, per
+  :data:`~bridges.kit.DROP_TICK`. A filter nothing passes on an endless
+  publisher no longer takes a core.
 * A SEND with destination ``D`` is published into the app's topic ``D``
   (:class:`~bridges.kit.TopicPublisher`), with its properties
   (``_envelope``: a topic element carries them). A topic subscriber
@@ -44,7 +49,7 @@ import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 
-from ..kit import BatchesWithinBudget, TopicPublisher, TopicRefused, check_count, next_ask, open_app_session
+from ..kit import BatchesWithinBudget, DropAllowance, TopicPublisher, TopicRefused, check_count, next_ask, open_app_session
 from ._connect import MicroMsg2Server
 from ._envelope import unwrap, wrap
 from ._errors import LocalProtocolError, MicroMsg2Error
@@ -163,6 +168,8 @@ class _Broker:
         self.nursery = nursery
         self.max_subscriptions = max_subscriptions
         self.scopes: dict[str, trio.CancelScope] = {}
+        window = connection.window
+        self.drops = DropAllowance(BROKER_WINDOW if window is None else window, now=trio.current_time())
 
     async def obey_commands(self) -> None:
         connection = self.connection
@@ -299,19 +306,35 @@ class _Broker:
         except BaseException:
             budget.give_back(owned)
             raise
-        if not messages:
+        self.drops.drop(len(batch) - len(messages))
+        if messages:
+            await self.connection.send_messages(destination, messages, prepaid=sizes)
+        else:
             await trio.lowlevel.checkpoint()
-            return
-        await self.connection.send_messages(destination, messages, prepaid=sizes)
+        await self.wait_drop_room()
+
+    async def wait_drop_room(self) -> None:
+        # While the connection's drops are used up (kit.DropAllowance): the
+        # client's next ack tops them up if anything is in flight (it
+        # reads, so it paces the drops as the sends), else the tick. The
+        # elements already taken are sent or dropped: none wait here.
+        drops, connection = self.drops, self.connection
+        while drops.exhausted and not connection.ended:
+            if connection.unacknowledged:
+                await connection.wait_acknowledgement()
+                drops.acknowledged(trio.current_time())
+            else:
+                await trio.sleep(drops.due(trio.current_time()))
+                drops.tick_passed(trio.current_time())
 
 
 def _filter_bytes(filter: Filter) -> int:
     # What a parsed filter holds while its subscription lasts, counted in
     # the connection's budget: about 120 bytes of objects per condition
     # (measured with tracemalloc) plus its text. Within the default Limits
-    # (256 conditions, 4 KiB) at most about 40 KB, but 64 subscriptions of
-    # them are 2.5 MB, more than a 1 MiB budget: a peer's filters are its
-    # own cost, as the rest of what it sends.
+    # (32 conditions, 4 KiB) at most about 8 KB, but 64 subscriptions of
+    # them are 0.5 MB, half a 1 MiB budget: a peer's filters are its own
+    # cost, as the rest of what it sends.
     return sum(_CONDITION_BYTES + len(str(condition)) for condition in filter.conditions)
 
 

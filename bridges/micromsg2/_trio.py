@@ -15,33 +15,28 @@ frees m messages releases m, which is exactly a Reactive Streams
 only (``max_write_buffer``).
 
 *Receiving*: a client's message counts as consumed when the application
-takes it (:meth:`MessageStream.receive`, or :meth:`~MessageStream.receive_batch`
-for all that one read brought), and taking it queues the ack at once (one
-ack frame per take, naming the last message taken; the writer coalesces
-them), so a peer that sent one message is never left waiting. A
-server acknowledges a SEND once it has handled it (:meth:`acknowledge`
-after :meth:`receive_send`: the broker, once the topic took it). Without acks, the reader reads only while someone waits for a
-message (the kit's :class:`~bridges.kit.InboundQueue`), and pauses before
-one read could carry the peer past ``max_pending_messages``.
+takes it (:meth:`MessageStream.receive` or :meth:`~MessageStream.receive_batch`),
+which queues one ack naming the last taken, at once (a peer that sent one
+message is never left waiting). A server acknowledges a SEND once handled
+(the broker: once the topic took it). Without acks, the reader reads only
+while someone waits for a message (:class:`~bridges.kit.InboundQueue`), and
+pauses before one read could carry the peer past ``max_pending_messages``.
 
 Who reads what
 --------------
-A client's messages go to the :class:`MessageStream` of their destination
-(:meth:`subscribe`), with that destination's ``completed`` or stream ERROR
-after them; a message for a destination with no stream (one just
-unsubscribed: it crossed the unsubscribe) is dropped and acknowledged. A
-server's inbound SENDs go to one queue (:meth:`receive_send`) and the pubsub
-commands to another (:meth:`receive_command`).
+A client's messages (then ``completed`` or a stream ERROR) go to their
+destination's :class:`MessageStream` (:meth:`subscribe`); one for no stream
+(it crossed an unsubscribe) is dropped and acknowledged. A server's SENDs go
+to :meth:`receive_send`, its pubsub commands to :meth:`receive_command`.
 
 How it ends
 -----------
 MicroMsg2 has no goodbye: closing the transport is the normal end
-(:class:`MicroMsg2Closed`, and inbound queues end with
-``trio.EndOfChannel`` once drained). The peer's ERROR ``error;message=M``
-ends everything with :class:`PeerError`; a violation by the peer with the
-machine's ``RemoteProtocolError`` (after its ERROR frame went out); a
-missing handshake with :class:`MicroMsg2Timeout` (an ERROR frame sent
-first); a failing transport with :class:`MicroMsg2ConnectionLost`.
+(:class:`MicroMsg2Closed`; inbound queues end with ``trio.EndOfChannel``
+once drained). The peer's ERROR ends it with :class:`PeerError`, a
+violation with ``RemoteProtocolError`` (after our ERROR frame), a missing
+handshake with :class:`MicroMsg2Timeout`, the transport with
+:class:`MicroMsg2ConnectionLost`.
 """
 
 from __future__ import annotations
@@ -123,6 +118,7 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         self._commands: InboundQueue[Command] = InboundQueue(self)
         self._all_acknowledged = trio.Event()
         self._all_acknowledged.set()
+        self._acknowledgement = trio.Event()  # set (and replaced) at each ack: wait_acknowledgement
         self._refused: dict[str, str] = {}  # (client) the server's refuse_sends, by destination
 
     def _use_settings(self, settings: MicroMsg2Settings) -> None:
@@ -265,10 +261,14 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
         # Acknowledgements let the messages we hold (window waiters) go out.
         return self._window is not None and self._window.in_flight > 0
 
+    def _machine_paused_parsing(self) -> bool:
+        return self._machine.events_pending
+
     def _on_finish(self, error: BaseException) -> None:
         if self._window is not None:
             self._window.close(error)
         self._all_acknowledged.set()
+        self._acknowledgement.set()
 
     def _dispatch(self, event: object) -> None:
         if isinstance(event, MessageReceived):
@@ -285,6 +285,8 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
                 self._window.release(min(event.count, self._window.in_flight))
             if self._machine.unacknowledged == 0:
                 self._all_acknowledged.set()
+            self._acknowledgement.set()  # (wait_acknowledgement's waiters)
+            self._acknowledgement = trio.Event()
         elif isinstance(event, (Subscribe, Unsubscribe)):
             self._commands.put(event, 0)
         elif isinstance(event, (Completed, StreamFailed)):
@@ -442,6 +444,10 @@ class MicroMsg2Connection(BridgeConnection[Connection, MicroMsg2Settings]):
             if prepaid is not None and sent < len(messages):
                 self.budget.give_back(sum(prepaid[sent:]))
         return sequences
+
+    async def wait_acknowledgement(self) -> None:
+        """Wait for the peer's next ack or the connection's end. Always checkpoints."""
+        await self._acknowledgement.wait()  # (set for good once ended: _on_finish)
 
     async def wait_acknowledged(self) -> None:
         """Wait until the peer has acknowledged every message we sent (at once without acks).
