@@ -103,6 +103,7 @@ from ._serve import EpoxyHandler, EpoxyServer, serve_epoxy
 from ._mapping import DEFAULT_MAX_IN_FLIGHT, call_publisher, event_publisher, send_events
 from ._app import (
     DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_SUBSCRIBE_REQUEST_SIZE,
     PUBLISHERS_SERVICE,
     Elements,
     EpoxyAppServer,
@@ -205,6 +206,7 @@ __all__ = [
     "Publishers",
     "EpoxyAppServer",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "MAX_SUBSCRIBE_REQUEST_SIZE",
     "open_app_session",
     "EpoxyPeer",
     "connect_epoxy_url",

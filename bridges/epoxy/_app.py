@@ -78,6 +78,7 @@ __all__ = [
     "Publishers",
     "EpoxyAppServer",
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "MAX_SUBSCRIBE_REQUEST_SIZE",
     "open_app_session",
 ]
 
@@ -89,6 +90,13 @@ PUBLISHERS_SERVICE = "rstreams.Publishers"
 #: stream is cancelled and answered ``INTERNAL_SERVER_ERROR``. Well under the
 #: 32 MiB framelet a peer must be ready for ("should support").
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+#: The largest ``Subscribe`` request read: a request is one name, and the
+#: session to the app carries names of at most ``max_string_size`` (64 KiB
+#: by default); four times that leaves room for a session configured wider,
+#: and past it the request is answered ``INTERNAL_SERVER_ERROR`` unread (it
+#: used to be decoded whatever its size, up to a 32 MiB framelet).
+MAX_SUBSCRIBE_REQUEST_SIZE = 256 * 1024
+_SUBSCRIBE_REQUEST_LIMITS = bond.BondLimits(max_size=MAX_SUBSCRIBE_REQUEST_SIZE)
 
 
 class SubscribeRequest(bond.Struct):
@@ -157,7 +165,7 @@ class Publishers:
         limit = self.session.config.limits.max_string_size
         return len(name) <= limit // 4 or len(name.encode("utf-8", "surrogatepass")) <= limit
 
-    @method
+    @method(request_limits=_SUBSCRIBE_REQUEST_LIMITS)
     async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
         if not self._fits(request.publisher):
             size = len(request.publisher.encode("utf-8", "surrogatepass"))

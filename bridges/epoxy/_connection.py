@@ -20,10 +20,12 @@ parsed before it. The codes:
   second Config frame, a request or event carrying ``ErrorData``, end of
   file in the middle of a frame;
 * ``MALFORMED_DATA``: ``EpoxyHeaders`` that do not decode (including a
-  missing ``message_type``, which is required);
+  missing ``message_type``, which is required, and headers that break a
+  Bond limit, such as skipping more than ``max_skipped_items`` values);
 * ``NOT_SUPPORTED``: a message type other than request, response, event
   (Bond's C# does the same);
-* ``LIMIT_EXCEEDED``: a frame over a limit, or more pending requests than
+* ``LIMIT_EXCEEDED``: a frame over a limit (headers over
+  ``max_headers_size`` included), or more pending requests than
   ``max_pending_requests``;
 * ``CLIENT_BAD_HANDSHAKE`` / ``SERVER_BAD_HANDSHAKE``: a Config frame whose
   ``EpoxyConfig`` does not decode, received by the server / the client;

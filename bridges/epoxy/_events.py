@@ -53,13 +53,14 @@ class _Message:
     payload: bytes
     layer_data: bytes | None
 
-    def decode(self, struct_class: type[S]) -> S:
-        """Unmarshal the payload as ``struct_class``.
+    def decode(self, struct_class: type[S], *, limits: bond.BondLimits = bond.DEFAULT_LIMITS) -> S:
+        """Unmarshal the payload as ``struct_class``, within ``limits``.
 
         Raises:
-            BondDecodeError: the payload is not a marshalled ``struct_class``.
+            BondDecodeError: the payload is not a marshalled ``struct_class``
+                (``BondLimitError``: it breaks ``limits``).
         """
-        return bond.unmarshal(struct_class, self.payload)
+        return bond.unmarshal(struct_class, self.payload, limits=limits)
 
     def decode_layer_data(self, struct_class: type[S]) -> S | None:
         """Unmarshal the layer data as ``struct_class``; None without layer data.

@@ -16,7 +16,9 @@ The :class:`FrameDecoder` checks all of it as the bytes arrive, before
 buffering any content: the count against ``max_framelets``, each type as
 soon as its two bytes are there (an unknown type, or a known one out of
 place, is ``PROTOCOL_VIOLATED``, as the spec requires for unknown
-framelets), each size against ``max_framelet_size`` and the running total
+framelets), each size against ``max_framelet_size`` (``max_headers_size``
+for the headers, config and error structs the connection decodes itself,
+which are small) and the running total
 against ``max_frame_size`` (``LIMIT_EXCEEDED``), and empty contents
 (``PROTOCOL_VIOLATED``: no framelet may be empty, Bond's C# ``Framelet``
 refuses them too). So the buffer never holds more than one framelet plus
@@ -82,6 +84,9 @@ class FrameKind(enum.Enum):
 
 _T = FrameletType
 _KINDS = {_T.EPOXY_CONFIG: FrameKind.CONFIG, _T.EPOXY_HEADERS: FrameKind.MESSAGE, _T.PROTOCOL_ERROR: FrameKind.ERROR}
+# The framelets the connection decodes itself (the first of each frame):
+# held to ``max_headers_size``, not to a payload's ``max_framelet_size``.
+_DECODED_HERE = frozenset(_KINDS)
 _MESSAGE_END = frozenset({_T.PAYLOAD_DATA, _T.ERROR_DATA})
 # What each position of a frame may hold, by frame kind and framelet count.
 _GRAMMAR: dict[tuple[FrameletType, int], tuple[frozenset[FrameletType], ...]] = {
@@ -168,6 +173,15 @@ class EpoxyLimits:
             some layer data.
         max_pending_requests: most requests the peer may have waiting for
             our response. Default 65536.
+        max_headers_size: largest content of the framelets the connection
+            decodes itself, in its reader: ``EpoxyHeaders``, ``EpoxyConfig``
+            and ``ProtocolError``. Default 64 KiB. These structs hold a few
+            numbers and two names (a few hundred bytes in practice), so the
+            32 MiB of a payload is no use to them; and decoding runs inside
+            the connection's reader, where any work a framelet makes (Bond
+            skipping an unknown field of millions of values took seconds)
+            holds up everything else. At least 512 bytes, the spec's
+            smallest framelet.
         bond: limits for decoding the headers, config and error structs.
     """
 
@@ -175,15 +189,19 @@ class EpoxyLimits:
     max_framelet_size: int = 32 * MiB
     max_frame_size: int = 32 * MiB + 64 * KiB
     max_pending_requests: int = 65536
+    max_headers_size: int = 64 * KiB
     bond: bond.BondLimits = bond.DEFAULT_LIMITS
 
     def __post_init__(self) -> None:
-        for name in ("max_framelets", "max_framelet_size", "max_frame_size", "max_pending_requests"):
+        names = ("max_framelets", "max_framelet_size", "max_frame_size", "max_pending_requests", "max_headers_size")
+        for name in names:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.max_framelets < 4 or self.max_framelet_size < 512 or self.max_frame_size < 2 * KiB:
             raise ValueError("the spec requires at least 4 framelets of 512 bytes in frames of 2 KiB")
+        if self.max_headers_size < 512:
+            raise ValueError(f"max_headers_size must be at least 512 bytes, got {self.max_headers_size}")
 
 
 DEFAULT_LIMITS = EpoxyLimits()
@@ -262,9 +280,10 @@ class FrameDecoder:
                 framelet_type = FrameletType(raw_type)
                 if size == 0:
                     raise _violation(f"empty {framelet_type.name} framelet")
-                if size > limits.max_framelet_size:
+                limit = limits.max_headers_size if framelet_type in _DECODED_HERE else limits.max_framelet_size
+                if size > limit:
                     raise _violation(
-                        f"{framelet_type.name} framelet of {size} bytes exceeds the limit of {limits.max_framelet_size}",
+                        f"{framelet_type.name} framelet of {size} bytes exceeds the limit of {limit}",
                         ProtocolErrorCode.LIMIT_EXCEEDED,
                     )
                 self._frame_size += _FRAMELET_HEADER.size + size

@@ -116,6 +116,10 @@ class MethodInfo:
         attribute: the Python attribute that implements it.
         batch: an event method that takes a list of requests (a run of its
             events at a time); on the wire, still one event each.
+        request_limits: what a request's payload may be (its size, its
+            containers, what it makes the reader skip); one that breaks
+            them is not decoded past the break: an error response
+            ``INTERNAL_SERVER_ERROR``, or for an event a dropped event.
     """
 
     name: str
@@ -124,6 +128,7 @@ class MethodInfo:
     response_class: type[bond.Struct] | None
     attribute: str
     batch: bool = False
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +147,25 @@ class _Mark:
     request: type[bond.Struct] | None
     response: type[bond.Struct] | None
     batch: bool = False
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS
 
 
-def _mark(kind: MethodKind, function: F | None, name: str | None, request: Any, response: Any, batch: bool = False) -> Any:
+def _mark(
+    kind: MethodKind,
+    function: F | None,
+    name: str | None,
+    request: Any,
+    response: Any,
+    batch: bool = False,
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS,
+) -> Any:
+    if not isinstance(request_limits, bond.BondLimits):
+        raise TypeError(f"request_limits must be a bond.BondLimits, not {request_limits!r}")
+
     def decorate(target: F) -> F:
         if not inspect.iscoroutinefunction(target):
             raise TypeError(f"{target.__qualname__}: an Epoxy method must be an async function")
-        setattr(target, _METHOD_ATTRIBUTE, _Mark(kind, name, request, response, batch))
+        setattr(target, _METHOD_ATTRIBUTE, _Mark(kind, name, request, response, batch, request_limits))
         return target
 
     return decorate(function) if function is not None else decorate
@@ -158,7 +175,11 @@ def _mark(kind: MethodKind, function: F | None, name: str | None, request: Any, 
 def method(function: F, /) -> F: ...
 @typing.overload
 def method(
-    *, name: str | None = None, request: type[bond.Struct] | None = None, response: type[bond.Struct] | None = None
+    *,
+    name: str | None = None,
+    request: type[bond.Struct] | None = None,
+    response: type[bond.Struct] | None = None,
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS,
 ) -> Callable[[F], F]: ...
 def method(
     function: F | None = None,
@@ -167,30 +188,46 @@ def method(
     name: str | None = None,
     request: type[bond.Struct] | None = None,
     response: type[bond.Struct] | None = None,
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS,
 ) -> Any:
     """Declare a request-response method: ``async def Name(self, request: Req) -> Resp``.
 
     Args:
         name: the Bond method name (default: the function's name).
         request, response: the structs (default: from the annotations).
+        request_limits: what a request's payload may be (``max_size`` for
+            a method whose request is small: it is refused unread past it).
     """
-    return _mark(MethodKind.REQUEST_RESPONSE, function, name, request, response)
+    return _mark(MethodKind.REQUEST_RESPONSE, function, name, request, response, request_limits=request_limits)
 
 
 @typing.overload
 def event(function: F, /) -> F: ...
 @typing.overload
-def event(*, name: str | None = None, request: type[bond.Struct] | None = None, batch: bool = False) -> Callable[[F], F]: ...
 def event(
-    function: F | None = None, /, *, name: str | None = None, request: type[bond.Struct] | None = None, batch: bool = False
+    *,
+    name: str | None = None,
+    request: type[bond.Struct] | None = None,
+    batch: bool = False,
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS,
+) -> Callable[[F], F]: ...
+def event(
+    function: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    request: type[bond.Struct] | None = None,
+    batch: bool = False,
+    request_limits: bond.BondLimits = bond.DEFAULT_LIMITS,
 ) -> Any:
     """Declare an event method (one-way): ``async def Name(self, request: Req) -> None``.
 
     With ``batch``, ``async def Name(self, requests: list[Req]) -> None``:
     called with each run of its events that one read brought (those that
     do not decode dropped and logged), in order with the other events.
+    ``request_limits`` as for :func:`method` (an event past them is dropped).
     """
-    return _mark(MethodKind.EVENT, function, name, request, None, batch)
+    return _mark(MethodKind.EVENT, function, name, request, None, batch, request_limits)
 
 
 def _struct_class(value: object, what: str) -> type[bond.Struct]:
@@ -217,7 +254,9 @@ def _method_info(attribute: str, function: Callable[..., Any], mark: _Mark) -> M
     response_class = None
     if mark.kind is MethodKind.REQUEST_RESPONSE:
         response_class = _struct_class(response, f"{where}'s response")
-    return MethodInfo(mark.name or attribute, mark.kind, request_class, response_class, attribute, mark.batch)
+    return MethodInfo(
+        mark.name or attribute, mark.kind, request_class, response_class, attribute, mark.batch, mark.request_limits
+    )
 
 
 def service(name: str) -> Callable[[type[T]], type[T]]:
@@ -370,7 +409,7 @@ async def dispatch_request(
     if info.kind is MethodKind.EVENT:
         return _error(ErrorCode.INVALID_INVOCATION, f"{full_name} is an event: send it as an event, not a request")
     try:
-        argument = request.decode(info.request_class)
+        argument = request.decode(info.request_class, limits=info.request_limits)
     except bond.BondDecodeError as exc:
         return _internal(f"the request to {full_name} is not a valid {info.request_class.__name__}: {exc}")
     try:
@@ -386,9 +425,25 @@ async def dispatch_request(
     if not isinstance(result, info.response_class):
         return _internal(f"{full_name} returned a {type(result).__name__}, not a {info.response_class.__name__}")
     try:
-        return bond.marshal(result)
+        return await _marshal_response(result)
     except bond.BondEncodeError as exc:
         return _internal(f"the response of {full_name} does not encode: {exc}")
+
+
+async def _marshal_response(result: bond.Struct) -> bytes:
+    # bond.marshal, a step of bond.MARSHAL_STEP_ITEMS list items at a time
+    # with a checkpoint between: one response of up to max_response_bytes
+    # of tiny elements (half a million of range?count=524288) was hundreds
+    # of milliseconds of one step, every other connection waiting. A small
+    # response is one step and no checkpoint (the caller's next await is
+    # one).
+    steps = bond.marshal_steps(result)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await trio.lowlevel.checkpoint()
 
 
 async def dispatch_event(table: ServiceTable, message: Event) -> None:
@@ -438,7 +493,7 @@ def _event_method(table: ServiceTable, message: Event) -> tuple[MethodInfo, Boun
 def _decoded(info: MethodInfo, message: Event) -> bond.Struct | None:
     # The event's request struct; None (logged) if its payload is not one.
     try:
-        return message.decode(info.request_class)
+        return message.decode(info.request_class, limits=info.request_limits)
     except bond.BondDecodeError as exc:
         full_name = f"{message.service_name}.{message.method_name}"
         warn_about_peer(logger, "dropped event %s: not a valid %s: %s", full_name, info.request_class.__name__, exc)

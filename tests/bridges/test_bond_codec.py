@@ -364,13 +364,16 @@ def test_skipped_strings_are_not_decoded() -> None:
         bond.deserialize(Nothing, h("d2 0c 02 61 00"), V1)
 
 
-def test_the_container_limit_spares_blobs_and_skipped_data() -> None:
+def test_the_container_limit_spares_blobs_and_holds_skipped_data() -> None:
     class Nothing(bond.Struct):
         pass
 
     limits = bond.BondLimits(max_container_length=4)
+    wire = bond.serialize(Containers(blob=bytes(100), l=[1] * 4), V1)
+    assert bond.deserialize(Nothing, wire, V1, limits=limits) == Nothing()  # a skipped blob: no limit
     wire = bond.serialize(Containers(blob=bytes(100), l=[1] * 5), V1)
-    assert bond.deserialize(Nothing, wire, V1, limits=limits) == Nothing()  # skipped: no limit
+    with pytest.raises(bond.BondLimitError, match="list of 5 items exceeds the limit of 4"):
+        bond.deserialize(Nothing, wire, V1, limits=limits)  # skipped, as long as decoded
     with pytest.raises(bond.BondLimitError, match="list<int16> of 5 items"):
         bond.deserialize(Containers, wire, V1, limits=limits)
     wire = bond.serialize(Containers(blob=bytes(100)), V1)

@@ -16,10 +16,12 @@ Decoding never allocates more than the input justifies and fails only with
 """
 
 from ._api import (
+    MARSHAL_STEP_ITEMS,
     deserialize,
     deserialize_from,
     marshal,
     marshal_header,
+    marshal_steps,
     marshal_tree,
     read_marshal_header,
     read_tree,
@@ -107,6 +109,8 @@ __all__ = [
     "deserialize",
     "deserialize_from",
     "marshal",
+    "marshal_steps",
+    "MARSHAL_STEP_ITEMS",
     "unmarshal",
     "marshal_header",
     "read_marshal_header",

@@ -75,21 +75,33 @@ class BondLimits:
         max_depth: deepest nesting of structs and containers. Bounds the
             Python recursion. Default 64, the default of Bond's C++
             ``RecursionGuard``.
-        max_container_length: most items in one list, set or map that is
-            decoded (a Python object costs tens of bytes per item of one
-            byte on the wire). Blobs and skipped containers are bounded by
-            the input size alone: they cost no more than their bytes.
+        max_container_length: most items in one list, set or map, decoded
+            or skipped (a decoded item is a Python object of tens of bytes
+            for one byte on the wire; a skipped one costs as much time to
+            walk). Blobs, and skipped lists of bytes, are bounded by the
+            input size alone: they are copied or jumped over whole.
             Default 2**20.
+        max_skipped_items: most values one input may make the reader skip
+            (unknown fields, the fields and items inside them, the extent of
+            a ``bonded<T>``), all counted together. Skipping walks the wire
+            one value at a time (about half a microsecond each) to make
+            nothing, so without a budget of its own an unknown field of one
+            framelet was seconds of work for nobody. A container is charged
+            its whole count when its header is read, before it is walked,
+            so an input over the budget fails at once. Lists of fixed-size
+            scalars are jumped over in one step and charged nothing.
+            Default 2**14 (about 20 ms of walking at worst, here).
         max_size: largest input accepted, in bytes. Default 64 MiB, above
             Epoxy's 32 MiB framelets.
     """
 
     max_depth: int = 64
     max_container_length: int = 1 << 20
+    max_skipped_items: int = 1 << 14
     max_size: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        for name in ("max_depth", "max_container_length", "max_size"):
+        for name in ("max_depth", "max_container_length", "max_skipped_items", "max_size"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")

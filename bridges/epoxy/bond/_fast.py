@@ -51,6 +51,8 @@ _REALS = (_BT.BT_FLOAT, _BT.BT_DOUBLE)
 class FastReader(Reader):
     """Reads Fast Binary v1."""
 
+    jumped_wires = frozenset(_FIXED)  # every number is fixed-size in Fast
+
     __slots__ = ()
     protocol = Protocol.FAST
 

@@ -26,7 +26,14 @@ levels the wire lacks (base data read as a derived class) keep defaults.
 Safety: every count or length is checked against the bytes that remain
 before anything is allocated (each container item takes at least one
 byte), and against :class:`~._errors.BondLimits`; nesting is counted
-against ``max_depth``. Reads past the end of the buffer raise ``IndexError``
+against ``max_depth``. Skipping is held to the same container limit as
+decoding, and to a budget of its own for the whole input
+(``max_skipped_items``, kept in ``skip_budget``): skipped values make
+nothing, so the bytes they are made of were the only bound on the time
+spent walking them (seconds for one framelet). Each skipped field is
+charged one, and each skipped container its count as soon as its header
+is read, before a single item is walked: an input over the budget fails
+at once, however long it is. Reads past the end of the buffer raise ``IndexError``
 or ``struct.error`` on the hot path; ``_api`` turns them into
 ``BondDecodeError`` at its single entry point.
 """
@@ -61,6 +68,9 @@ __all__ = ["Reader", "SCALAR_WIRES", "VALUE_WIRES", "wire_name"]
 _BT = BondDataType
 STOP, STOP_BASE = 0, 1
 _BYTE_WIRES = frozenset({_BT.BT_INT8, _BT.BT_UINT8})
+# Lists of these are skipped in one jump in every protocol (fixed sizes in
+# each); a protocol with more fixed-size wires (Fast) adds them.
+_FIXED_SIZE_WIRES = frozenset({_BT.BT_BOOL, _BT.BT_INT8, _BT.BT_UINT8, _BT.BT_FLOAT, _BT.BT_DOUBLE})
 #: Wire types that are read by ``Reader.scalar``.
 SCALAR_WIRES = frozenset(
     {
@@ -93,8 +103,11 @@ def wire_name(wire: int) -> str:
 class Reader:
     """Base of the protocol readers; see the module docstring."""
 
-    __slots__ = ("data", "pos", "end", "limits", "depth")
+    __slots__ = ("data", "pos", "end", "limits", "depth", "skip_budget")
     protocol: Protocol
+    #: Wire types whose lists ``skip_scalars`` jumps over in one step: not
+    #: charged to the skip budget, whatever their count.
+    jumped_wires: frozenset[int] = _FIXED_SIZE_WIRES
 
     def __init__(self, data: memoryview, pos: int, limits: BondLimits) -> None:
         self.data = data
@@ -102,6 +115,7 @@ class Reader:
         self.end = len(data)
         self.limits = limits
         self.depth = 0
+        self.skip_budget = limits.max_skipped_items  # what may still be skipped
 
     # ---- primitives, supplied by the protocols ---------------------------
 
@@ -347,6 +361,20 @@ class Reader:
     # ---- skipping -----------------------------------------------------------
 
     def skip(self, wire: int) -> None:
+        """Skip one value (an unknown field, a ``bonded<T>``): charged one."""
+        self.charge_skipped(1)
+        self.skip_value(wire)
+
+    def charge_skipped(self, count: int) -> None:
+        budget = self.skip_budget - count
+        if budget < 0:
+            raise BondLimitError(
+                f"skipping more than {self.limits.max_skipped_items} values (at offset {self.pos})"
+            )
+        self.skip_budget = budget
+
+    def skip_value(self, wire: int) -> None:
+        # The value's own cost is charged by the caller; its contents here.
         if wire in SCALAR_WIRES:
             self.skip_scalars(wire, 1)
         elif wire == _BT.BT_STRUCT:
@@ -354,16 +382,24 @@ class Reader:
         elif wire == _BT.BT_LIST or wire == _BT.BT_SET:
             self.enter()
             item_wire, count = self.list_header()
-            self.check_count(count, "list", items=False)
-            self.skip_items(item_wire, count)
+            if item_wire in _BYTE_WIRES:
+                # A blob (or any list of bytes): jumped over whole, as read_blob copies it.
+                self.check_count(count, "list", items=False)
+                self.skip_scalars(item_wire, count)
+            else:
+                self.check_count(count, "list")
+                self.skip_items(item_wire, count)
             self.depth -= 1
         elif wire == _BT.BT_MAP:
             self.enter()
             key_wire, value_wire, count = self.map_header()
-            self.check_count(count, "map", items=False)
-            for _ in range(count):
-                self.skip(key_wire)
-                self.skip(value_wire)
+            self.check_count(count, "map")
+            if count:
+                self.charge_skipped(2 * count)
+                skip_value = self.skip_value
+                for _ in range(count):
+                    skip_value(key_wire)
+                    skip_value(value_wire)
             self.depth -= 1
         else:
             raise BondDecodeError(f"invalid {wire_name(wire)} at offset {self.pos}")
@@ -371,24 +407,32 @@ class Reader:
     def skip_items(self, wire: int, count: int) -> None:
         if not count:
             return
+        if wire in self.jumped_wires:
+            self.skip_scalars(wire, count)  # one jump, whatever the count
+            return
+        self.charge_skipped(count)
         if wire in SCALAR_WIRES:
             self.skip_scalars(wire, count)
         else:
+            skip_value = self.skip_value
             for _ in range(count):
-                self.skip(wire)
+                skip_value(wire)
 
     def skip_struct(self) -> None:
         self.enter()
         end = self.struct_begin()
         if end >= 0:
+            # Compact v2's length prefix: one jump (the bytes are checked by
+            # whoever reads past them; a jump past the end fails there).
             self.pos = end
         else:
+            skip = self.skip
             while True:
                 wire, _ = self.field_header()
                 if wire == STOP:
                     break
                 if wire != STOP_BASE:
-                    self.skip(wire)
+                    skip(wire)
         self.depth -= 1
 
     # ---- without a schema -------------------------------------------------

@@ -18,7 +18,7 @@ of a bulk ``struct.pack`` into one).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ._errors import BondEncodeError
@@ -199,6 +199,68 @@ class Writer:
                     raise BondEncodeError(f"{struct_class.__name__}.{info.name}: {exc}") from None
             self.out.append(_STOP if index == last else _STOP_BASE)
         self.struct_end(saved)
+        self.depth -= 1
+
+    def write_struct_steps(self, value: Any, struct_class: type[Struct], items_per_step: int) -> Iterator[None]:
+        """Write as :meth:`write_struct` does, yielding between steps.
+
+        The struct's own lists and sets (not those nested in their items)
+        are written ``items_per_step`` items at a time, with a yield after
+        each chunk: a response of half a million elements is hundreds of
+        milliseconds of writing, which must not be one step of whoever runs
+        it. The bytes are those of :meth:`write_struct`: the header is
+        written for the whole count, then each chunk's items as
+        :meth:`write_items` writes them all (a list's encoding is its
+        items' encodings one after the other, even the bulk ones).
+        """
+        check_struct_value(value, struct_class)
+        self.enter()
+        saved = self.struct_begin()
+        levels = struct_class.__bond_levels__
+        last = len(levels) - 1
+        for index, level in enumerate(levels):
+            for info in level.fields:
+                item = getattr(value, info.name)
+                omit = info.omit
+                if omit == OMIT_NOTHING and item is None:
+                    if info.modifier is _OPTIONAL:
+                        continue
+                    raise BondEncodeError(f"{struct_class.__name__}.{info.name} is required but holds nothing")
+                if info.modifier is _OPTIONAL and (
+                    (omit == OMIT_EQUAL and item == info.default)
+                    or (omit == OMIT_EMPTY and not item)
+                    or (omit == OMIT_NULL and item is None)
+                ):
+                    continue
+                field_type = info.type
+                self.field_begin(field_type.wire, info.id)
+                try:
+                    if field_type.kind in (LIST, SET) and isinstance(item, (list, tuple, set, frozenset)) and len(item) > items_per_step:
+                        yield from self._write_items_steps(field_type, item, items_per_step)
+                    else:
+                        self.write_value(field_type, item)
+                except BondEncodeError as exc:
+                    if str(exc).startswith(f"{struct_class.__name__}."):
+                        raise
+                    raise BondEncodeError(f"{struct_class.__name__}.{info.name}: {exc}") from None
+            self.out.append(_STOP if index == last else _STOP_BASE)
+        self.struct_end(saved)
+        self.depth -= 1
+
+    def _write_items_steps(self, field_type: BondType, value: Any, items_per_step: int) -> Iterator[None]:
+        # write_value's list and set branch, a chunk of items at a time.
+        element = field_type.element  # type: ignore[attr-defined]
+        if field_type.kind == SET:
+            items = _sorted_set(value, element.wire)
+        else:
+            if not isinstance(value, (list, tuple)):
+                raise BondEncodeError(f"{field_type.name} value must be a list, got {type(value).__name__}")
+            items = list(value)
+        self.enter()
+        self.list_begin(element.wire, len(items))
+        for start in range(0, len(items), items_per_step):
+            self.write_items(element, items[start : start + items_per_step])
+            yield
         self.depth -= 1
 
     def write_value(self, field_type: BondType, value: Any) -> None:
