@@ -107,7 +107,9 @@ class _Batches:
         self.release(taken=True)
         try:
             handed = await self._receive.receive()
-        except trio.EndOfChannel:
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            # Closed: publish_to_topic has ended (its connection's end
+            # cancelled it) while the topic's publisher still asked for more.
             raise StopAsyncIteration from None
         self._pending = handed
         return handed.values

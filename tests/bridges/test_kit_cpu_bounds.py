@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,3 +40,19 @@ def test_drops_never_pass_the_allowance_between_top_ups(allowance: int, steps: l
             if drops.dropped != before:
                 since_top_up = 0
         assert drops.dropped == since_top_up
+
+
+async def test_a_topic_feed_closed_under_its_publisher_ends_its_iteration() -> None:
+    # publish_to_topic ending (its bridge connection cut mid-frame) closes
+    # the feed while the topic's publisher may still ask for the next batch:
+    # that is the end of the values, not a publisher failure with a
+    # traceback (the chaos run found one).
+    from bridges.kit._topics import _Batches
+
+    send, receive = trio.open_memory_channel[object](1)
+    batches = _Batches(receive)  # type: ignore[arg-type]
+    receive.close()
+    with trio.fail_after(5):
+        with pytest.raises(StopAsyncIteration):
+            await batches.__anext__()
+    send.close()
