@@ -29,6 +29,17 @@ elements (the replay window for ``from=N`` subscribers). Memory is bounded
 by ``capacity`` elements whatever the subscribers do; each subscriber adds
 at most its own demand on the wire.
 
+Room grows only when the floor rises: when the lowest blocking cursor
+takes or detaches and no other blocking cursor is at its position. Any
+other take or detach leaves the floor (and so every publisher) where it
+was, which is what lets :mod:`rstreams._topic` wake publishers only then.
+The log keeps the floor up to date as cursors move (a count of blocking
+cursors per position, and the lowest of them), so :attr:`TopicLog.floor`,
+:meth:`~TopicLog.room` and :meth:`~TopicLog.append` cost O(1) however many
+cursors read, rather than a walk over all of them per call; finding the next
+lowest position when the lowest one empties costs at most the fewer of the
+distinct positions and the elements between them.
+
 Retention by bytes (``capacity_bytes``) works the same way in bytes: the
 elements held never add up to more, and the bytes from the slowest blocking
 cursor to the newest element never exceed it either::
@@ -223,6 +234,10 @@ class TopicLog:
         self._ends: deque[int] = deque()
         self._first = 0  # sequence number of _elements[0]
         self._cursors: set[Cursor] = set()
+        # The blocking cursors by position (how many at each), and the lowest
+        # such position (None: no blocking cursor): the floor, kept as they move.
+        self._blocking: dict[int, int] = {}
+        self._lowest: int | None = None
         self.published = 0
         self.evicted = 0
         self.published_bytes = 0
@@ -237,6 +252,15 @@ class TopicLog:
     def next_sequence(self) -> int:
         """The sequence number the next published element gets."""
         return self._first + len(self._elements)
+
+    @property
+    def floor(self) -> int:
+        """The lowest position of a blocking cursor, or next_sequence if none.
+
+        Room is counted from it (see the module docstring); it rises only
+        when a take or a detach frees room.
+        """
+        return self.next_sequence if self._lowest is None else self._lowest
 
     @property
     def held_bytes(self) -> int:
@@ -282,11 +306,16 @@ class TopicLog:
             )
         cursor = Cursor(policy, start)
         self._cursors.add(cursor)
+        if policy is CursorPolicy.BLOCK:
+            self._hold(start)
         return cursor
 
     def detach(self, cursor: Cursor) -> None:
-        """Forget ``cursor``; the publishers it held back get room."""
-        self._cursors.discard(cursor)
+        """Forget ``cursor``; the publishers it held back get room (if it set the floor)."""
+        if cursor in self._cursors:
+            self._cursors.remove(cursor)
+            if cursor.policy is CursorPolicy.BLOCK:
+                self._release(cursor.position)
 
     def available(self, cursor: Cursor) -> int:
         """Elements ``cursor`` could take now (before any skipping)."""
@@ -325,16 +354,45 @@ class TopicLog:
             taken = list(itertools.islice(reversed(self._elements), from_end - count, from_end))[::-1]
         cursor.position += count
         cursor.delivered += count
+        if cursor.policy is CursorPolicy.BLOCK and cursor in self._cursors:
+            # Held at the new position before released at the old, so that
+            # finding the next lowest stops at most ``count`` along.
+            self._hold(cursor.position)
+            self._release(first)
         return first, taken
 
     # ---- publishing -------------------------------------------------------
 
-    def _floor(self) -> int:
-        floor = self.next_sequence
-        for cursor in self._cursors:
-            if cursor.policy is CursorPolicy.BLOCK and cursor.position < floor:
-                floor = cursor.position
-        return floor
+    def _hold(self, position: int) -> None:
+        # A blocking cursor is now at ``position``.
+        self._blocking[position] = self._blocking.get(position, 0) + 1
+        if self._lowest is None or position < self._lowest:
+            self._lowest = position
+
+    def _release(self, position: int) -> None:
+        # A blocking cursor left ``position``; the floor rises if it was the
+        # last one at the lowest.
+        remaining = self._blocking[position] - 1
+        if remaining:
+            self._blocking[position] = remaining
+            return
+        del self._blocking[position]
+        if position != self._lowest:
+            return
+        blocking = self._blocking
+        if not blocking:
+            self._lowest = None
+            return
+        # The next lowest is the nearest position held above this one. Look
+        # at most as many positions ahead as there are positions held, then
+        # take the least of them: at most twice the fewer of the positions
+        # held and the distance to the next, never a walk over every cursor
+        # (a thousand readers at one position are one entry).
+        for candidate in range(position + 1, position + 1 + len(blocking)):
+            if candidate in blocking:
+                self._lowest = candidate
+                return
+        self._lowest = min(blocking)
 
     def _bytes_before(self, sequence: int) -> int:
         # Bytes published before element ``sequence`` (first <= sequence <= next).
@@ -348,7 +406,7 @@ class TopicLog:
         Counted in elements; with ``capacity_bytes`` an element may still be
         refused by :meth:`append` for want of room in bytes (:meth:`room_bytes`).
         """
-        return max(0, self.capacity - (self.next_sequence - self._floor()))
+        return max(0, self.capacity - (self.next_sequence - self.floor))
 
     def fits(self, elements: Sequence[bytes]) -> bool:
         """Whether :meth:`append` would take all of ``elements`` now."""
@@ -361,7 +419,7 @@ class TopicLog:
         """Bytes that may be published now (None: no bound in bytes)."""
         if self.capacity_bytes is None:
             return None
-        return max(0, self.capacity_bytes - (self.published_bytes - self._bytes_before(self._floor())))
+        return max(0, self.capacity_bytes - (self.published_bytes - self._bytes_before(self.floor)))
 
     def append(self, elements: Sequence[bytes]) -> int:
         """Append as many of ``elements`` as :meth:`room` allows; return how many.
@@ -373,7 +431,7 @@ class TopicLog:
             ValueError: an element is larger than ``capacity_bytes``: it
                 could never be held.
         """
-        floor = self._floor()
+        floor = self.floor
         count = min(len(elements), self.capacity - (self.next_sequence - floor))
         if count <= 0:
             return 0

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import zlib
 
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 
 from rstreams._topic_core import (
+    Cursor,
     CursorPolicy,
     Partitioner,
     ProducerLedger,
@@ -54,6 +57,77 @@ def test_the_slowest_blocking_cursor_sets_the_pace() -> None:
     assert log.room() == 0
     log.take(slow, 1)
     assert log.room() == 1
+
+
+def test_the_floor_rises_only_when_the_lowest_blocking_cursor_moves_on_or_leaves() -> None:
+    log = TopicLog(4)
+    assert log.floor == 0
+    a, b = log.attach(CursorPolicy.BLOCK), log.attach(CursorPolicy.BLOCK)
+    dropping = log.attach(CursorPolicy.DROP)
+    log.append(elements(0, 4))
+    assert log.floor == 0 and log.room() == 0
+    log.take(a, 2)
+    log.take(dropping, 4)
+    assert log.floor == 0  # b is still at 0: no room freed
+    log.take(b, 1)
+    assert log.floor == 1 and log.room() == 1
+    log.detach(a)  # at 2, above the floor
+    assert log.floor == 1
+    log.detach(b)
+    assert log.floor == log.next_sequence == 4  # no blocking cursor: room is capacity
+    log.detach(b)  # twice: nothing
+    assert log.floor == 4
+
+
+def test_the_next_floor_is_found_near_or_far() -> None:
+    log = TopicLog(16)
+    log.append(elements(0, 8))
+    lowest = log.attach(CursorPolicy.BLOCK, 0)
+    far, further = log.attach(CursorPolicy.BLOCK, 6), log.attach(CursorPolicy.BLOCK, 7)
+    log.take(lowest, 3)  # to 3, nearer than the others
+    assert log.floor == 3
+    log.detach(lowest)  # the next is three positions on, past two held
+    assert log.floor == 6
+    log.take(far, 4)  # to 8, past the other
+    assert log.floor == 7
+    log.take(further, 1)
+    assert log.floor == 8 == log.next_sequence
+
+
+def brute_floor(log: TopicLog) -> int:
+    return min((c.position for c in log.cursors if c.policy is CursorPolicy.BLOCK), default=log.next_sequence)
+
+
+@hypothesis.settings(max_examples=300)
+@hypothesis.given(
+    st.lists(
+        st.tuples(st.sampled_from(["attach", "take", "detach", "append"]), st.integers(0, 9), st.sampled_from(CursorPolicy)),
+        min_size=10,
+        max_size=120,
+    ),
+    st.sampled_from([None, 12]),
+)
+def test_the_floor_kept_as_cursors_move_is_the_lowest_blocking_position(
+    steps: list[tuple[str, int, CursorPolicy]], capacity_bytes: int | None
+) -> None:
+    log = TopicLog(8, capacity_bytes)
+    cursors: list[Cursor] = []
+    for step, number, policy in steps:
+        if step == "attach":
+            cursors.append(log.attach(policy, log.first_sequence + number % (len(log) + 1)))
+        elif step == "append":
+            log.append(elements(0, number % 4 + 1))
+        elif cursors:
+            cursor = cursors[number % len(cursors)]
+            if step == "take":
+                log.take(cursor, number % 4)
+            else:
+                log.detach(cursor)
+                cursors.remove(cursor)
+        floor = brute_floor(log)
+        assert log.floor == floor
+        assert log.room() == max(0, log.capacity - (log.next_sequence - floor))
+        assert all(c.dropped == 0 for c in cursors if c.policy is CursorPolicy.BLOCK)
 
 
 def test_drop_cursor_is_overtaken_and_counts_what_it_missed() -> None:
