@@ -30,7 +30,12 @@ The mapping (``docs/bridges/relink.md`` has a byte-level example):
   the order of packets: once a connector has its close acknowledged, the
   id is free again.
 
-A message that is not one UTF-8 part fails the subscription the same way,
+A publisher name longer than the app session carries (the wire's
+``max_string_size``, 64 KiB, less 1 KiB for an answer that quotes it)
+fails it as an unknown publisher would
+(``no such publisher: a name of N bytes``), without reaching the session:
+a longer one closed the session and failed every later subscription of
+the link. A message that is not one UTF-8 part fails the subscription the same way,
 as does a channel beyond ``max_subscriptions`` (1,024) running at once on
 one link (``too many subscriptions``); further messages on a channel that
 already carries a subscription are consumed and ignored.
@@ -43,6 +48,7 @@ import logging
 import trio
 
 from rstreams import Router, Session, Subscription, SubscriptionError
+from rstreams.support import peer_text
 
 from ..kit import BatchesWithinBudget, MemoryBudget, check_count, next_ask, open_app_session
 from ._errors import RelinkError
@@ -222,6 +228,12 @@ class RelinkAppServer(RelinkServer):
         except (trio.EndOfChannel, RelinkError):
             return
         channel.ignore_further()  # (consumed with the request, at the end)
+        # Only the name is kept, and only one the session can carry: this
+        # task may outlive the connection by link_timeout (its close waits
+        # for the connector's acknowledgement), and a peer's 600 KB request
+        # held that long by each of its links added up to gigabytes.
+        name, refusal = _publisher_name(request, session)
+        del request
         forwarded: list[bool] = []  # True once a message went out
         try:
             error: str | None = None
@@ -231,11 +243,10 @@ class RelinkAppServer(RelinkServer):
                     scope.cancel()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_cancel_when_closed, channel, nursery.cancel_scope)
-                    name = _publisher_name(request)
                     if subscriptions.running > self.max_subscriptions:
                         error = TOO_MANY
                     elif name is None:
-                        error = "a subscription is one message of one part: a publisher name in UTF-8"
+                        error = refusal
                     else:
                         try:
                             async with session.subscribe(name, prefetch=0) as elements:
@@ -274,10 +285,32 @@ async def _cancel_when_closed(channel: InboundChannel, scope: trio.CancelScope) 
     scope.cancel()
 
 
-def _publisher_name(request: tuple[bytes, ...]) -> str | None:
+#: Bytes of the wire's string limit left for the text the app may answer
+#: a name with: "no such publisher: NAME (closest: ...)" quotes it whole
+#: (suggestions only for paths up to 256 characters), and an answer past
+#: the limit closes the session as surely as the name would.
+_ANSWER_ROOM = 1024
+
+
+def _publisher_name(request: tuple[bytes, ...], session: Session) -> tuple[str | None, str]:
+    # The publisher name a subscribe asks for, or None and the error text
+    # to answer with. A name the session to the app cannot carry, with the
+    # app's answer quoting it (as the Epoxy bridge's Publishers._fits, with
+    # room for the answer), is refused as no such publisher before it is
+    # decoded: a longer one (a peer's 66 KB name) closed the session
+    # ("exceeds max_str_len"), failed the link's handler with a traceback
+    # logged per link, and every later subscription of the link.
     if len(request) != 1:
-        return None
+        return None, _NOT_A_NAME
+    encoded = request[0]
+    if len(encoded) > session.config.limits.max_string_size - _ANSWER_ROOM:
+        error = f"no such publisher: a name of {len(encoded)} bytes"
+        logger.debug("Relink subscription refused, %s: %s", error, peer_text(encoded[:80].decode("utf-8", "replace")))
+        return None, error
     try:
-        return request[0].decode("utf-8")
+        return encoded.decode("utf-8"), ""
     except UnicodeDecodeError:
-        return None
+        return None, _NOT_A_NAME
+
+
+_NOT_A_NAME = "a subscription is one message of one part: a publisher name in UTF-8"

@@ -244,6 +244,12 @@ class PacketDecoder:
         packet, length = parsed
         self._offset += length
         self._need = 0
+        if self._offset >= _COMPACT_AT and self._offset == len(self._buffer):
+            # All taken: let a large packet's bytes go now, not at the next
+            # feed, which may never come (a link outlives its connection,
+            # and a peer's 600 KB messages, one per dropped link, were held
+            # for the link's lifetime).
+            self._buffer, self._offset = bytearray(), 0
         return packet
 
     def _available(self, length: int) -> bool:

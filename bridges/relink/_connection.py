@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from bridges.machine import ProtocolMachine, StateTable
 
 from ._codec import PacketDecoder, encode_packet
-from ._config import DEFAULT_SEND_WINDOW, RelinkStatistics
+from ._config import DEFAULT_RESEND_CHUNK, DEFAULT_SEND_WINDOW, RelinkStatistics
 from ._engine import LinkEngine
 from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError, UnsupportedVersionError
 from ._events import ConnectionClosed, Event, HandshakeComplete, LinkRefused, LinkRequested
@@ -82,6 +82,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         ack_window: consumed messages that trigger an acknowledgement at
             once. Default a quarter of ``send_window``.
         limits: what the peer may send (and what we may, so the peer takes it).
+        resend_chunk: bytes of a resend each :meth:`data_to_send` encodes.
     """
 
     def __init__(
@@ -97,6 +98,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         send_window: int = DEFAULT_SEND_WINDOW,
         ack_window: int | None = None,
         limits: RelinkLimits = DEFAULT_LIMITS,
+        resend_chunk: int = DEFAULT_RESEND_CHUNK,
     ) -> None:
         if not isinstance(role, Role):
             raise LocalProtocolError(f"role must be a Role, got {role!r}")
@@ -109,6 +111,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         self.send_window = send_window
         self.ack_window = ack_window
         self.limits = limits
+        self.resend_chunk = resend_chunk
         super().__init__(RemoteProtocolError)
         self._inbound = bytearray()
         self._pending: list[Event] = []  # what the handshake and the engine emit, until events() takes it
@@ -135,12 +138,10 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
             if not isinstance(config, LinkConfig):
                 raise LocalProtocolError("the connector needs a LinkConfig")
             self._old_link = link
+            old_epoch, old_link_id = (link.epoch, link.link_id) if link is not None else (0, 0)
             self._request = HandshakeRequest(
-                endpoint_name=endpoint_name,
-                config=config,
-                require_old_link=require_old_link and link is not None,
-                old_epoch=link.epoch if link is not None else 0,
-                old_link_id=link.link_id if link is not None else 0,
+                endpoint_name=endpoint_name, config=config, require_old_link=require_old_link and link is not None,
+                old_epoch=old_epoch, old_link_id=old_link_id,
             )
             self._state = ConnectionState.AWAIT_LISTENER_VERSION
             self._queue_raw(encode_version(PROTOCOL_VERSION))
@@ -189,8 +190,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         """The peer's channels with consumed messages not yet acknowledged.
 
         When this becomes non-empty, arm a timer (``DEFAULT_ACK_DELAY``) that
-        calls :meth:`flush_acks`, unless one is armed already.
-        """
+        calls :meth:`flush_acks`, unless one is armed already."""
         return self._engine.pending_acks if self._engine is not None else ()
 
     def _transition(self, event: ConnectionEvent) -> None:
@@ -217,12 +217,10 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         :meth:`events` parses them. Bytes received after the connection
         closed or failed are ignored.
         """
-        if self.state in TERMINAL_STATES:
+        if self.state in TERMINAL_STATES or self._eof:
             return
         if not data:
             self._eof = True
-            return
-        if self._eof:
             return
         self._counts[0] += len(data)
         if self._decoder is not None:
@@ -340,7 +338,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         outcome = judge_reply(request, reply)
         if outcome is ReplyOutcome.REFUSED:
             assert old is not None
-            lost = self._discard(old)
+            lost = old.discard()
             self._receive_transition(ConnectionEvent.RECEIVE_REFUSAL, "refusal")
             self._pending.append(LinkRefused(lost_outgoing=lost[0], lost_incoming=lost[1]))
             return
@@ -349,15 +347,9 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
             assert old is not None
             self._start(old, resumed=True)
             return
-        lost = self._discard(old) if old is not None else ((), ())
+        lost = old.discard() if old is not None else ((), ())
         link = LinkState(role=Role.CONNECTOR, config=request.config, epoch=reply.epoch, link_id=reply.link_id)
         self._start(link, resumed=False, lost=lost)
-
-    @staticmethod
-    def _discard(link: LinkState) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        link.discarded = True
-        link.owner = None
-        return link.outgoing_channels, link.incoming_channels
 
     def _start(
         self, link: LinkState, *, resumed: bool, lost: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
@@ -371,6 +363,7 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
             limits=self.limits,
             write=self._queue,
             emit=self._pending.append,
+            written_bytes=lambda: self._counts[1],  # bytes queued so far
         )
         self._decoder = PacketDecoder(
             sender_id_size=engine.peer_id_size, receiver_id_size=engine.own_id_size, limits=self.limits
@@ -567,6 +560,27 @@ class Connection(ProtocolMachine[Event, RemoteProtocolError]):
         return RelinkStatistics(**dict(zip(RelinkStatistics.__dataclass_fields__, self._counts)))
 
     # ---- output -------------------------------------------------------------------
+
+    @property
+    def resend_pending(self) -> bool:
+        """True while a resume's resend is not all queued: :meth:`data_to_send` pulls it."""
+        return bool(self._engine is not None and self._engine.catching_up and self.state is ConnectionState.OPEN)
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """True while bytes wait to be written, or a resend to be pulled."""
+        return bool(self._outbound) or self.resend_pending
+
+    @property
+    def output_size(self) -> int:
+        """Bytes queued (a resend not pulled yet is not: write, then call :meth:`data_to_send` again)."""
+        return len(self._outbound)
+
+    def data_to_send(self) -> bytes:
+        """The bytes queued for the peer; if none are, the next ``resend_chunk`` bytes of a resend."""
+        if not self._outbound and self.resend_pending and self._engine is not None:
+            self._engine.write_resend(self.resend_chunk)
+        return super().data_to_send()
 
     def _queue_raw(self, data: bytes) -> None:
         self._outbound += data

@@ -10,7 +10,12 @@ Writing is eager: a message, operation or acknowledgement is written the
 moment it is allowed, in the order the channel requires (a channel's
 messages in sequence order, each commit or rollback right after the message
 it names, the close after everything). A channel holds its writes only while
-resuming, until the peer says where to resume from.
+resuming, until the peer says where to resume from; then it catches up as
+the I/O layer pulls (:meth:`LinkEngine.write_resend`), a bounded number of
+bytes at a time, and is live again once nothing of it is unsent. One
+write loop (``_channel_writer.write_unsent``) serves both, so the fast path of a live
+send and a resend follow the same ordering rules; only the channel's
+phase (``_state.CHANNEL_TRANSITIONS``) decides which one runs.
 
 Resuming a link (what each side sends first on a resumed connection): our
 shutdown again if we had sent it; for each of the peer's channels we know, a
@@ -30,8 +35,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from rstreams.protocol import prechecked
-
+from ._channel_writer import has_unsent, unwritten, write_unsent
 from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from ._events import (
     ChannelCloseAcknowledged,
@@ -50,7 +54,7 @@ from ._events import (
     ShutdownReceived,
     Uncommitted,
 )
-from ._link import IncomingChannel, LinkState, OutgoingChannel, Role, TransactionOp
+from ._link import KEPT_MESSAGE_COST, KEPT_PART_COST, IncomingChannel, LinkState, OutgoingChannel, Role, TransactionOp
 from ._packets import (
     ChannelAck,
     ChannelAckType,
@@ -68,14 +72,9 @@ from ._packets import (
     check_channel_id,
 )
 from ._sequence import advance, distance
+from ._state import ChannelEvent, ChannelPhase
 
 __all__ = ["LinkEngine"]
-
-# A message of our own channel, built without MessagePacket's checks: its
-# parts passed _check_parts (bytes, within max_parts and the sizes) when it
-# was sent and its channel check_channel_id, and it is written again only
-# from the buffer they went into.
-_checked_message = prechecked(MessagePacket)
 
 _ACK_TYPES = {
     ChannelAckType.RECEIVED: SequenceAckType.RECEIVED,
@@ -97,6 +96,7 @@ class LinkEngine:
         limits: RelinkLimits,
         write: Callable[[Packet], None],
         emit: Callable[[Event], None],
+        written_bytes: Callable[[], int],
     ) -> None:
         self.link = link
         self.send_window = send_window
@@ -104,6 +104,10 @@ class LinkEngine:
         self.limits = limits
         self._write = write
         self._emit = emit
+        self._written_bytes = written_bytes  # bytes written so far (to bound a pull)
+        # Channels CATCHING_UP, in the order they learnt where to resend
+        # from: what write_resend pulls from.
+        self.catching_up: dict[int, OutgoingChannel] = {}
         config = link.config
         connector = link.role is Role.CONNECTOR
         self.own_id_size = config.connector_id_size if connector else config.listener_id_size
@@ -167,15 +171,22 @@ class LinkEngine:
         return state
 
     def _keep(self, state: OutgoingChannel, message: tuple[bytes, ...]) -> None:
-        # Kept until acknowledged consumed, and counted (LinkState.unacknowledged_bytes).
+        # Kept until acknowledged consumed, and counted with what it holds
+        # in memory (LinkState.kept_memory).
         size = sum(map(len, message))
+        overhead = KEPT_MESSAGE_COST + KEPT_PART_COST * len(message)  # (kept_overhead, inline: per message)
         state.buffered.append(message)
         state.size += size
-        self.link.unacknowledged_bytes += size
+        state.overhead += overhead
+        link = self.link
+        link.unacknowledged_bytes += size
+        link.kept_overhead += overhead
 
     def _forget(self, state: OutgoingChannel) -> None:
         self.link.unacknowledged_bytes -= state.size
+        self.link.kept_overhead -= state.overhead
         del self.link.outgoing[state.id]
+        self.catching_up.pop(state.id, None)
 
     def send_message(self, channel: int, parts: Iterable[bytes]) -> int:
         message = self._check_parts(parts)
@@ -198,7 +209,7 @@ class LinkEngine:
         states = [self._open(channel) for channel in targets]
         # One packet for all only when no channel holds back writes: else
         # each channel writes the message in its own order.
-        live = all(not s.resuming and s.sent == len(s.buffered) and not _unwritten(s) for s in states)
+        live = all(s.phase is _LIVE and s.sent == len(s.buffered) and not unwritten(s) for s in states)
         sequences = []
         for state in states:
             sequences.append(state.next_sequence)
@@ -258,43 +269,36 @@ class LinkEngine:
         self.ping_outstanding = True
 
     def _flush(self, state: OutgoingChannel) -> None:
-        if state.resuming:
-            return
-        buffered = state.buffered
-        # (No list built for a channel without transactions: nearly all.)
-        operations = _unwritten(state) if state.operations else ()
-        # The close waits for the answers to the channel's commits: the
-        # receiver forgets a closed channel, answers included, so a close
-        # and an answer both lost in a drop would leave a commit unresolved.
-        closing = state.closing and not state.close_sent and not state.pending_commits
-        if state.sent >= len(buffered) and not operations and not closing:
-            return
-        index, next_op = state.sent, 0
-        channels = (state.id,)
-        while True:
-            while next_op < len(operations) and self._position(state, operations[next_op]) <= index:
-                op = operations[next_op]
-                kind = SequenceOpType.COMMIT if op.commit else SequenceOpType.ROLLBACK
-                self._write(SequenceOp(type=kind, channels=channels, sequence=op.sequence))
-                op.written = True
-                next_op += 1
-            if index >= len(buffered):
-                break
-            self._write(_checked_message(channels, buffered[index], False))
-            index += 1
-        state.sent = index
-        if operations:
-            state.operations = [op for op in state.operations if op.commit or not op.written]
-        if closing:
-            self._write(ChannelOp(type=ChannelOpType.CLOSE, channels=channels))
-            state.close_sent = True
+        # Write what the channel may write now: all of it when LIVE (the
+        # fast path: just what the call added); when CATCHING_UP, nothing
+        # here, the writer pulls it (write_resend); when HOLDING, nothing.
+        phase = state.phase
+        if phase is _LIVE:
+            write_unsent(state, self._write)
+        elif phase is _CATCHING_UP and state.id not in self.catching_up:
+            if has_unsent(state):
+                self.catching_up[state.id] = state
+            else:
+                state.step(ChannelEvent.CAUGHT_UP)  # the peer has it all: nothing to pull
 
-    @staticmethod
-    def _position(state: OutgoingChannel, op: TransactionOp) -> int:
-        # 1-based index in the buffer of the message the op names; 0 when that
-        # message is no longer buffered (consumed): the op may go at once.
-        position = distance(state.consumed, op.sequence)
-        return 0 if position > len(state.buffered) else position
+    def write_resend(self, max_bytes: int) -> int:
+        """Write about ``max_bytes`` more of what channels catching up have unsent; bytes written.
+
+        At least one message (or operation, or close) if any is unsent, so
+        each pull makes progress; a channel whose last unsent packet is
+        written is LIVE again.
+        """
+        start = self._written_bytes()
+        catching_up = self.catching_up
+        while catching_up:
+            left = max_bytes - (self._written_bytes() - start)
+            if left <= 0:
+                break
+            state = next(iter(catching_up.values()))
+            if write_unsent(state, self._write, self._written_bytes, start + max_bytes):
+                del catching_up[state.id]
+                state.step(ChannelEvent.CAUGHT_UP)
+        return self._written_bytes() - start
 
     def _maybe_shutdown(self) -> None:
         link = self.link
@@ -416,7 +420,7 @@ class LinkEngine:
                 return  # Go ignores a resume it does not wait for; so do we
             self.peer_resuming = False
             for state in list(link.outgoing.values()):
-                if not state.resuming:
+                if state.phase is not ChannelPhase.HOLDING:
                     continue
                 if state.end_resume():
                     self._forget(state)
@@ -532,9 +536,10 @@ class LinkEngine:
         elif kind is SequenceAckType.CONSUMED:
             if sequence is None:
                 sequence = advance(state.consumed)
-            size = state.size
+            size, overhead = state.size, state.overhead
             count = state.on_consumed(sequence)
             self.link.unacknowledged_bytes -= size - state.size
+            self.link.kept_overhead -= overhead - state.overhead
             if count:
                 self._emit(Consumed(channel=channel, sequence=sequence, count=count))
             self._flush(state)
@@ -570,8 +575,7 @@ class LinkEngine:
         self._maybe_shutdown()
 
 
-def _unwritten(state: OutgoingChannel) -> list[TransactionOp]:
-    return [op for op in state.operations if not op.written]
+_LIVE, _CATCHING_UP = ChannelPhase.LIVE, ChannelPhase.CATCHING_UP
 
 
 def _answer(channel: int, sequence: int, committed: bool) -> SequenceAck:

@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 One connection carries one link at a time. The handshake is half-duplex and
 differs by role, so each role has its own handshake states; after it both
-roles are alike (``OPEN``). Per-channel state is not here: it belongs to the
-link (``_link``), which outlives connections; this table is only about the
-connection.
+roles are alike (``OPEN``). Per-channel state belongs to the link
+(``_link``), which outlives connections; the first table is only about the
+connection. The second (``CHANNEL_TRANSITIONS``, at the end) is how one of
+our channels writes: its own short theory of operation is there.
 
 Connector: it sends its version block at once, then waits for the
 listener's (``AWAIT_LISTENER_VERSION``); then sends the endpoint, config and
@@ -36,7 +37,16 @@ from __future__ import annotations
 
 from rstreams.protocol import StateEnum
 
-__all__ = ["ConnectionState", "ConnectionEvent", "CONNECTION_TRANSITIONS", "HANDSHAKE_STATES", "TERMINAL_STATES"]
+__all__ = [
+    "CHANNEL_TRANSITIONS",
+    "CONNECTION_TRANSITIONS",
+    "ChannelEvent",
+    "ChannelPhase",
+    "ConnectionEvent",
+    "ConnectionState",
+    "HANDSHAKE_STATES",
+    "TERMINAL_STATES",
+]
 
 
 class ConnectionState(StateEnum):
@@ -93,3 +103,43 @@ HANDSHAKE_STATES = frozenset(
     }
 )
 TERMINAL_STATES = frozenset({_S.CLOSED, _S.ERROR})
+
+
+# ---- how one of our channels writes -------------------------------------------
+#
+# A channel of ours is LIVE nearly always: a message, commit, rollback or
+# close is written the moment it is allowed (the fast path of every send).
+# A connection that resumes the link puts every channel in HOLDING: we do
+# not know yet where the peer's copy ends, so nothing is written. The
+# peer's received (or consumed) acknowledgement, or its resume packet, says
+# where (RESEND_FROM): the channel is CATCHING_UP. Then everything unsent
+# (the resend, up to a whole window of 65,536 messages, and whatever was
+# sent on the channel meanwhile, in order) is written only when the I/O
+# layer's writer pulls it (``Connection.queue_resend``), about as many
+# bytes at a time as the transport takes, never in one step: encoding a
+# window of messages at once took a quarter of a second, during which no
+# other connection ran. When a pull writes the channel's last unsent
+# message (and what waited for it), the channel is LIVE again (CAUGHT_UP).
+# A drop in between starts over from HOLDING on the next connection.
+
+
+class ChannelPhase(StateEnum):
+    LIVE = "live"  # written as soon as allowed
+    HOLDING = "holding"  # resumed: waiting to learn where the peer's copy ends
+    CATCHING_UP = "catching up"  # resending: written as the writer pulls
+
+
+class ChannelEvent(StateEnum):
+    BEGIN_RESUME = "begin resuming"
+    RESEND_FROM = "learn where to resend from"
+    CAUGHT_UP = "finish resending"
+
+
+_P, _C = ChannelPhase, ChannelEvent
+CHANNEL_TRANSITIONS: dict[tuple[ChannelPhase, ChannelEvent], ChannelPhase] = {
+    (_P.LIVE, _C.BEGIN_RESUME): _P.HOLDING,
+    (_P.HOLDING, _C.BEGIN_RESUME): _P.HOLDING,  # dropped again before the peer said where
+    (_P.CATCHING_UP, _C.BEGIN_RESUME): _P.HOLDING,  # dropped in the middle of a resend
+    (_P.HOLDING, _C.RESEND_FROM): _P.CATCHING_UP,
+    (_P.CATCHING_UP, _C.CAUGHT_UP): _P.LIVE,
+}

@@ -17,6 +17,13 @@ each message counts 64 bytes more): past that bound TCP holds the rest, and
 one channel's slow reader holds back the others (head-of-line blocking,
 only there).
 
+After a resume, what the peer lacks (up to a window per channel) is not
+queued in one step: the writer pulls it from the machine
+(``Connection.queue_resend``), ``max_write_buffer`` bytes at a time, each
+time its queue runs dry, so that encoding a resend takes turns with every
+other task (the writer's ``send_all`` between two pulls is a checkpoint)
+and is paced by what the transport takes.
+
 How it ends: the peer's end of file or a write that fails is
 :class:`RelinkConnectionLost`; a missing handshake or pong is
 :class:`RelinkTimeout`; a protocol violation is the machine's
@@ -97,6 +104,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         self._decide = decide
         self._on_end = on_end
         self._ack_timer_armed = False
+        machine.resend_chunk = settings.max_write_buffer  # a resend pulled a write at a time
 
     @property
     def machine(self) -> Connection:
@@ -204,7 +212,7 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         # consumed (to resend): ours to hold, counted here while this
         # connection carries the link; acknowledgements free them.
         link = self._machine.link
-        return link.unacknowledged_bytes if link is not None and self._carries_link() else 0
+        return link.kept_memory if link is not None and self._carries_link() else 0
 
     def _input_frees_budget(self) -> bool:
         return self._output_kept() > 0
@@ -260,6 +268,22 @@ class RelinkConnection(BridgeConnection[Connection, RelinkSettings]):
         """The application took held messages: the reader may go on."""
         self._count_machine_input()
         self._wake_reader()
+
+    def _take_output(self) -> int:
+        # As the kit's, except that a resend is left for the writer to pull
+        # while it has a queue (the machine encodes a piece of it only when
+        # nothing else is queued: Connection.data_to_send).
+        if self._outgoing and not self._machine.output_size:
+            return self._queued
+        return super()._take_output()
+
+    def _next_chunk(self) -> bytes:
+        # The writer takes its next write; if that empties its queue, the
+        # next piece of a resend is pulled now, to be written after this one.
+        chunk = super()._next_chunk()
+        if not self._outgoing and self._end is None:
+            super()._take_output()
+        return chunk
 
     def write_backlog(self) -> int:
         """Bytes queued for the writer and not yet written."""

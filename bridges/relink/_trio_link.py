@@ -55,7 +55,7 @@ from ._events import (
     Uncommitted,
 )
 from ._inbound_channel import InboundChannel
-from ._link import LinkState, Role
+from ._link import LinkState, Role, kept_cost, kept_total
 from ._link_errors import RelinkClosed, RelinkConnectionLost
 from ._settings import RelinkSettings
 
@@ -279,7 +279,7 @@ class RelinkLink:
         await window.acquire()
         taken = 0
         try:
-            connection, taken = await self._sendable(channel, sum(map(len, message)))
+            connection, taken = await self._sendable(channel, kept_cost(message))
             sequence = connection.machine.send_message(channel, message)
         except BaseException:
             if self._windows.get(channel) is window and window.in_flight:
@@ -326,11 +326,11 @@ class RelinkLink:
         count = await window.acquire_up_to(len(messages))
         sent = taken = 0
         try:
-            size = sum(len(part) for message in messages[:count] for part in message)
-            connection, taken = await self._sendable(channel, size)
+            batch = [tuple(map(bytes, message)) for message in messages[:count]]
+            connection, taken = await self._sendable(channel, kept_total(batch))
             machine = connection.machine
-            for message in messages[:count]:
-                machine.send_message(channel, tuple(map(bytes, message)))
+            for message in batch:
+                machine.send_message(channel, message)
                 sent += 1
         except BaseException:
             if self._windows.get(channel) is window:
