@@ -122,7 +122,7 @@ from ._messages import (
     Subscribe,
     Subscribed,
     prechecked,
-    sendable_text,
+    text_within,
 )
 from ._outbound import EMPTY_ELEMENT_BYTES, Outbound, Publication, QueuedElement, SameSizeElements
 from ._runs import FIXARRAY_3, MAX_ON_NEXT_HEADER_SIZE, ON_NEXT_CODE, RunReader, read_on_next_header
@@ -1718,11 +1718,12 @@ class Connection:
         Before :meth:`accept` this refuses the subscribe and goes out at once
         (as control); afterwards it follows the queued elements. ``error`` is
         text for people (often an exception's message): a character it holds
-        that has no UTF-8 form goes as a backslash escape.
+        that has no UTF-8 form goes as a backslash escape, and a text longer
+        than ``limits.max_string_size`` is cut to it (:func:`text_within`).
         """
         self._check_can_send()
         publication = self._publication(subscriber)
-        message = encode(OnError(subscriber=subscriber, error=sendable_text(error)))
+        message = encode(OnError(subscriber=subscriber, error=text_within(error, self.limits.max_string_size)))
         self._publication_transition(publication, PublicationEvent.SEND_ERROR)
         if publication.state is PublicationState.DONE:
             self._forget_publication(publication)
@@ -1779,7 +1780,8 @@ class Connection:
         """
         if self._goodbye_sent:
             raise LocalProtocolError("goodbye was already sent")
-        message = encode(Goodbye(reason=sendable_text(reason)))  # (a bad reason changes nothing)
+        # (A bad reason changes nothing; a long one is cut to what a peer takes.)
+        message = encode(Goodbye(reason=text_within(reason, self.limits.max_string_size)))
         self._transition(ConnectionEvent.SEND_GOODBYE)
         self._goodbye_sent = True
         dropped = self._end_all_streams()

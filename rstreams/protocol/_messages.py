@@ -177,6 +177,28 @@ def sendable_text(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: What a text cut to fit its message ends with.
+CUT_TEXT_MARK = "... (cut)"
+
+
+def text_within(text: str, max_bytes: int) -> str:
+    """``text`` (as :func:`sendable_text` makes it) cut to at most
+    ``max_bytes`` of UTF-8, ending with :data:`CUT_TEXT_MARK` when cut.
+
+    An onError or goodbye text is often the peer's own (an unknown publisher
+    name, up to the string limit itself): quoted whole after
+    ``no such publisher: ``, a name of the largest size made a text the
+    peer's decoder refuses, which closed its whole session."""
+    text = sendable_text(text)
+    if type(text) is not str or len(text) * 4 <= max_bytes:
+        return text  # (fits whatever its characters)
+    encoded = text.encode("utf-8")
+    if len(encoded) <= max_bytes:
+        return text
+    keep = max(0, max_bytes - len(CUT_TEXT_MARK))
+    return encoded[:keep].decode("utf-8", "ignore") + CUT_TEXT_MARK
+
+
 def _check_bytes(name: str, value: object) -> None:
     if type(value) is not bytes:
         raise LocalProtocolError(f"{name} must be bytes, got {type(value).__name__}")

@@ -1293,3 +1293,16 @@ def test_an_ordinary_name_is_within_the_streams_nominal_cost() -> None:
     name = "range?count=1000000000"
     _, params = rstreams.SubscribeRequest.parse_name(name)
     assert rstreams.SubscribeRequest.name_memory(name, params) <= rstreams.NAME_MEMORY_ALLOWANCE
+
+
+async def test_an_unknown_name_of_the_largest_size_is_answered_and_the_session_stays(connect) -> None:
+    # "no such publisher: " + a 65,535-character name was longer than the
+    # string limit: the client's decoder refused the onError and closed the
+    # session. The text is cut to fit; the name is the subscriber's own.
+    with trio.fail_after(10):
+        async with connect(rstreams.Router()) as (client, server):
+            name = "x" * 65_535
+            with pytest.raises(rstreams.UnknownPublisher) as info:
+                await client.fetch(name, 1)
+            assert info.value.name == name and info.value.message.endswith("... (cut)")
+            assert await client.fetch("$ping", 1) == []  # (the session goes on)
