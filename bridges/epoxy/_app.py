@@ -167,10 +167,9 @@ class Publishers:
 
     @method(request_limits=_SUBSCRIBE_REQUEST_LIMITS)
     async def Subscribe(self, request: SubscribeRequest) -> Elements:  # noqa: N802 - Bond's method name
-        if not self._fits(request.publisher):
-            size = len(request.publisher.encode("utf-8", "surrogatepass"))
-            raise ServiceError(ErrorCode.METHOD_NOT_FOUND, f"no such publisher: a name of {size} bytes")
         try:
+            # (A name longer than the app's session carries is refused by
+            # collect_elements, kit.check_name_fits: UnknownPublisher below.)
             elements = await collect_elements(
                 self.session, request.publisher, max_bytes=self.max_response_bytes, budget=self._budget
             )
