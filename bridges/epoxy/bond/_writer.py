@@ -178,25 +178,14 @@ class Writer:
         for index, level in enumerate(levels):
             for info in level.fields:
                 item = getattr(value, info.name)
-                omit = info.omit
-                if omit == OMIT_NOTHING and item is None:
-                    if info.modifier is _OPTIONAL:
-                        continue
-                    raise BondEncodeError(f"{struct_class.__name__}.{info.name} is required but holds nothing")
-                if info.modifier is _OPTIONAL and (
-                    (omit == OMIT_EQUAL and item == info.default)
-                    or (omit == OMIT_EMPTY and not item)
-                    or (omit == OMIT_NULL and item is None)
-                ):
+                if _omitted(info, item, struct_class):
                     continue
                 field_type = info.type
                 self.field_begin(field_type.wire, info.id)
                 try:
                     self.write_value(field_type, item)
                 except BondEncodeError as exc:
-                    if str(exc).startswith(f"{struct_class.__name__}."):
-                        raise
-                    raise BondEncodeError(f"{struct_class.__name__}.{info.name}: {exc}") from None
+                    raise _in_field(exc, struct_class, info) from None
             self.out.append(_STOP if index == last else _STOP_BASE)
         self.struct_end(saved)
         self.depth -= 1
@@ -221,16 +210,7 @@ class Writer:
         for index, level in enumerate(levels):
             for info in level.fields:
                 item = getattr(value, info.name)
-                omit = info.omit
-                if omit == OMIT_NOTHING and item is None:
-                    if info.modifier is _OPTIONAL:
-                        continue
-                    raise BondEncodeError(f"{struct_class.__name__}.{info.name} is required but holds nothing")
-                if info.modifier is _OPTIONAL and (
-                    (omit == OMIT_EQUAL and item == info.default)
-                    or (omit == OMIT_EMPTY and not item)
-                    or (omit == OMIT_NULL and item is None)
-                ):
+                if _omitted(info, item, struct_class):
                     continue
                 field_type = info.type
                 self.field_begin(field_type.wire, info.id)
@@ -240,9 +220,7 @@ class Writer:
                     else:
                         self.write_value(field_type, item)
                 except BondEncodeError as exc:
-                    if str(exc).startswith(f"{struct_class.__name__}."):
-                        raise
-                    raise BondEncodeError(f"{struct_class.__name__}.{info.name}: {exc}") from None
+                    raise _in_field(exc, struct_class, info) from None
             self.out.append(_STOP if index == last else _STOP_BASE)
         self.struct_end(saved)
         self.depth -= 1
@@ -436,3 +414,26 @@ def _sorted_set(value: Any, wire: int) -> list[Any]:
         return sorted(items)
     except TypeError:
         raise BondEncodeError("set items are not comparable (mixed types?)") from None
+
+
+def _omitted(info: Any, item: Any, struct_class: type[Struct]) -> bool:
+    # Bond's rules for a field left out, stated once for write_struct and
+    # write_struct_steps (the two must write the same bytes): an optional
+    # field holding its default, nothing or None as its omit mode says.
+    omit = info.omit
+    if omit == OMIT_NOTHING and item is None:
+        if info.modifier is _OPTIONAL:
+            return True
+        raise BondEncodeError(f"{struct_class.__name__}.{info.name} is required but holds nothing")
+    return info.modifier is _OPTIONAL and (
+        (omit == OMIT_EQUAL and item == info.default)
+        or (omit == OMIT_EMPTY and not item)
+        or (omit == OMIT_NULL and item is None)
+    )
+
+
+def _in_field(exc: BondEncodeError, struct_class: type[Struct], info: Any) -> BondEncodeError:
+    # The error of a field's value, named after the innermost struct field.
+    if str(exc).startswith(f"{struct_class.__name__}."):
+        return exc
+    return BondEncodeError(f"{struct_class.__name__}.{info.name}: {exc}")
