@@ -36,7 +36,7 @@ COLLECT_MOST_ASKED = 65_536
 #: through the app session (encoded by the publisher's side, decoded by
 #: ours) while they are in flight.
 COLLECT_COPIES = 2
-def check_name_fits(name: str) -> None:
+def check_name_fits(name: str, *, room: int = 0) -> None:
     """Refuse a publisher name longer than wire v0 carries, before any session sees it.
 
     The in-process session to the app speaks wire v0: a longer name (a
@@ -45,11 +45,15 @@ def check_name_fits(name: str) -> None:
     each time. One check here serves every bridge that collects or
     subscribes through the kit.
 
+    Args:
+        room: bytes of the limit to keep free (a bridge whose own answer
+            quotes the name within the same limit).
+
     Raises:
         UnknownPublisher: ``no such publisher: a name of N bytes`` (what the
             bridges answer for any name the app does not have).
     """
-    limit = DEFAULT_LIMITS.max_string_size
+    limit = DEFAULT_LIMITS.max_string_size - room
     if len(name) > limit // 4:  # (at most 4 bytes a character: shorter ones always fit)
         size = len(name.encode("utf-8", "surrogatepass"))
         if size > limit:

@@ -47,10 +47,10 @@ import logging
 
 import trio
 
-from rstreams import Router, Session, Subscription, SubscriptionError
+from rstreams import Router, Session, Subscription, SubscriptionError, UnknownPublisher
 from rstreams.support import peer_text
 
-from ..kit import BatchesWithinBudget, MemoryBudget, check_count, next_ask, open_app_session
+from ..kit import BatchesWithinBudget, MemoryBudget, check_count, check_name_fits, next_ask, open_app_session
 from ._errors import RelinkError
 from ._serve import RelinkServer, equal_id_sizes
 from ._settings import DEFAULT_SETTINGS, RelinkSettings
@@ -232,7 +232,7 @@ class RelinkAppServer(RelinkServer):
         # task may outlive the connection by link_timeout (its close waits
         # for the connector's acknowledgement), and a peer's 600 KB request
         # held that long by each of its links added up to gigabytes.
-        name, refusal = _publisher_name(request, session)
+        name, refusal = _publisher_name(request)
         del request
         forwarded: list[bool] = []  # True once a message went out
         try:
@@ -286,13 +286,12 @@ async def _cancel_when_closed(channel: InboundChannel, scope: trio.CancelScope) 
 
 
 #: Bytes of the wire's string limit left for the text the app may answer
-#: a name with: "no such publisher: NAME (closest: ...)" quotes it whole
-#: (suggestions only for paths up to 256 characters), and an answer past
-#: the limit closes the session as surely as the name would.
+#: a name with, so that "no such publisher: NAME (closest: ...)" quotes it
+#: whole (the core cuts a longer text to the limit, text_within).
 _ANSWER_ROOM = 1024
 
 
-def _publisher_name(request: tuple[bytes, ...], session: Session) -> tuple[str | None, str]:
+def _publisher_name(request: tuple[bytes, ...]) -> tuple[str | None, str]:
     # The publisher name a subscribe asks for, or None and the error text
     # to answer with. A name the session to the app cannot carry, with the
     # app's answer quoting it (as the Epoxy bridge's Publishers._fits, with
@@ -302,15 +301,16 @@ def _publisher_name(request: tuple[bytes, ...], session: Session) -> tuple[str |
     # logged per link, and every later subscription of the link.
     if len(request) != 1:
         return None, _NOT_A_NAME
-    encoded = request[0]
-    if len(encoded) > session.config.limits.max_string_size - _ANSWER_ROOM:
-        error = f"no such publisher: a name of {len(encoded)} bytes"
-        logger.debug("Relink subscription refused, %s: %s", error, peer_text(encoded[:80].decode("utf-8", "replace")))
-        return None, error
     try:
-        return encoded.decode("utf-8"), ""
+        name = request[0].decode("utf-8")
     except UnicodeDecodeError:
         return None, _NOT_A_NAME
+    try:
+        check_name_fits(name, room=_ANSWER_ROOM)  # (the kit's one rule, with room for our answer)
+    except UnknownPublisher as exc:
+        logger.debug("Relink subscription refused, %s: %s", exc.message, peer_text(name[:80]))
+        return None, exc.message
+    return name, ""
 
 
 _NOT_A_NAME = "a subscription is one message of one part: a publisher name in UTF-8"
