@@ -33,6 +33,24 @@ def all_events(pair: ConnectionPair, max_events: int) -> list[list[Event]]:
         slices.append(events)
 
 
+def unbounded_events(pair: ConnectionPair, data: bytes) -> list[Event]:
+    pair.server.receive_data(data)
+    return pair.server.events()
+
+
+def sliced_events(pair: ConnectionPair, data: bytes, budget: int, cut: int) -> list[Event]:
+    """The events of ``data`` cut in two reads at ``cut``, taken ``budget``
+    at a time; after each read, nothing is left paused."""
+    cut = min(cut, len(data))
+    got: list[Event] = []
+    for part in (data[:cut], data[cut:]):
+        pair.server.receive_data(part)
+        for events in all_events(pair, budget):
+            got.extend(events)
+        assert not pair.server.parse_paused
+    return got
+
+
 def test_events_stop_at_the_budget_and_resume(pair: ConnectionPair) -> None:
     pair.server.receive_data(subscribes(pair, 100))
     slices = all_events(pair, 32)
@@ -55,15 +73,7 @@ def test_slices_add_up_to_one_unbounded_call(count: int, budget: int, cut: int) 
     sliced.open()
     data = subscribes(whole, count)
     assert subscribes(sliced, count) == data
-    whole.server.receive_data(data)
-    expected = whole.server.events()
-    cut = min(cut, len(data))
-    got: list[Event] = []
-    for part in (data[:cut], data[cut:]):
-        sliced.server.receive_data(part)
-        for events in all_events(sliced, budget):
-            got.extend(events)
-    assert got == expected
+    assert sliced_events(sliced, data, budget, cut) == unbounded_events(whole, data)
 
 
 def test_a_run_of_on_next_is_one_event_within_the_budget(pair: ConnectionPair) -> None:
@@ -175,13 +185,4 @@ def test_slices_with_eventless_messages_add_up_to_one_unbounded_call(pattern: li
             messages.append(encode(Cancel(subscriber=done)))
     data = b"".join(messages)
     whole, sliced = pairs
-    whole.server.receive_data(data)
-    expected = whole.server.events()
-    cut = min(cut, len(data))
-    got: list[Event] = []
-    for part in (data[:cut], data[cut:]):
-        sliced.server.receive_data(part)
-        for events in all_events(sliced, budget):
-            got.extend(events)
-        assert not sliced.server.parse_paused
-    assert got == expected
+    assert sliced_events(sliced, data, budget, cut) == unbounded_events(whole, data)
